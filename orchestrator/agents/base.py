@@ -1,0 +1,19 @@
+"""The agent adapter interface."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from orchestrator.tasks import Task
+
+
+class Agent(Protocol):
+    name: str
+
+    def files(self, task: Task) -> dict[str, bytes]:
+        """Files to copy into the sandbox before the run: {absolute path: content}."""
+        ...
+
+    def command(self, task: Task) -> str | None:
+        """The shell command to run in the task workdir, or None to run nothing."""
+        ...

@@ -1,0 +1,18 @@
+"""command: any CLI agent already present in the task image, run as a shell command."""
+
+from __future__ import annotations
+
+from orchestrator.tasks import Task
+
+
+class CommandAgent:
+    name = "command"
+
+    def __init__(self, command: str):
+        self._command = command
+
+    def files(self, task: Task) -> dict[str, bytes]:
+        return {}
+
+    def command(self, task: Task) -> str | None:
+        return self._command

@@ -1,0 +1,15 @@
+"""nop: does nothing. Every grader should give it 0."""
+
+from __future__ import annotations
+
+from orchestrator.tasks import Task
+
+
+class NopAgent:
+    name = "nop"
+
+    def files(self, task: Task) -> dict[str, bytes]:
+        return {}
+
+    def command(self, task: Task) -> str | None:
+        return None

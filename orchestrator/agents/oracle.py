@@ -1,0 +1,24 @@
+"""oracle: copies solution/ in and runs solve.sh. The only agent that sees a solution."""
+
+from __future__ import annotations
+
+from orchestrator.errors import InputError
+from orchestrator.paths import SOLUTION
+from orchestrator.tasks import Task
+
+
+class OracleAgent:
+    name = "oracle"
+
+    def files(self, task: Task) -> dict[str, bytes]:
+        folder = task.path / "solution"
+        if not (folder / "solve.sh").is_file():
+            raise InputError(f"{folder / 'solve.sh'}: missing (the oracle agent needs it)")
+        return {
+            f"{SOLUTION}/{p.relative_to(folder).as_posix()}": p.read_bytes()
+            for p in sorted(folder.rglob("*"))
+            if p.is_file()
+        }
+
+    def command(self, task: Task) -> str | None:
+        return f"bash {SOLUTION}/solve.sh"

@@ -1,0 +1,133 @@
+"""Tar archives in and out of containers. Archives coming out are hostile input.
+
+Extraction refuses absolute paths, `..`, links that point outside the destination, device
+files, and stops at a byte cap; everything it writes stays under the destination folder.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_CAP_BYTES = 256 * 1024 * 1024
+
+
+@dataclass
+class ExtractReport:
+    files: int = 0
+    bytes: int = 0
+    rejected: list[str] = field(default_factory=list)
+    truncated: bool = False
+
+
+class _StreamReader(io.RawIOBase):
+    """A file-like view of docker-py's chunk iterator, for tarfile's stream mode."""
+
+    def __init__(self, chunks: Iterator[bytes]):
+        self._chunks = chunks
+        self._buffer = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target) -> int:
+        while not self._buffer:
+            try:
+                self._buffer = next(self._chunks)
+            except StopIteration:
+                return 0
+        size = min(len(target), len(self._buffer))
+        target[:size] = self._buffer[:size]
+        self._buffer = self._buffer[size:]
+        return size
+
+
+def _inside(root: Path, candidate: Path) -> bool:
+    return os.path.commonpath([root, candidate]) == str(root)
+
+
+def safe_extract(chunks: Iterable[bytes], dest: Path, cap_bytes: int = DEFAULT_CAP_BYTES,
+                 strip_prefix: str = "") -> ExtractReport:
+    """Extract a tar stream under dest, treating every member as hostile."""
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest.resolve()
+    report = ExtractReport()
+    with tarfile.open(fileobj=_StreamReader(iter(chunks)), mode="r|") as archive:
+        for member in archive:
+            name = member.name
+            if strip_prefix and (name == strip_prefix or name.startswith(strip_prefix + "/")):
+                name = name[len(strip_prefix):].lstrip("/")
+            if not name:
+                continue
+            if name.startswith("/") or ".." in Path(name).parts:
+                report.rejected.append(f"{member.name}: absolute or '..' path")
+                continue
+            target = (root / name)
+            if not _inside(root, target.parent.resolve()):
+                report.rejected.append(f"{member.name}: parent escapes via a link")
+                continue
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            if member.issym() or member.islnk():
+                link = (target.parent / member.linkname) if member.issym() else root / member.linkname
+                if member.linkname.startswith("/") or not _inside(root, Path(os.path.normpath(link))):
+                    report.rejected.append(f"{member.name}: link to {member.linkname} leaves the folder")
+                    continue
+                report.rejected.append(f"{member.name}: link kept out (links are not copied)")
+                continue
+            if not member.isfile():
+                report.rejected.append(f"{member.name}: not a regular file")
+                continue
+            if report.bytes + member.size > cap_bytes:
+                report.truncated = True
+                report.rejected.append(f"{member.name}: over the {cap_bytes} byte cap")
+                continue
+            source = archive.extractfile(member)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_symlink():
+                target.unlink()
+            with open(target, "wb") as out:
+                while chunk := source.read(1024 * 1024):
+                    out.write(chunk)
+            os.chmod(target, 0o644 | (0o111 if member.mode & 0o100 else 0))
+            report.files += 1
+            report.bytes += member.size
+    return report
+
+
+def tar_directory(source: Path, arcname: str = ".", mode: int | None = None) -> bytes:
+    """Tar a host folder (regular files and folders only, never links)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+            if info.issym() or info.islnk() or not (info.isfile() or info.isdir()):
+                return None
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            if mode is not None and info.isfile():
+                info.mode = mode | (info.mode & 0o111)
+            return info
+        archive.add(str(source), arcname=arcname, filter=keep)
+    return buffer.getvalue()
+
+
+def tar_files(files: dict[str, bytes], dirs: Iterable[str] = (), mode: int = 0o644) -> bytes:
+    """Tar in-memory files: {relative path: content}; `dirs` are created empty."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name in dirs:
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.DIRTYPE
+            info.mode = 0o777
+            archive.addfile(info)
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            info.mode = mode
+            archive.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()

@@ -1,0 +1,25 @@
+"""The errors that decide orchestra's exit codes.
+
+InputError   -> exit 2: bad task, manifest, endpoint, seeds...; nothing started.
+InfraError   -> exit 3: Docker unreachable or another failure before any trial ran.
+"""
+
+
+class OrchestraError(Exception):
+    exit_code = 1
+
+
+class InputError(OrchestraError):
+    """Bad user input. The message names the file and the field."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class InfraError(OrchestraError):
+    """The machine cannot run trials (Docker unreachable, no base image...)."""
+
+    exit_code = 3

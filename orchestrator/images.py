@@ -1,0 +1,219 @@
+"""Task images, the agent-stack layer, and the air-gapped base with its aliases (DESIGN 2.2, 5).
+
+- Task image `orchestra/task/<name>:<environment-hash>`, built once (a lock per image,
+  across threads and processes); a second run finds it and builds nothing.
+- Agent image `...:<environment-hash>-<stack-hash>` adds images/agent-stack at /opt/orchestra.
+- No registry: `bootstrap_base()` builds a Debian bookworm + python3 base from Debian
+  packages and labels it with the references it stands in for. A build whose FROM is
+  missing locally uses that alias: explicitly, logged, and recorded in the trial result.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from orchestrator.archive import tar_directory, tar_files
+from orchestrator.runtime.base import LABEL_KIND
+from orchestrator.runtime.docker import BuildFailed, DockerRuntime
+from orchestrator.tasks import Task, hash_tree, image_repository
+
+log = structlog.get_logger()
+
+AGENT_STACK = Path(__file__).resolve().parent.parent / "images" / "agent-stack"
+BASE_IMAGE = "orchestra/base:bookworm"
+LABEL_ALIASES = "orchestra.aliases"
+DEFAULT_ALIASES = (
+    "python:3.12-slim-bookworm", "python:3.12-slim", "python:3.11-slim-bookworm",
+    "python:3.11-slim", "debian:bookworm-slim", "debian:bookworm",
+)
+LOCK_DIR = Path(os.environ.get("ORCHESTRA_LOCK_DIR", "/var/tmp/orchestra-locks"))
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.IGNORECASE | re.MULTILINE)
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks_guard = threading.Lock()
+
+
+@dataclass
+class TaskImages:
+    task_image: str  # the clean image (separate verifier)
+    agent_image: str  # task image + agent stack
+    built: int = 0
+    base_alias: dict[str, str] = field(default_factory=dict)
+
+
+@contextmanager
+def image_lock(tag: str):
+    """One builder per image: a thread lock inside the process, a file lock across them."""
+    with _thread_locks_guard:
+        lock = _thread_locks.setdefault(tag, threading.Lock())
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    path = LOCK_DIR / (hashlib.sha256(tag.encode()).hexdigest()[:24] + ".lock")
+    with lock, open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def stack_hash() -> str:
+    return hash_tree(AGENT_STACK)
+
+
+def base_references(dockerfile: str) -> list[str]:
+    """The external images a Dockerfile starts FROM (stage names excluded)."""
+    stages: set[str] = set()
+    refs = []
+    for line in dockerfile.splitlines():
+        match = _FROM.match(line)
+        if not match:
+            continue
+        ref = match.group(1)
+        if ref.lower() not in stages and ref.lower() != "scratch":
+            refs.append(ref)
+        parts = line.split()
+        if len(parts) >= 4 and parts[-2].lower() == "as":
+            stages.add(parts[-1].lower())
+    return refs
+
+
+def _alias_source(runtime: DockerRuntime, ref: str) -> str | None:
+    """The local base image standing in for `ref`, if one is registered."""
+    for image in runtime.api.images(filters={"label": f"{LABEL_KIND}=base"}):
+        aliases = (image.get("Labels") or {}).get(LABEL_ALIASES, "").split(",")
+        if ref in aliases:
+            return (image.get("RepoTags") or [image["Id"]])[0]
+    return None
+
+
+def resolve_bases(runtime: DockerRuntime, dockerfile: str) -> dict[str, str]:
+    """Make every FROM reference present locally; return {reference: alias used}."""
+    used = {}
+    for ref in base_references(dockerfile):
+        if runtime.image_exists(ref):
+            labels = runtime.api.inspect_image(ref)["Config"].get("Labels") or {}
+            if labels.get(LABEL_KIND) == "base":
+                used[ref] = BASE_IMAGE
+            continue
+        source = _alias_source(runtime, ref)
+        if source is None:
+            raise BuildFailed(
+                f"FROM {ref}: not present locally, and orchestra never pulls. Run "
+                "`orchestra images bootstrap` (or `make base-image`) to build an offline "
+                "base registered for it, or load the image with `docker load`."
+            )
+        log.info("image.alias", reference=ref, alias=source)
+        runtime.tag_image(source, ref if ":" in ref else ref + ":latest")
+        used[ref] = source
+    return used
+
+
+def ensure_task_images(runtime: DockerRuntime, task: Task, job: str) -> TaskImages:
+    env = task.config.environment
+    labels = {LABEL_KIND: "task-image", "orchestra.task": task.name, "orchestra.job": job}
+    built, aliases = 0, {}
+    if env.docker_image:
+        task_image = env.docker_image
+        if not runtime.image_exists(task_image):
+            raise BuildFailed(f"docker_image {task_image}: not present locally (orchestra never pulls)")
+    else:
+        task_image = f"{image_repository(task)}:{task.environment_hash}"
+        dockerfile = (task.path / "environment" / "Dockerfile").read_text()
+        with image_lock(task_image):
+            if not runtime.image_exists(task_image):
+                aliases = resolve_bases(runtime, dockerfile)
+                started = time.monotonic()
+                runtime.build_image(tar_directory(task.path / "environment"), task_image,
+                                    labels, env.build_timeout_sec)
+                built += 1
+                log.info("image.built", image=task_image, seconds=round(time.monotonic() - started, 2))
+            else:
+                aliases = {ref: BASE_IMAGE for ref in base_references(dockerfile)
+                           if _is_base(runtime, ref)}
+    agent_image = f"{task_image.rsplit(':', 1)[0]}:{task.environment_hash}-{stack_hash()}"
+    if env.docker_image:
+        agent_image = f"orchestra/agent/{hashlib.sha256(task_image.encode()).hexdigest()[:12]}:{stack_hash()}"
+    with image_lock(agent_image):
+        if not runtime.image_exists(agent_image):
+            context = tar_files(
+                {"Dockerfile": f"FROM {task_image}\nCOPY agent-stack /opt/orchestra\n".encode()}
+            )
+            context = _append_tree(context, AGENT_STACK, "agent-stack")
+            runtime.build_image(context, agent_image, {**labels, LABEL_KIND: "agent-image"}, 300)
+            built += 1
+    return TaskImages(task_image=task_image, agent_image=agent_image, built=built, base_alias=aliases)
+
+
+def _is_base(runtime: DockerRuntime, ref: str) -> bool:
+    if not runtime.image_exists(ref):
+        return False
+    return (runtime.api.inspect_image(ref)["Config"].get("Labels") or {}).get(LABEL_KIND) == "base"
+
+
+def _append_tree(context: bytes, folder: Path, arcname: str) -> bytes:
+    """A build context: the given tar plus `folder` as read-only files under arcname."""
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as merged:
+        with tarfile.open(fileobj=io.BytesIO(context)) as first:
+            for member in first:
+                merged.addfile(member, first.extractfile(member) if member.isfile() else None)
+        with tarfile.open(fileobj=io.BytesIO(tar_directory(folder, arcname, mode=0o444))) as second:
+            for member in second:
+                if member.isfile():
+                    member.mode = 0o555 if member.mode & 0o111 else 0o444
+                else:
+                    member.mode = 0o555
+                merged.addfile(member, second.extractfile(member) if member.isfile() else None)
+    return out.getvalue()
+
+
+def bootstrap_base(runtime: DockerRuntime, aliases: tuple[str, ...] = DEFAULT_ALIASES,
+                   force: bool = False, suite: str = "bookworm") -> str:
+    """debootstrap a minbase Debian + python3 into a folder and `docker import` it."""
+    if runtime.image_exists(BASE_IMAGE) and not force:
+        log.info("base.present", image=BASE_IMAGE)
+        return BASE_IMAGE
+    if shutil.which("debootstrap") is None:
+        raise BuildFailed("debootstrap is not installed (apt-get install -y debootstrap)")
+    workdir = Path(tempfile.mkdtemp(prefix="orchestra-base-", dir="/var/tmp"))
+    rootfs, tarball = workdir / "rootfs", workdir / "rootfs.tar"
+    try:
+        log.info("base.debootstrap", suite=suite, folder=str(rootfs))
+        started = time.monotonic()
+        subprocess.run(["debootstrap", "--variant=minbase", "--include=python3", suite, str(rootfs)],
+                       check=True, capture_output=True, timeout=900)
+        (rootfs / "usr/local/bin").mkdir(parents=True, exist_ok=True)
+        python = rootfs / "usr/local/bin/python"
+        if not python.exists():
+            python.symlink_to("/usr/bin/python3")
+        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], check=True, timeout=600)
+        changes = [
+            f"LABEL {LABEL_KIND}=base {LABEL_ALIASES}={','.join(aliases)}",
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            'CMD ["bash"]',
+        ]
+        repository, tag = BASE_IMAGE.split(":")
+        runtime.api.import_image_from_file(str(tarball), repository=repository, tag=tag,
+                                           changes=changes)
+        log.info("base.imported", image=BASE_IMAGE, aliases=list(aliases),
+                 seconds=round(time.monotonic() - started, 1))
+    except subprocess.CalledProcessError as exc:
+        raise BuildFailed(f"debootstrap failed: {exc.stderr.decode(errors='replace')[-2000:]}") from exc
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return BASE_IMAGE

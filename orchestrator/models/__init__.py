@@ -1,0 +1,1 @@
+"""Pydantic schemas at orchestra's boundaries: task, manifest, result."""

@@ -1,0 +1,118 @@
+"""The manifest: an agent lineup and the condition it defines (DESIGN 3.2)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from orchestrator.errors import InputError
+
+AgentKind = Literal["oracle", "nop", "reference", "command"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Budget(_Strict):
+    max_calls: int | None = Field(default=None, ge=0)
+    tokens: int | None = Field(default=None, ge=0)
+    cost: float | None = Field(default=None, ge=0)
+
+
+class PromptRef(_Strict):
+    path: str
+    sha256: str
+
+
+class RosterMember(_Strict):
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    kind: Literal["orchestrator", "worker"] = "worker"
+    role: str = ""
+    count: int = Field(default=1, ge=1)
+    agent: AgentKind = "nop"
+    command: str | None = None  # for agent: command
+    endpoint: str | None = None
+    generation: dict[str, float | int | str] = {}
+    budget: Budget = Budget()
+    flags: dict[str, dict[str, str]] = {}
+    prompt: PromptRef | None = None
+
+
+class TrialBudget(_Strict):
+    timeout_seconds: float | None = Field(default=None, gt=0)
+
+
+class Manifest(_Strict):
+    schema_version: int = 1
+    condition: str = "default"
+    roster: list[RosterMember]
+    trial_budget: TrialBudget = TrialBudget()
+    prices: dict[str, dict[str, float]] = {}
+    metadata: dict = {}
+
+    @model_validator(mode="after")
+    def _one_orchestrator(self) -> Manifest:
+        leads = [m.id for m in self.roster if m.kind == "orchestrator"]
+        if len(leads) != 1:
+            raise ValueError(
+                f"roster: exactly one member needs kind: orchestrator (found {len(leads)})"
+            )
+        ids = [m.id for m in self.roster]
+        if len(set(ids)) != len(ids):
+            raise ValueError("roster: member ids must be unique")
+        return self
+
+    @property
+    def orchestrator(self) -> RosterMember:
+        return next(m for m in self.roster if m.kind == "orchestrator")
+
+    def condition_hash(self) -> str:
+        """sha256 of canonical JSON (sorted keys, unset optionals left out)."""
+        canonical = json.dumps(
+            self.model_dump(mode="json", exclude_unset=True, exclude_none=True),
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def with_agent(self, agent: AgentKind) -> Manifest:
+        """The same lineup with the orchestrator's agent replaced (`--agent`)."""
+        roster = [
+            m.model_copy(update={"agent": agent}) if m.kind == "orchestrator" else m
+            for m in self.roster
+        ]
+        return self.model_copy(update={"roster": roster})
+
+
+def load_manifest(path: Path) -> Manifest:
+    if not path.is_file():
+        raise InputError(f"{path}: manifest not found")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: a manifest is a YAML mapping with a roster")
+    try:
+        manifest = Manifest.model_validate(raw)
+    except ValidationError as exc:
+        raise InputError(
+            [
+                f"{path}: field '{'.'.join(str(p) for p in e['loc']) or '(top level)'}': {e['msg']}"
+                for e in exc.errors()
+            ]
+        ) from exc
+    for member in manifest.roster:
+        if member.agent == "command" and not member.command:
+            raise InputError(f"{path}: field 'roster.{member.id}.command': required for agent: command")
+    return manifest
+
+
+def default_manifest(agent: AgentKind) -> Manifest:
+    return Manifest(condition=agent, roster=[RosterMember(id="lead", kind="orchestrator", agent=agent)])

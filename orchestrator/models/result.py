@@ -1,0 +1,123 @@
+"""Trial and job results (DESIGN 3.7). Written once, atomically."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+
+class FailureMode(StrEnum):
+    NONE = "none"
+    AGENT_TIMEOUT = "agent_timeout"
+    VERIFIER_TIMEOUT = "verifier_timeout"
+    OOM = "oom"
+    DISK_LIMIT = "disk_limit"
+    LAUNCH_ERROR = "launch_error"
+    BUILD_ERROR = "build_error"
+    VERIFIER_ERROR = "verifier_error"
+    ANSWER_LEAK = "answer_leak"
+    CANCELLED = "cancelled"
+    INFRA_ERROR = "infra_error"
+
+
+# Failures of the machinery, not of the agent: the reward is missing and counts 0.
+ERRORED = {
+    FailureMode.LAUNCH_ERROR,
+    FailureMode.BUILD_ERROR,
+    FailureMode.VERIFIER_ERROR,
+    FailureMode.VERIFIER_TIMEOUT,
+    FailureMode.CANCELLED,
+    FailureMode.INFRA_ERROR,
+}
+
+
+class AppliedLimits(BaseModel):
+    """What `docker inspect` says the agent container actually got."""
+
+    nano_cpus: int | None = None
+    memory_bytes: int | None = None
+    memswap_bytes: int | None = None
+    pids_limit: int | None = None
+    cap_drop: list[str] = []
+    cap_add: list[str] = []
+    security_opt: list[str] = []
+    init: bool | None = None
+    network: str | None = None
+    network_internal: bool | None = None
+    storage_mb: int | None = None
+    storage_enforcement: str | None = None  # storage_opt | loop-volume+watchdog | watchdog
+    log_max_size: str | None = None
+
+
+class PhaseTimings(BaseModel):
+    build: float = 0.0
+    start: float = 0.0
+    seed: float = 0.0
+    agent: float = 0.0
+    collect: float = 0.0
+    verify: float = 0.0
+    cleanup: float = 0.0
+
+
+class TrialResult(BaseModel):
+    trial_id: str
+    job: str
+    task: str
+    task_path: str
+    content_hash: str
+    condition: str
+    condition_hash: str
+    agent: str
+    policy: str = "memory-on"
+    attempt: int
+    reward: dict[str, float] | None = None
+    failure_mode: FailureMode = FailureMode.NONE
+    error: str | None = None
+    agent_exit_code: int | None = None
+    verifier_exit_code: int | None = None
+    verifier_mode: str = "shared"
+    image: str | None = None
+    base_alias: dict[str, str] = {}
+    limits: AppliedLimits = AppliedLimits()
+    timings: PhaseTimings = PhaseTimings()
+    tokens: int = 0
+    cost: float = 0.0
+    memory: dict = {}
+    retries: list[str] = []
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+    @property
+    def headline(self) -> float:
+        """The reward that counts: 0 for errored trials."""
+        if self.reward is None:
+            return 0.0
+        return float(self.reward.get("reward", 0.0))
+
+
+class TrialSummary(BaseModel):
+    trial_id: str
+    task: str
+    attempt: int
+    reward: float | None
+    failure_mode: FailureMode
+
+
+class JobResult(BaseModel):
+    job: str
+    condition: str
+    condition_hash: str
+    agent: str
+    policy: str
+    k: int
+    n_trials: int
+    counts: dict[str, int] = Field(default_factory=dict)  # by failure mode
+    mean_reward: float = 0.0
+    errored: list[str] = []
+    pass_at_k: float | None = None
+    pass_hat_k: float | None = None
+    images_built: int = 0
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    trials: list[TrialSummary] = []

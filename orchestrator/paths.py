@@ -1,0 +1,44 @@
+"""The one source of truth for host and container paths of a trial (after Harbor's paths)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# Inside the containers (DESIGN 3.4).
+LOGS = "/logs"
+AGENT_LOGS = "/logs/agent"
+ARTIFACTS = "/logs/artifacts"
+VERIFIER_LOGS = "/logs/verifier"
+TESTS = "/tests"
+SOLUTION = "/solution"
+AGENT_STACK = "/opt/orchestra"
+INSTRUCTION = "/logs/agent/instruction.md"
+
+
+@dataclass(frozen=True)
+class TrialDir:
+    """Where one trial's outputs land on the host."""
+
+    root: Path
+
+    @property
+    def result(self) -> Path:
+        return self.root / "result.json"
+
+    @property
+    def agent(self) -> Path:
+        return self.root / "agent"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.root / "artifacts"
+
+    @property
+    def files(self) -> Path:
+        """Declared `artifacts` paths, mirrored under their absolute paths."""
+        return self.root / "files"
+
+    @property
+    def verifier(self) -> Path:
+        return self.root / "verifier"

@@ -1,0 +1,1 @@
+"""Rendering results for people: tables now; compare, JUnit and HTML later."""

@@ -1,0 +1,34 @@
+"""The results table printed at the end of `orchestra run`."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.models.result import JobResult, TrialResult
+
+
+def render_job(job: JobResult, trials: list[TrialResult], console: Console | None = None) -> None:
+    console = console or Console()
+    table = Table(title=f"job {job.job}  ({job.agent}, k={job.k})")
+    for column in ("task", "attempt", "reward", "failure mode", "agent s", "verify s", "total s"):
+        table.add_column(column, justify="right" if column.endswith("s") else "left")
+    for r in sorted(trials, key=lambda t: (t.task, t.attempt)):
+        reward = "-" if r.reward is None else f"{r.reward.get('reward', 0.0):g}"
+        table.add_row(r.task, str(r.attempt), reward, r.failure_mode.value,
+                      f"{r.timings.agent:.2f}", f"{r.timings.verify:.2f}",
+                      f"{r.finished_at - r.started_at:.2f}")
+    console.print(table)
+    counts = ", ".join(f"{mode}: {n}" for mode, n in sorted(job.counts.items()))
+    console.print(f"trials: {job.n_trials}   mean reward: {job.mean_reward:.3f}   "
+                  f"images built: {job.images_built}   ({counts})", markup=False)
+    for r in trials:
+        if r.error:
+            console.print(f"  [yellow]{r.task}#{r.attempt}[/]: {r.failure_mode.value}: {r.error[:300]}")
+
+
+def render_problems(title: str, problems: list[str], console: Console | None = None) -> None:
+    console = console or Console(stderr=True)
+    console.print(f"[bold red]{title}[/]")
+    for problem in problems:
+        console.print(f"  - {problem}", markup=False, highlight=False)

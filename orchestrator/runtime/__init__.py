@@ -1,0 +1,1 @@
+"""Where containers run. `base` is the seam; `docker` the local Docker engine backend."""

@@ -1,0 +1,89 @@
+"""Disk quotas where the engine has no storage_opt (overlay2 on ext4, checked here).
+
+A trial gets a sparse ext4 image of `storage_mb`, loop-mounted on the host; its `work` and
+`logs` folders become the container's workdir and /logs (Docker copies the image's
+workdir content into the empty volume on first mount). Writes there stop with ENOSPC at
+the quota. The rest of the container filesystem is held by the writable-layer watchdog
+(job.py), which kills a trial whose layer passes the same quota.
+
+Needs root (mount). Without it trials fall back to the watchdog alone, and the result
+records which enforcement was used.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger()
+
+DISK_ROOT = Path(os.environ.get("ORCHESTRA_DISK_ROOT", "/var/tmp/orchestra-disks"))
+
+
+@dataclass
+class LoopDisk:
+    image: Path
+    mountpoint: Path
+
+    @property
+    def work(self) -> Path:
+        return self.mountpoint / "work"
+
+    @property
+    def logs(self) -> Path:
+        return self.mountpoint / "logs"
+
+
+def loop_disks_available() -> bool:
+    return os.geteuid() == 0 and shutil.which("mkfs.ext4") is not None and Path(
+        "/dev/loop-control"
+    ).exists()
+
+
+def _run(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True, timeout=60)
+
+
+def create_loop_disk(name: str, size_mb: int) -> LoopDisk:
+    base = DISK_ROOT / name
+    base.mkdir(parents=True, exist_ok=True)
+    disk = LoopDisk(image=base / "disk.img", mountpoint=base / "mnt")
+    disk.mountpoint.mkdir(exist_ok=True)
+    with open(disk.image, "wb") as handle:
+        handle.truncate(size_mb * 1024 * 1024)
+    try:
+        _run("mkfs.ext4", "-q", "-F", "-m", "0", "-E",
+             "lazy_itable_init=1,lazy_journal_init=1", str(disk.image))
+        _run("mount", "-o", "loop,nosuid,nodev", str(disk.image), str(disk.mountpoint))
+    except subprocess.CalledProcessError as exc:
+        shutil.rmtree(base, ignore_errors=True)
+        raise OSError(f"loop disk failed: {exc.stderr.decode(errors='replace').strip()}") from exc
+    disk.work.mkdir()
+    disk.logs.mkdir()
+    return disk
+
+
+def remove_loop_disk(disk: LoopDisk) -> None:
+    if os.path.ismount(disk.mountpoint):
+        result = subprocess.run(["umount", str(disk.mountpoint)], capture_output=True)
+        if result.returncode != 0:
+            subprocess.run(["umount", "-l", str(disk.mountpoint)], capture_output=True)
+    shutil.rmtree(disk.image.parent, ignore_errors=True)
+
+
+def reap_loop_disks(names: set[str] | None = None) -> int:
+    """Unmount and delete disks left by a hard-killed job (all, or those named)."""
+    removed = 0
+    if not DISK_ROOT.is_dir():
+        return 0
+    for base in DISK_ROOT.iterdir():
+        if names is not None and base.name not in names:
+            continue
+        remove_loop_disk(LoopDisk(image=base / "disk.img", mountpoint=base / "mnt"))
+        removed += 1
+    return removed

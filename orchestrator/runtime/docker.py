@@ -1,0 +1,265 @@
+"""The local Docker engine backend, on one docker-py client (DESIGN 7: no subprocess per step).
+
+Containers are created and started, never `run()` (which auto-pulls). Every object made
+here carries orchestra's labels, so `cleanup` and the reaper find them.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections.abc import Iterator
+
+import docker
+import requests
+import structlog
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import IPAMConfig, IPAMPool, LogConfig, Mount
+
+from orchestrator.errors import InfraError
+from orchestrator.runtime.base import (
+    LABEL_JOB,
+    TRIMMED_CAPABILITIES,
+    ExecResult,
+    Network,
+    SandboxSpec,
+)
+from orchestrator.runtime.subnets import SubnetPool
+
+log = structlog.get_logger()
+
+
+class RuntimeFault(Exception):
+    """The engine failed (API error, connection lost): an infrastructure failure."""
+
+
+class BuildFailed(Exception):
+    """The task's Dockerfile did not build; the message holds the log tail."""
+
+
+def connect(max_pool_size: int = 16) -> docker.DockerClient:
+    try:
+        client = docker.from_env(max_pool_size=max_pool_size, timeout=120)
+        client.ping()
+        return client
+    except (DockerException, requests.RequestException) as exc:
+        raise InfraError(
+            f"Docker engine unreachable ({exc.__class__.__name__}: {exc}). "
+            "Start dockerd (or run `make docker`) and retry."
+        ) from exc
+
+
+class DockerRuntime:
+    def __init__(self, client: docker.DockerClient | None = None, max_pool_size: int = 16):
+        self.client = client or connect(max_pool_size)
+        self.api = self.client.api
+        self.subnets = SubnetPool()
+        self._network_blocks: dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    # ---- images -------------------------------------------------------------------
+    def image_exists(self, ref: str) -> bool:
+        try:
+            self.api.inspect_image(ref)
+            return True
+        except ImageNotFound:
+            return False
+
+    def build_image(self, context_tar: bytes, tag: str, labels: dict[str, str],
+                    timeout_sec: float) -> None:
+        tail: list[str] = []
+        started = time.monotonic()
+        try:
+            stream = self.api.build(
+                fileobj=io.BytesIO(context_tar), custom_context=True, tag=tag, labels=labels,
+                rm=True, forcerm=True, pull=False, decode=True, timeout=int(timeout_sec) + 30,
+            )
+            for chunk in stream:
+                if "stream" in chunk:
+                    tail = (tail + chunk["stream"].splitlines())[-30:]
+                if "error" in chunk:
+                    raise BuildFailed(chunk["error"].strip() + "\n" + "\n".join(tail[-10:]))
+                if time.monotonic() - started > timeout_sec:
+                    raise BuildFailed(f"build exceeded build_timeout_sec={timeout_sec:g}")
+        except (APIError, requests.RequestException) as exc:
+            raise BuildFailed(f"{exc}") from exc
+
+    def tag_image(self, source: str, target: str) -> None:
+        repository, _, tag = target.rpartition(":")
+        self.api.tag(source, repository, tag)
+
+    def commit(self, container: str, repository: str, tag: str, labels: dict[str, str]) -> str:
+        conf = {"Labels": labels}
+        return self.api.commit(container, repository=repository, tag=tag, conf=conf)["Id"]
+
+    def remove_image(self, ref: str) -> None:
+        try:
+            self.api.remove_image(ref, force=True)
+        except NotFound:
+            pass
+
+    # ---- networks and volumes ----------------------------------------------------------
+    def _subnets_in_use(self) -> list[str]:
+        used = []
+        for net in self.api.networks():
+            for conf in (net.get("IPAM") or {}).get("Config") or []:
+                if conf.get("Subnet") and ":" not in conf["Subnet"]:
+                    used.append(conf["Subnet"])
+        return used
+
+    def create_network(self, name: str, internal: bool, labels: dict[str, str]) -> Network:
+        for _ in range(5):
+            block = self.subnets.acquire(self._subnets_in_use())
+            gateway = str(next(block.hosts()))
+            ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(block), gateway=gateway)])
+            try:
+                self.api.create_network(name, driver="bridge", internal=internal,
+                                        labels=labels, ipam=ipam, check_duplicate=True)
+            except APIError as exc:
+                self.subnets.release(block)
+                if "overlap" in str(exc).lower():
+                    continue  # another process took it between our list and create
+                raise RuntimeFault(f"network create failed: {exc}") from exc
+            with self._lock:
+                self._network_blocks[name] = block
+            return Network(name=name, gateway=gateway, subnet=str(block), internal=internal)
+        raise RuntimeFault("network create failed: every candidate subnet overlapped")
+
+    def remove_network(self, name: str) -> None:
+        try:
+            self.api.remove_network(name)
+        except NotFound:
+            pass
+        with self._lock:
+            block = self._network_blocks.pop(name, None)
+        if block is not None:
+            self.subnets.release(block)
+
+    def create_bind_volume(self, name: str, host_path: str, labels: dict[str, str]) -> str:
+        self.api.create_volume(name, driver="local", labels=labels,
+                               driver_opts={"type": "none", "o": "bind", "device": host_path})
+        return name
+
+    def remove_volume(self, name: str) -> None:
+        try:
+            self.api.remove_volume(name, force=True)
+        except NotFound:
+            pass
+
+    # ---- containers ---------------------------------------------------------------
+    def create(self, spec: SandboxSpec) -> str:
+        host_config = self.api.create_host_config(
+            nano_cpus=int(spec.cpus * 1e9),
+            mem_limit=spec.memory_mb * 1024 * 1024,
+            memswap_limit=spec.memory_mb * 1024 * 1024,
+            pids_limit=spec.pids_limit,
+            cap_drop=["ALL"] if spec.drop_all_capabilities else TRIMMED_CAPABILITIES,
+            security_opt=["no-new-privileges:true"],
+            init=True,
+            log_config=LogConfig(type="json-file",
+                                 config={"max-size": spec.log_max_size, "max-file": "1"}),
+            network_mode=spec.network,
+            mounts=[Mount(target=m.target, source=m.source, type="volume")
+                    for m in spec.mounts],
+        )
+        try:
+            created = self.api.create_container(
+                spec.image, command=spec.command, name=spec.name, labels=spec.labels,
+                environment=spec.env, working_dir=spec.workdir, user=spec.user or "",
+                host_config=host_config, detach=True,
+            )
+        except ImageNotFound as exc:
+            raise RuntimeFault(f"image {spec.image} not found (orchestra never pulls)") from exc
+        return created["Id"]
+
+    def start(self, container: str) -> None:
+        self.api.start(container)
+
+    def exec(self, container: str, command: list[str], *, deadline: float,
+             env: dict[str, str] | None = None, workdir: str | None = None,
+             user: str | None = None) -> ExecResult:
+        """Run a command and wait for it until `deadline` (time.time()); poll, do not block.
+
+        Output is not streamed back: agent commands write their own logs to /logs/agent,
+        so a 1 GB stdout flood lands on the trial's disk quota, not in this process.
+        """
+        exec_id = self.api.exec_create(container, command, environment=env or {},
+                                       workdir=workdir, user=user or "")["Id"]
+        self.api.exec_start(exec_id, detach=True)
+        delay, polls = 0.02, 0
+        while True:
+            state = self.api.exec_inspect(exec_id)
+            if not state["Running"]:
+                return ExecResult(exit_code=state["ExitCode"], timed_out=False)
+            if time.time() >= deadline:
+                return ExecResult(exit_code=None, timed_out=True)
+            polls += 1
+            if polls % 10 == 0 and not self.is_running(container):  # killed by a watchdog
+                return ExecResult(exit_code=None, timed_out=False)
+            time.sleep(min(delay, max(0.0, deadline - time.time())))
+            delay = min(delay * 1.5, 0.5)
+
+    def exec_output(self, container: str, command: list[str], limit: int = 65536) -> tuple[int, bytes]:
+        """A short helper command whose (capped) output we need."""
+        exec_id = self.api.exec_create(container, command)["Id"]
+        output = self.api.exec_start(exec_id)[:limit]
+        return self.api.exec_inspect(exec_id)["ExitCode"], output
+
+    def is_running(self, container: str) -> bool:
+        try:
+            return bool(self.api.inspect_container(container)["State"]["Running"])
+        except NotFound:
+            return False
+
+    def wait(self, container: str, timeout_sec: float) -> int | None:
+        """The exit code, or None when the container outlived timeout_sec."""
+        try:
+            return self.api.wait(container, timeout=timeout_sec)["StatusCode"]
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            return None
+
+    def put_archive(self, container: str, path: str, tar_bytes: bytes) -> None:
+        if not self.api.put_archive(container, path, tar_bytes):
+            raise RuntimeFault(f"copy into {path} failed")
+
+    def get_archive(self, container: str, path: str) -> Iterator[bytes] | None:
+        try:
+            stream, _stat = self.api.get_archive(container, path, chunk_size=1024 * 1024)
+            return stream
+        except NotFound:
+            return None
+
+    def inspect(self, container: str) -> dict:
+        return self.api.inspect_container(container)
+
+    def kill(self, container: str) -> None:
+        try:
+            self.api.kill(container)
+        except APIError:
+            pass  # not running, or already gone
+
+    def remove(self, container: str) -> None:
+        try:
+            self.api.remove_container(container, force=True, v=False)
+        except NotFound:
+            pass
+
+    def writable_layer_bytes(self, job: str) -> dict[str, int]:
+        rows = self.api.containers(filters={"label": f"{LABEL_JOB}={job}", "status": "running"},
+                                   size=True)
+        return {row["Id"]: int(row.get("SizeRw") or 0) for row in rows}
+
+    # ---- cleanup --------------------------------------------------------------------
+    def labelled(self, label: str) -> tuple[list[str], list[str], list[str]]:
+        """Containers, networks and volumes carrying `label` (e.g. orchestra.job=X)."""
+        containers = [c["Id"] for c in self.api.containers(all=True, filters={"label": label})]
+        networks = [n["Name"] for n in self.api.networks(filters={"label": label})]
+        volumes = [v["Name"] for v in (self.api.volumes(filters={"label": label})
+                                       .get("Volumes") or [])]
+        return containers, networks, volumes
+
+
+def wrap_faults(exc: BaseException) -> bool:
+    """Whether an exception is the engine's fault (retryable infrastructure)."""
+    return isinstance(exc, (APIError, RuntimeFault, requests.RequestException, DockerException))

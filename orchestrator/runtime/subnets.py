@@ -1,0 +1,38 @@
+"""Small subnets for trial networks, handed out by orchestra (DESIGN 2 step 3).
+
+Docker's default address pools run out at 30 networks; a /28 per trial from a private
+range (default 10.213.0.0/16: 4096 networks) does not. Blocks already used by networks on
+the engine are skipped, so two orchestra processes on one engine do not collide.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import threading
+
+DEFAULT_RANGE = os.environ.get("ORCHESTRA_SUBNET_RANGE", "10.213.0.0/16")
+DEFAULT_PREFIX = int(os.environ.get("ORCHESTRA_SUBNET_PREFIX", "28"))
+
+
+class SubnetPool:
+    def __init__(self, cidr: str = DEFAULT_RANGE, prefix: int = DEFAULT_PREFIX):
+        self._range = ipaddress.ip_network(cidr)
+        self._prefix = prefix
+        self._taken: set[ipaddress.IPv4Network] = set()
+        self._lock = threading.Lock()
+
+    def acquire(self, in_use: list[str]) -> ipaddress.IPv4Network:
+        """A free block not overlapping `in_use` (subnets the engine already has)."""
+        busy = [ipaddress.ip_network(s, strict=False) for s in in_use]
+        with self._lock:
+            for block in self._range.subnets(new_prefix=self._prefix):
+                if block in self._taken or any(block.overlaps(b) for b in busy):
+                    continue
+                self._taken.add(block)
+                return block
+        raise RuntimeError(f"no free /{self._prefix} left in {self._range}")
+
+    def release(self, block: ipaddress.IPv4Network) -> None:
+        with self._lock:
+            self._taken.discard(block)

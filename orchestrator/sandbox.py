@@ -1,0 +1,138 @@
+"""The trial sandbox: network, disk quota and agent container, made and unmade together.
+
+trial.py asks for a sandbox and gets one whose limits are applied and read back; this
+module owns the order of creation and the reverse order of removal (also on error).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from orchestrator.archive import tar_files
+from orchestrator.models.result import AppliedLimits
+from orchestrator.paths import AGENT_LOGS, ARTIFACTS, LOGS, VERIFIER_LOGS
+from orchestrator.runtime import disk
+from orchestrator.runtime.base import (
+    LABEL_JOB,
+    LABEL_KIND,
+    LABEL_TRIAL,
+    Network,
+    SandboxSpec,
+    VolumeMount,
+)
+from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.tasks import Task
+
+log = structlog.get_logger()
+
+
+@dataclass
+class Sandbox:
+    trial_id: str
+    job: str
+    workdir: str
+    network: Network | None = None
+    loop_disk: disk.LoopDisk | None = None
+    volumes: list[VolumeMount] = field(default_factory=list)
+    containers: list[str] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
+    agent_container: str | None = None
+    storage_enforcement: str = "watchdog"
+
+    def labels(self, kind: str) -> dict[str, str]:
+        return {LABEL_JOB: self.job, LABEL_TRIAL: self.trial_id, LABEL_KIND: kind}
+
+
+def resolve_workdir(runtime: DockerRuntime, task: Task, image: str) -> str:
+    configured = task.config.environment.workdir
+    if configured != "/app":
+        return configured
+    image_dir = runtime.api.inspect_image(image)["Config"].get("WorkingDir") or ""
+    return image_dir if image_dir not in ("", "/") else "/app"
+
+
+def open_sandbox(runtime: DockerRuntime, task: Task, image: str, job: str, trial_id: str,
+                 env: dict[str, str]) -> Sandbox:
+    """Create network, disk and container, start it; the caller must close_sandbox()."""
+    environment = task.config.environment
+    box = Sandbox(trial_id=trial_id, job=job, workdir=resolve_workdir(runtime, task, image))
+    name = f"orchestra-{trial_id[:16]}"
+    box.network = runtime.create_network(name, internal=environment.network_mode == "none",
+                                         labels=box.labels("network"))
+    if disk.loop_disks_available():
+        box.loop_disk = disk.create_loop_disk(name, environment.storage_mb)
+        box.storage_enforcement = "loop-volume+watchdog"
+        for part, target in (("work", box.workdir), ("logs", LOGS)):
+            volume = runtime.create_bind_volume(f"{name}-{part}",
+                                                str(box.loop_disk.mountpoint / part),
+                                                box.labels("volume"))
+            box.volumes.append(VolumeMount(source=volume, target=target))
+    spec = SandboxSpec(
+        image=image, name=f"{name}-agent", labels=box.labels("agent"),
+        command=["sleep", "infinity"], cpus=environment.cpus, memory_mb=environment.memory_mb,
+        pids_limit=environment.pids_limit, network=box.network.name, workdir=box.workdir,
+        env=env, drop_all_capabilities=environment.drop_all_capabilities, mounts=box.volumes,
+    )
+    box.agent_container = runtime.create(spec)
+    box.containers.append(box.agent_container)
+    runtime.start(box.agent_container)
+    runtime.put_archive(box.agent_container, "/", tar_files(
+        {}, dirs=[p.lstrip("/") for p in (LOGS, AGENT_LOGS, ARTIFACTS)]))
+    return box
+
+
+def applied_limits(runtime: DockerRuntime, box: Sandbox, task: Task) -> AppliedLimits:
+    """Read the quotas back from the engine: what the container really got."""
+    host = runtime.inspect(box.agent_container)["HostConfig"]
+    return AppliedLimits(
+        nano_cpus=host.get("NanoCpus"), memory_bytes=host.get("Memory"),
+        memswap_bytes=host.get("MemorySwap"), pids_limit=host.get("PidsLimit"),
+        cap_drop=host.get("CapDrop") or [], cap_add=host.get("CapAdd") or [],
+        security_opt=host.get("SecurityOpt") or [], init=host.get("Init"),
+        network=host.get("NetworkMode"),
+        network_internal=box.network.internal if box.network else None,
+        storage_mb=task.config.environment.storage_mb,
+        storage_enforcement=box.storage_enforcement,
+        log_max_size=(host.get("LogConfig") or {}).get("Config", {}).get("max-size"),
+    )
+
+
+def reset_verifier_logs(box: Sandbox) -> None:
+    """Shared mode: whatever the agent left at /logs/verifier is removed on the host side."""
+    if box.loop_disk is None:
+        return
+    target = box.loop_disk.logs / Path(VERIFIER_LOGS).name
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.is_dir():
+        import shutil
+
+        shutil.rmtree(target)
+
+
+def close_sandbox(runtime: DockerRuntime, box: Sandbox) -> float:
+    """Remove everything the sandbox made, in reverse order; never raises. Returns seconds."""
+    started = time.monotonic()
+    for container in reversed(box.containers):
+        _quietly(runtime.remove, container)
+    for image in box.images:
+        _quietly(runtime.remove_image, image)
+    for volume in box.volumes:
+        _quietly(runtime.remove_volume, volume.source)
+    if box.loop_disk is not None:
+        _quietly(disk.remove_loop_disk, box.loop_disk)
+    if box.network is not None:
+        _quietly(runtime.remove_network, box.network.name)
+    return time.monotonic() - started
+
+
+def _quietly(action, *args) -> None:
+    try:
+        action(*args)
+    except Exception as exc:  # cleanup goes on; the reaper catches what is left
+        log.warning("cleanup.failed", action=getattr(action, "__name__", str(action)),
+                    target=str(args[0]) if args else "", error=str(exc))

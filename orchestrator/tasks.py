@@ -1,0 +1,145 @@
+"""Find task directories, load and validate them, hash their content (DESIGN 2.1, 3.1)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from orchestrator.errors import InputError
+from orchestrator.models.task import TaskConfig
+
+REQUIRED_FILES = ("task.toml", "instruction.md", "tests/test.sh")
+_NAME = re.compile(r"[^a-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Task:
+    """A validated task directory."""
+
+    path: Path
+    name: str  # dataset/task
+    config: TaskConfig
+    instruction: str
+    content_hash: str  # the whole directory
+    environment_hash: str  # environment/ only: the image tag
+
+    @property
+    def short_name(self) -> str:
+        return self.name.split("/")[-1]
+
+    @property
+    def has_solution(self) -> bool:
+        return (self.path / "solution" / "solve.sh").is_file()
+
+
+def hash_tree(root: Path) -> str:
+    """sha256 over relative paths, modes and contents, in sorted order."""
+    digest = hashlib.sha256()
+    if not root.exists():
+        return digest.hexdigest()[:16]
+    for path in sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink()):
+        rel = path.relative_to(root).as_posix()
+        if "__pycache__" in rel:
+            continue
+        digest.update(rel.encode() + b"\0")
+        if path.is_symlink():
+            digest.update(b"link:" + str(path.readlink()).encode())
+        else:
+            digest.update(oct(path.stat().st_mode & 0o111).encode())
+            digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _format_validation(file: Path, error: ValidationError) -> list[str]:
+    problems = []
+    for item in error.errors():
+        field = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling; see DESIGN 3.1 for the fields)"
+        problems.append(f"{file}: field '{field}': {message}")
+    return problems
+
+
+def _dataset_name(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
+
+
+def load_task(path: Path) -> Task:
+    """Validate one task directory; raise InputError listing every problem found."""
+    path = path.resolve()
+    problems = [
+        f"{path / rel}: missing (every task needs {rel})"
+        for rel in REQUIRED_FILES
+        if not (path / rel).is_file()
+    ]
+    config = None
+    toml_path = path / "task.toml"
+    if toml_path.is_file():
+        try:
+            raw = tomllib.loads(toml_path.read_text())
+            config = TaskConfig.model_validate(raw)
+        except tomllib.TOMLDecodeError as exc:
+            problems.append(f"{toml_path}: not valid TOML: {exc}")
+        except ValidationError as exc:
+            problems.extend(_format_validation(toml_path, exc))
+    if config is not None and not config.environment.docker_image:
+        if not (path / "environment" / "Dockerfile").is_file():
+            problems.append(
+                f"{path / 'environment/Dockerfile'}: missing "
+                "(add one or set [environment] docker_image)"
+            )
+    if problems:
+        raise InputError(problems)
+    assert config is not None
+    name = config.task.name or _dataset_name(path)
+    return Task(
+        path=path,
+        name=name,
+        config=config,
+        instruction=(path / "instruction.md").read_text(),
+        content_hash=hash_tree(path),
+        environment_hash=hash_tree(path / "environment"),
+    )
+
+
+def find_task_dirs(root: Path) -> list[Path]:
+    """A task directory holds task.toml; a dataset is any folder above some."""
+    root = root.resolve()
+    if not root.exists():
+        raise InputError(f"{root}: no such file or directory")
+    if (root / "task.toml").is_file():
+        return [root]
+    found = sorted(p.parent for p in root.rglob("task.toml"))
+    if not found:
+        raise InputError(f"{root}: no task.toml found below this path")
+    return found
+
+
+def load_tasks(root: Path) -> list[Task]:
+    """Load every task under root; collect the problems of all of them before failing."""
+    tasks, problems = [], []
+    for task_dir in find_task_dirs(root):
+        try:
+            tasks.append(load_task(task_dir))
+        except InputError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise InputError(problems)
+    names = [t.name for t in tasks]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise InputError(f"{root}: duplicate task names: {', '.join(duplicates)}")
+    return tasks
+
+
+def image_repository(task: Task) -> str:
+    """orchestra/task/<name> with the name made safe for a Docker reference."""
+    parts = [_NAME.sub("-", part.lower()).strip("-.") or "task" for part in task.name.split("/")]
+    return "orchestra/task/" + "/".join(parts)

@@ -1,0 +1,272 @@
+"""One trial, phase by phase (DESIGN 2): build, start, seed, agent, collect, verify, cleanup.
+
+This file reads top to bottom like the lifecycle. It never builds docker-py arguments
+(runtime/), never parses task files (tasks.py) and never formats output (report/).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from orchestrator.agents.base import Agent
+from orchestrator.archive import safe_extract, tar_directory, tar_files
+from orchestrator.images import TaskImages
+from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TESTS, VERIFIER_LOGS, TrialDir
+from orchestrator.runtime.base import SandboxSpec
+from orchestrator.runtime.docker import BuildFailed, DockerRuntime
+from orchestrator.sandbox import (
+    Sandbox,
+    applied_limits,
+    close_sandbox,
+    open_sandbox,
+    reset_verifier_logs,
+)
+from orchestrator.tasks import Task
+from orchestrator.util import write_json_atomic
+from orchestrator.verify import RewardError, read_reward
+
+log = structlog.get_logger()
+
+KILL_AFTER_SEC = 5  # `timeout -k`: SIGTERM at the deadline, SIGKILL this much later
+WATCHDOG_GRACE_SEC = 3  # the host kills the container this long after that
+COLLECT_CAP_BYTES = 256 * 1024 * 1024
+STAGED_TESTS = "/.orchestra-tests"
+
+
+@dataclass
+class TrialContext:
+    """What every trial of a job shares."""
+
+    runtime: DockerRuntime
+    job: str
+    job_dir: Path
+    condition: str
+    condition_hash: str
+    agent_id: str
+    agent: Agent
+    policy: str
+    images_for: Callable[[Task], TaskImages]
+    cancel: threading.Event
+    watchdog: object  # job.DiskWatchdog: register(container, limit_bytes), tripped(container)
+    timeout_override: float | None = None
+
+
+def trial_id(job: str, task: Task, agent_id: str, attempt: int) -> str:
+    return hashlib.sha256(f"{job}\0{task.content_hash}\0{agent_id}\0{attempt}".encode()).hexdigest()
+
+
+def trial_dir(ctx: TrialContext, task: Task, tid: str) -> TrialDir:
+    return TrialDir(ctx.job_dir / "trials" / f"{task.short_name}__{tid[:12]}")
+
+
+class Cancelled(Exception):
+    pass
+
+
+@contextmanager
+def phase(result: TrialResult, name: str, ctx: TrialContext):
+    if ctx.cancel.is_set():
+        raise Cancelled()
+    started = time.monotonic()
+    log.info("trial.phase", trial=result.trial_id[:12], task=result.task, phase=name)
+    try:
+        yield
+    except Exception as exc:
+        exc.orchestra_phase = name  # type: ignore[attr-defined]
+        raise
+    finally:
+        setattr(result.timings, name, round(time.monotonic() - started, 3))
+
+
+def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
+    tid = trial_id(ctx.job, task, ctx.agent_id, attempt)
+    paths = trial_dir(ctx, task, tid)
+    result = TrialResult(
+        trial_id=tid, job=ctx.job, task=task.name, task_path=str(task.path),
+        content_hash=task.content_hash, condition=ctx.condition,
+        condition_hash=ctx.condition_hash, agent=ctx.agent.name, policy=ctx.policy,
+        attempt=attempt, verifier_mode=task.config.verifier.environment_mode,
+        started_at=time.time(),
+    )
+    box: Sandbox | None = None
+    try:
+        with phase(result, "build", ctx):
+            images = ctx.images_for(task)
+            result.image, result.base_alias = images.agent_image, images.base_alias
+        with phase(result, "start", ctx):
+            box = open_sandbox(ctx.runtime, task, images.agent_image, ctx.job, tid,
+                               env={**task.config.environment.env})
+            result.limits = applied_limits(ctx.runtime, box, task)
+            ctx.watchdog.register(box.agent_container, task.config.environment.storage_mb)
+        with phase(result, "seed", ctx):
+            pass  # memory seeding arrives with the relay and memorybench
+        with phase(result, "agent", ctx):
+            run_agent(ctx, task, box, result)
+        with phase(result, "collect", ctx):
+            collect(ctx.runtime, task, box, paths)
+        with phase(result, "verify", ctx):
+            verify(ctx.runtime, task, images, box, paths, result)
+    except Cancelled:
+        result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
+    except BuildFailed as exc:
+        result.failure_mode, result.error = FailureMode.BUILD_ERROR, str(exc)[-4000:]
+    except Exception as exc:  # the engine failed, or orchestra did: never lose the result
+        launching = getattr(exc, "orchestra_phase", "") in ("start", "seed")
+        mode = FailureMode.LAUNCH_ERROR if launching else FailureMode.INFRA_ERROR
+        result.failure_mode, result.error = mode, f"{exc.__class__.__name__}: {exc}"
+        log.error("trial.error", trial=tid[:12], task=task.name, error=result.error,
+                  traceback=traceback.format_exc(limit=8))
+    finally:
+        if box is not None:
+            ctx.watchdog.unregister(box.agent_container)
+            result.timings.cleanup = round(close_sandbox(ctx.runtime, box), 3)
+        result.finished_at = time.time()
+        write_json_atomic(paths.result, result)
+        log.info("trial.done", trial=tid[:12], task=task.name, attempt=attempt,
+                 reward=result.reward, failure_mode=result.failure_mode.value)
+    return result
+
+
+# ---- agent ---------------------------------------------------------------------------
+def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult) -> None:
+    """Hand over the instruction, run the agent command under `timeout -k` and a host
+    watchdog, classify timeout / OOM / disk, and kill the sandbox (nothing outlives it)."""
+    runtime, container = ctx.runtime, box.agent_container
+    timeout = ctx.timeout_override or task.config.agent.timeout_sec
+    files = {INSTRUCTION: task.instruction.encode(), **ctx.agent.files(task)}
+    runtime.put_archive(container, "/", tar_files({p.lstrip("/"): c for p, c in files.items()}))
+    command = ctx.agent.command(task)
+    if command is not None:
+        started = time.time()
+        deadline = started + timeout
+        wrapped = (
+            f"if command -v timeout >/dev/null 2>&1; "
+            f"then exec timeout -k {KILL_AFTER_SEC} {timeout:g} sh -c {shlex.quote(command)}; "
+            f"else exec sh -c {shlex.quote(command)}; fi "
+            f">{AGENT_LOGS}/stdout.txt 2>{AGENT_LOGS}/stderr.txt"
+        )
+        env = {"ORCHESTRA_DEADLINE": str(int(deadline)), "ORCHESTRA_AGENT_ID": ctx.agent_id,
+               **(task.config.solution.env if ctx.agent.name == "oracle" else {})}
+        outcome = runtime.exec(container, ["sh", "-c", wrapped], env=env, workdir=box.workdir,
+                               user=task.config.agent.user,
+                               deadline=deadline + KILL_AFTER_SEC + WATCHDOG_GRACE_SEC)
+        elapsed = time.time() - started
+        result.agent_exit_code = outcome.exit_code
+        if ctx.watchdog.tripped(container):
+            result.failure_mode = FailureMode.DISK_LIMIT
+            result.error = f"writable layer passed storage_mb={task.config.environment.storage_mb}"
+        elif outcome.timed_out or outcome.exit_code == 124 or (
+            outcome.exit_code in (137, None) and elapsed >= timeout
+        ):
+            result.failure_mode = FailureMode.AGENT_TIMEOUT
+            result.error = f"agent ran past agent.timeout_sec={timeout:g}"
+        elif oom_kills(runtime, container) > 0:
+            result.failure_mode = FailureMode.OOM
+            result.error = f"out of memory at memory_mb={task.config.environment.memory_mb}"
+    runtime.kill(container)  # kill, not stop: no 10 s wait, no process survives the deadline
+
+
+def oom_kills(runtime: DockerRuntime, container: str) -> int:
+    """The memory cgroup's oom_kill counter (an exec'd process's OOM never sets OOMKilled)."""
+    if runtime.inspect(container)["State"].get("OOMKilled"):
+        return 1
+    if not runtime.is_running(container):
+        return 0
+    code, output = runtime.exec_output(container, [
+        "sh", "-c", "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || "
+                    "cat /sys/fs/cgroup/memory.events 2>/dev/null"])
+    for line in output.decode(errors="replace").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+# ---- collect -------------------------------------------------------------------------
+def collect(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir) -> None:
+    """Copy out /logs/agent, /logs/artifacts and the declared artifacts, safely, capped."""
+    container = box.agent_container
+    budget = COLLECT_CAP_BYTES
+    wanted = [(AGENT_LOGS, paths.agent, "agent"), (ARTIFACTS, paths.artifacts, "artifacts")]
+    for path in task.config.artifacts:
+        parent = paths.files / Path(path).parent.relative_to("/")
+        wanted.append((path, parent, ""))
+    for source, dest, strip in wanted:
+        stream = runtime.get_archive(container, source)
+        if stream is None:
+            log.info("collect.missing", trial=box.trial_id[:12], path=source)
+            continue
+        report = safe_extract(stream, dest, cap_bytes=max(budget, 0), strip_prefix=strip)
+        budget -= report.bytes
+        if report.rejected:
+            log.warning("collect.rejected", trial=box.trial_id[:12], path=source,
+                        rejected=report.rejected[:20], truncated=report.truncated)
+
+
+# ---- verify --------------------------------------------------------------------------
+def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
+           paths: TrialDir, result: TrialResult) -> None:
+    """A fresh verifier container, network none, its own timeout; /tests only now."""
+    verifier = task.config.verifier
+    environment = task.config.environment
+    if verifier.environment_mode == "shared":
+        image = runtime.commit(box.agent_container, f"orchestra/snapshot/{box.trial_id[:16]}",
+                               "latest", box.labels("snapshot"))
+        box.images.append(image)
+        mounts = box.volumes
+        reset_verifier_logs(box)
+    else:
+        image, mounts = images.task_image, []
+    runtime.remove(box.agent_container)  # no live agent process exists past this point
+    script = (
+        f"rm -rf {TESTS} {VERIFIER_LOGS} && mv {STAGED_TESTS} {TESTS} && mkdir -p {VERIFIER_LOGS} "
+        f"&& cd {shlex.quote(box.workdir)} 2>/dev/null; "
+        f"bash {TESTS}/test.sh >{VERIFIER_LOGS}/test-stdout.txt 2>&1"
+    )
+    spec = SandboxSpec(
+        image=image, name=f"orchestra-{box.trial_id[:16]}-verifier", labels=box.labels("verifier"),
+        command=["sh", "-c", script], cpus=environment.cpus, memory_mb=environment.memory_mb,
+        pids_limit=environment.pids_limit, network="none", workdir=None, env=verifier.env,
+        user=verifier.user, mounts=mounts,
+    )
+    container = runtime.create(spec)
+    box.containers.append(container)
+    runtime.put_archive(container, "/", tar_directory(task.path / "tests", STAGED_TESTS.lstrip("/")))
+    if verifier.environment_mode == "separate":
+        runtime.put_archive(container, "/", tar_directory(paths.artifacts, ARTIFACTS.lstrip("/"))
+                            if paths.artifacts.is_dir() else tar_files({}, dirs=["logs/artifacts"]))
+        if paths.files.is_dir():
+            runtime.put_archive(container, "/", tar_directory(paths.files, "."))
+    runtime.start(container)
+    exit_code = runtime.wait(container, verifier.timeout_sec)
+    if exit_code is None:
+        runtime.kill(container)
+        _verifier_failure(result, FailureMode.VERIFIER_TIMEOUT,
+                          f"test.sh ran past verifier.timeout_sec={verifier.timeout_sec:g}")
+    result.verifier_exit_code = exit_code
+    stream = runtime.get_archive(container, VERIFIER_LOGS)
+    if stream is not None:
+        safe_extract(stream, paths.verifier, cap_bytes=64 * 1024 * 1024, strip_prefix="verifier")
+    if exit_code is None:
+        return
+    try:
+        result.reward = read_reward(paths.verifier)
+    except RewardError as exc:
+        _verifier_failure(result, FailureMode.VERIFIER_ERROR, str(exc))
+
+
+def _verifier_failure(result: TrialResult, mode: FailureMode, message: str) -> None:
+    if result.failure_mode == FailureMode.NONE:
+        result.failure_mode = mode
+    result.error = f"{result.error}; {message}" if result.error else message

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Make sure a Docker engine answers. If none does and this machine allows it
+# (root on Debian/Ubuntu), install docker.io, start dockerd in the background
+# and wait for `docker info`. Otherwise say what to install and exit 3.
+set -euo pipefail
+
+docker_answers() { timeout 10 docker info >/dev/null 2>&1; }
+
+if command -v docker >/dev/null 2>&1 && docker_answers; then
+  exit 0
+fi
+
+if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "orchestra: no Docker engine answers and this machine cannot install one by itself." >&2
+  echo "  Install and start Docker (e.g. 'sudo apt-get install -y docker.io && sudo dockerd &'), then retry." >&2
+  exit 3
+fi
+
+if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
+  echo "orchestra: installing docker.io and debootstrap from Debian packages..." >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq docker.io debootstrap >/dev/null
+fi
+
+if ! pgrep -x dockerd >/dev/null 2>&1; then
+  echo "orchestra: starting dockerd in the background (log: /var/log/orchestra-dockerd.log)" >&2
+  nohup dockerd >/var/log/orchestra-dockerd.log 2>&1 &
+fi
+
+for _ in $(seq 1 60); do
+  if docker_answers; then
+    echo "orchestra: Docker engine is up: $(docker version --format '{{.Server.Version}}' 2>/dev/null)" >&2
+    exit 0
+  fi
+  sleep 1
+done
+echo "orchestra: dockerd did not answer within 60 s; see /var/log/orchestra-dockerd.log" >&2
+exit 3
