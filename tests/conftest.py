@@ -1,0 +1,66 @@
+"""Shared fixtures: a real Docker runtime, and a builder for throwaway task folders."""
+
+from __future__ import annotations
+
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from orchestrator.job import JobOptions, run_job
+from orchestrator.models.manifest import default_manifest
+from orchestrator.models.result import JobResult, TrialResult
+from orchestrator.tasks import load_tasks
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def runtime():
+    from orchestrator.runtime.docker import DockerRuntime
+
+    return DockerRuntime(max_pool_size=128)
+
+
+def make_task(root: Path, name: str, *, solve: str = "true", test: str | None = None,
+              toml: str = "", dockerfile: str | None = None, files: dict[str, str] | None = None
+              ) -> Path:
+    """A Harbor-format task folder. `test` defaults to reward 1 when /app/ok exists."""
+    task = root / name
+    (task / "environment").mkdir(parents=True)
+    (task / "tests").mkdir()
+    (task / "solution").mkdir()
+    (task / "task.toml").write_text(textwrap.dedent(toml) or "[agent]\ntimeout_sec = 60\n")
+    (task / "instruction.md").write_text(f"Do the {name} thing.\n")
+    (task / "environment" / "Dockerfile").write_text(
+        dockerfile or "FROM python:3.12-slim-bookworm\nWORKDIR /app\n")
+    (task / "solution" / "solve.sh").write_text("#!/bin/bash\n" + textwrap.dedent(solve))
+    default_test = (
+        "mkdir -p /logs/verifier\n"
+        "if [ -e /app/ok ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+    )
+    (task / "tests" / "test.sh").write_text("#!/bin/bash\n" + textwrap.dedent(test or default_test))
+    for rel, content in (files or {}).items():
+        (task / rel).parent.mkdir(parents=True, exist_ok=True)
+        (task / rel).write_text(content)
+    return task
+
+
+def run(runtime, path: Path, jobs_dir: Path, agent: str = "oracle", n: int = 4, k: int = 1,
+        name: str | None = None) -> tuple[JobResult, list[TrialResult]]:
+    options = JobOptions(job_name=name or f"test-{uuid.uuid4().hex[:8]}", jobs_dir=jobs_dir,
+                         n_concurrent=n, k=k)
+    job = run_job(runtime, load_tasks(path), default_manifest(agent), options)
+    trials = [TrialResult.model_validate_json(p.read_text())
+              for p in sorted((jobs_dir / options.job_name / "trials").glob("*/result.json"))]
+    return job, trials
+
+
+def by_task(trials: list[TrialResult]) -> dict[str, TrialResult]:
+    return {t.task.split("/")[-1]: t for t in trials}
+
+
+def orchestra_objects(runtime) -> tuple[list, list]:
+    containers, networks, _volumes = runtime.labelled("orchestra.job")
+    return containers, networks
