@@ -23,6 +23,7 @@ from orchestrator.models.result import ERRORED, FailureMode, JobResult, TrialRes
 from orchestrator.runtime import disk
 from orchestrator.runtime.base import LABEL_JOB
 from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.sandbox import NetworkPool
 from orchestrator.tasks import Task
 from orchestrator.trial import TrialContext, run_trial
 from orchestrator.util import write_json_atomic
@@ -132,8 +133,8 @@ def reap(runtime: DockerRuntime, label: str) -> dict[str, int]:
         runtime.remove(container)
     for volume in volumes:
         runtime.remove_volume(volume)
-    names = {n for n in networks}
-    disks = disk.reap_loop_disks(names) if names else 0
+    job = label.partition("=")[2] or None
+    disks = disk.reap_loop_disks(job)
     for network in networks:
         runtime.remove_network(network)
     return {"containers": len(containers), "networks": len(networks), "volumes": len(volumes),
@@ -155,11 +156,12 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
     cancel = threading.Event()
     images = ImageCache(runtime, options.job_name)
     watchdog = DiskWatchdog(runtime, options.job_name)
+    networks = NetworkPool(runtime, options.job_name)
     ctx = TrialContext(
         runtime=runtime, job=options.job_name, job_dir=job_dir, condition=manifest.condition,
         condition_hash=manifest.condition_hash(), agent_id=lead.id, agent=agent_for(lead),
         policy=options.policy, images_for=images, cancel=cancel, watchdog=watchdog,
-        timeout_override=manifest.trial_budget.timeout_seconds,
+        networks=networks, timeout_override=manifest.trial_budget.timeout_seconds,
     )
     started = time.time()
     results: list[TrialResult] = []
@@ -182,6 +184,7 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
     finally:
         pool.shutdown(wait=True)
         watchdog.stop()
+        networks.close()
         leftovers = reap(runtime, f"{LABEL_JOB}={options.job_name}")
         if any(leftovers.values()):
             log.warning("job.reaped_leftovers", **leftovers)

@@ -26,6 +26,7 @@ from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TESTS, VERIFI
 from orchestrator.runtime.base import SandboxSpec
 from orchestrator.runtime.docker import BuildFailed, DockerRuntime
 from orchestrator.sandbox import (
+    NetworkPool,
     Sandbox,
     applied_limits,
     close_sandbox,
@@ -59,6 +60,7 @@ class TrialContext:
     images_for: Callable[[Task], TaskImages]
     cancel: threading.Event
     watchdog: object  # job.DiskWatchdog: register(container, limit_bytes), tripped(container)
+    networks: NetworkPool
     timeout_override: float | None = None
 
 
@@ -105,8 +107,8 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
             images = ctx.images_for(task)
             result.image, result.base_alias = images.agent_image, images.base_alias
         with phase(result, "start", ctx):
-            box = open_sandbox(ctx.runtime, task, images.agent_image, ctx.job, tid,
-                               env={**task.config.environment.env})
+            box = open_sandbox(ctx.runtime, ctx.networks, task, images.agent_image, ctx.job,
+                               tid, env={**task.config.environment.env})
             result.limits = applied_limits(ctx.runtime, box, task)
             ctx.watchdog.register(box.agent_container, task.config.environment.storage_mb)
         with phase(result, "seed", ctx):
@@ -171,26 +173,10 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult) 
         ):
             result.failure_mode = FailureMode.AGENT_TIMEOUT
             result.error = f"agent ran past agent.timeout_sec={timeout:g}"
-        elif oom_kills(runtime, container) > 0:
+        elif runtime.oom_kills(container) > 0:
             result.failure_mode = FailureMode.OOM
             result.error = f"out of memory at memory_mb={task.config.environment.memory_mb}"
     runtime.kill(container)  # kill, not stop: no 10 s wait, no process survives the deadline
-
-
-def oom_kills(runtime: DockerRuntime, container: str) -> int:
-    """The memory cgroup's oom_kill counter (an exec'd process's OOM never sets OOMKilled)."""
-    if runtime.inspect(container)["State"].get("OOMKilled"):
-        return 1
-    if not runtime.is_running(container):
-        return 0
-    code, output = runtime.exec_output(container, [
-        "sh", "-c", "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || "
-                    "cat /sys/fs/cgroup/memory.events 2>/dev/null"])
-    for line in output.decode(errors="replace").splitlines():
-        key, _, value = line.partition(" ")
-        if key == "oom_kill" and value.strip().isdigit():
-            return int(value)
-    return 0
 
 
 # ---- collect -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ records which enforcement was used.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -49,8 +50,12 @@ def _run(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=60)
 
 
-def create_loop_disk(name: str, size_mb: int) -> LoopDisk:
-    base = DISK_ROOT / name
+def job_key(job: str) -> str:
+    return hashlib.sha256(job.encode()).hexdigest()[:16]
+
+
+def create_loop_disk(job: str, name: str, size_mb: int) -> LoopDisk:
+    base = DISK_ROOT / job_key(job) / name
     base.mkdir(parents=True, exist_ok=True)
     disk = LoopDisk(image=base / "disk.img", mountpoint=base / "mnt")
     disk.mountpoint.mkdir(exist_ok=True)
@@ -76,14 +81,16 @@ def remove_loop_disk(disk: LoopDisk) -> None:
     shutil.rmtree(disk.image.parent, ignore_errors=True)
 
 
-def reap_loop_disks(names: set[str] | None = None) -> int:
-    """Unmount and delete disks left by a hard-killed job (all, or those named)."""
+def reap_loop_disks(job: str | None = None) -> int:
+    """Unmount and delete disks left behind by one job (or, with None, by every job)."""
     removed = 0
-    if not DISK_ROOT.is_dir():
-        return 0
-    for base in DISK_ROOT.iterdir():
-        if names is not None and base.name not in names:
+    groups = [DISK_ROOT / job_key(job)] if job is not None else (
+        list(DISK_ROOT.iterdir()) if DISK_ROOT.is_dir() else [])
+    for group in groups:
+        if not group.is_dir():
             continue
-        remove_loop_disk(LoopDisk(image=base / "disk.img", mountpoint=base / "mnt"))
-        removed += 1
+        for base in group.iterdir():
+            remove_loop_disk(LoopDisk(image=base / "disk.img", mountpoint=base / "mnt"))
+            removed += 1
+        shutil.rmtree(group, ignore_errors=True)
     return removed

@@ -10,6 +10,7 @@ import io
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import docker
 import requests
@@ -206,6 +207,27 @@ class DockerRuntime:
         output = self.api.exec_start(exec_id)[:limit]
         return self.api.exec_inspect(exec_id)["ExitCode"], output
 
+    def oom_kills(self, container: str) -> int:
+        """OOM kills in the container's memory cgroup (an exec'd process's OOM never sets
+        State.OOMKilled). Read on the host when the cgroup is visible, else from inside."""
+        state = self.api.inspect_container(container)
+        if state["State"].get("OOMKilled"):
+            return 1
+        cid = state["Id"]
+        for path in (f"/sys/fs/cgroup/memory/docker/{cid}/memory.oom_control",
+                     f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.events",
+                     f"/sys/fs/cgroup/docker/{cid}/memory.events"):
+            try:
+                return _oom_counter(Path(path).read_text())
+            except OSError:
+                continue
+        if not state["State"].get("Running"):
+            return 0
+        _code, output = self.exec_output(container, [
+            "sh", "-c", "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || "
+                        "cat /sys/fs/cgroup/memory.events 2>/dev/null"])
+        return _oom_counter(output.decode(errors="replace"))
+
     def is_running(self, container: str) -> bool:
         try:
             return bool(self.api.inspect_container(container)["State"]["Running"])
@@ -258,6 +280,14 @@ class DockerRuntime:
         volumes = [v["Name"] for v in (self.api.volumes(filters={"label": label})
                                        .get("Volumes") or [])]
         return containers, networks, volumes
+
+
+def _oom_counter(text: str) -> int:
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return 0
 
 
 def wrap_faults(exc: BaseException) -> bool:

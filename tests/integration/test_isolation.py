@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import by_task, make_task, run
+from conftest import make_task, run
 
 CANARY_PARTS = ("ORCH", "CANARY", "5e1f9b")  # joined only at run time, never in a file
 

@@ -1,0 +1,92 @@
+"""task.toml validation without Docker."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT, make_task
+
+from orchestrator.errors import InputError
+from orchestrator.models.task import size_to_mb
+from orchestrator.tasks import find_task_dirs, hash_tree, image_repository, load_task, load_tasks
+
+
+def test_shipped_examples_are_valid():
+    tasks = load_tasks(ROOT / "tasks" / "examples")
+    assert {t.name for t in tasks} >= {"examples/hello-file", "examples/artifact-report",
+                                       "examples/multi-metric"}
+
+
+def test_harbor_fields_are_accepted_and_mapped(tmp_path):
+    task = load_task(make_task(tmp_path, "h", toml="""
+        version = "1.0"
+        source = "terminal-bench"
+        [metadata]
+        author_name = "someone"
+        anything_goes = 3
+        [agent]
+        timeout_sec = 12
+        user = "agent"
+        [solution]
+        env = { A = "1" }
+        [environment]
+        memory = "2G"
+        storage = "512M"
+        allow_internet = false
+    """))
+    env = task.config.environment
+    assert (env.memory_mb, env.storage_mb, env.network_mode) == (2048, 512, "none")
+    assert task.config.verifier.environment_mode == "shared"  # Harbor's default
+    assert task.config.agent.user == "agent"
+
+
+@pytest.mark.parametrize("toml, field", [
+    ("[agent]\ntimeout = 3\n", "agent.timeout"),
+    ("[environment]\ncpus = 'two'\n", "environment.cpus"),
+    ("[environment]\ngpus = 2\n", "environment"),
+    ("steps = [{a = 1}]\n", "steps"),
+    ("[verifier]\nenvironment_mode = 'both'\n", "verifier.environment_mode"),
+    ("artifacts = ['relative/path']\n", "artifacts"),
+    ("[environment]\nworkdir = 'app'\n", "environment.workdir"),
+    ("schema_version = '2.0'\n", "schema_version"),
+])
+def test_bad_fields_are_named(tmp_path, toml, field):
+    path = make_task(tmp_path, "bad", toml=toml)
+    with pytest.raises(InputError) as info:
+        load_task(path)
+    message = str(info.value)
+    assert str(path / "task.toml") in message
+    assert field in message
+
+
+def test_not_toml_and_missing_files_are_all_listed(tmp_path):
+    path = make_task(tmp_path, "broken")
+    (path / "task.toml").write_text("[agent\n")
+    (path / "instruction.md").unlink()
+    with pytest.raises(InputError) as info:
+        load_task(path)
+    assert len(info.value.problems) == 2
+    assert "not valid TOML" in str(info.value) and "instruction.md" in str(info.value)
+
+
+def test_content_hash_changes_with_content_only(tmp_path):
+    path = make_task(tmp_path, "x")
+    first = hash_tree(path)
+    assert hash_tree(path) == first
+    (path / "instruction.md").write_text("changed")
+    assert hash_tree(path) != first
+
+
+def test_sizes_and_image_names():
+    assert size_to_mb("2G") == 2048 and size_to_mb("512M") == 512 and size_to_mb("1gi") == 1024
+    with pytest.raises(ValueError):
+        size_to_mb("lots")
+
+
+def test_image_repository_is_a_valid_reference(tmp_path):
+    task = load_task(make_task(tmp_path / "My Set", "Task_ONE"))
+    assert image_repository(task) == "orchestra/task/my-set/task_one"
+
+
+def test_finding_tasks_reports_empty_folders(tmp_path):
+    with pytest.raises(InputError, match="no task.toml"):
+        find_task_dirs(tmp_path)
