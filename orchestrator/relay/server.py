@@ -1,0 +1,173 @@
+"""The relay's HTTP face: JSON over HTTP, every request signed (see auth.py).
+
+One server per trial, bound to the trial network's gateway address on an ephemeral port,
+so a container on an `--internal` network reaches it and nothing else.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import structlog
+
+from orchestrator.relay import auth
+from orchestrator.relay.slugs import MAX_VALUE_BYTES, SlugError
+from orchestrator.relay.store import Identity, RelayError, RelayStore, _message_json, value_hash
+
+log = structlog.get_logger()
+MAX_BODY = MAX_VALUE_BYTES * 2 + 4096
+
+
+class RelayServer:
+    def __init__(self, store: RelayStore, host: str, relay_secret: bytes):
+        self.store, self.secret = store, relay_secret
+        self._nonces: dict[str, float] = {}
+        self._nonce_lock = threading.Lock()
+        self.rejections: list[str] = []
+        handler = type("Handler", (_Handler,), {"relay": self})
+        self.httpd = ThreadingHTTPServer((host, 0), handler)
+        self.httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="relay", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> RelayServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def tag_for(self, identity: Identity) -> str:
+        return auth.auth_tag(self.secret, identity.pubkey)
+
+    # ---- authentication ----------------------------------------------------------
+    def authenticate(self, method: str, path: str, headers, body: bytes) -> Identity:
+        values = [headers.get(h) for h in auth.HEADERS]
+        if not all(values):
+            raise RelayError(401, "unauthenticated: missing X-Orchestra-* signature headers")
+        pubkey, tag, timestamp, nonce, signature = values
+        identity = self.store.identities.get(pubkey)
+        if identity is None:
+            raise RelayError(401, "unauthenticated: unknown pubkey")
+        if not hmac.compare_digest(tag, self.tag_for(identity)):
+            raise RelayError(401, "unauthenticated: auth tag does not belong to this pubkey")
+        try:
+            skew = abs(time.time() - int(timestamp))
+        except ValueError:
+            raise RelayError(401, "unauthenticated: bad timestamp") from None
+        if skew > auth.MAX_SKEW_SEC:
+            raise RelayError(401, "unauthenticated: timestamp too far from the relay's clock")
+        expected = auth.sign(identity.private_key, method, path, timestamp, nonce, body)
+        if not hmac.compare_digest(signature, expected):
+            raise RelayError(401, "unauthenticated: bad signature (wrong key or altered request)")
+        with self._nonce_lock:
+            if nonce in self._nonces:
+                raise RelayError(401, "unauthenticated: replayed request (nonce already used)")
+            self._nonces[nonce] = time.time()
+        return identity
+
+    # ---- routes ------------------------------------------------------------------------
+    def handle(self, method: str, raw_path: str, headers, body: bytes) -> tuple[int, dict]:
+        identity = self.authenticate(method, raw_path, headers, body)
+        url = urlsplit(raw_path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        data = _json_body(body) if body else {}
+        store = self.store
+        route = (method, url.path)
+        if route == ("GET", "/v1/whoami"):
+            return 200, {"name": identity.name, "role": identity.role, "pubkey": identity.pubkey,
+                         "channel_id": store.channel_id}
+        if route == ("GET", "/v1/directory"):
+            return 200, {"identities": store.directory()}
+        if url.path == f"/v1/channels/{store.channel_id}/messages":
+            if method == "GET":
+                limit = min(int(query.get("limit", "200")), 1000)
+                return 200, {"messages": [_message_json(m) for m in store.read(limit)]}
+            if method == "POST":
+                message = store.post(identity, data.get("content"), data.get("reply_to"),
+                                     data.get("mentions") or [])
+                return 201, {"id": message.id, "created_at": message.created_at}
+        if url.path.startswith("/v1/channels/"):
+            raise RelayError(403, "channel: not a channel of this identity")
+        if url.path == "/v1/engrams":
+            if method == "GET" and "slug" not in query:
+                return 200, {"engrams": [_engram_json(e) for e in store.list_engrams(identity)]}
+            if "owner" in query and query["owner"] != identity.pubkey:
+                raise RelayError(403, "engrams: an identity reads and writes only its own")
+            slug = query.get("slug", "")
+            if method == "GET":
+                event = store.engram(identity, slug)
+                if event is None:
+                    raise RelayError(404, f"{slug}: no such engram")
+                return 200, {**_engram_json(event), "value": event.value}
+            if method == "PUT":
+                value = data.get("value")
+                if not isinstance(value, str):
+                    raise RelayError(400, "value: a string is required")
+                event = store.write_engram(identity, slug, value, data.get("base_hash"),
+                                           client=str(data.get("client", ""))[:64])
+                return 200, _engram_json(event)
+            if method == "DELETE":
+                event = store.write_engram(identity, slug, None, client="rm")
+                return 200, _engram_json(event)
+        raise RelayError(404, f"{method} {url.path}: no such route")
+
+
+def _engram_json(event) -> dict:
+    return {"slug": event.slug, "id": event.id, "created_at": event.created_at,
+            "hash": value_hash(event.value) if event.value is not None else None,
+            "bytes": len(event.value.encode()) if event.value is not None else 0}
+
+
+def _json_body(body: bytes) -> dict:
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RelayError(400, "body: not JSON") from None
+    if not isinstance(data, dict):
+        raise RelayError(400, "body: a JSON object is required")
+    return data
+
+
+class _Handler(BaseHTTPRequestHandler):
+    relay: RelayServer
+    protocol_version = "HTTP/1.1"
+
+    def _serve(self) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                raise RelayError(413, "body: too large")
+            body = self.rfile.read(length) if length else b""
+            status, payload = self.relay.handle(self.command, self.path, self.headers, body)
+        except RelayError as exc:
+            status, payload = exc.status, {"error": str(exc)}
+            if status == 401 or status == 403:
+                self.relay.rejections.append(str(exc))
+        except SlugError as exc:
+            status, payload = 400, {"error": str(exc)}
+        except Exception as exc:  # a bug must not kill the relay thread
+            log.error("relay.error", error=str(exc))
+            status, payload = 500, {"error": f"relay error: {exc.__class__.__name__}"}
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _serve
+
+    def log_message(self, format: str, *args) -> None:  # structlog, not stderr
+        log.debug("relay.request", line=format % args)

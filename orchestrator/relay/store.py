@@ -1,0 +1,215 @@
+"""The relay's state: identities, channels, messages and engrams, in memory.
+
+Engrams are last-writer-wins per (owner, slug): write time max(now, head + 1), the newest
+event wins, ties go to the lowest event id; `rm` writes a tombstone. An identity only ever
+sees its own engrams.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+from orchestrator.relay import auth
+from orchestrator.relay.slugs import MAX_VALUE_BYTES, normalise
+
+EXPORT_LIMIT = 1000
+
+
+class RelayError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Identity:
+    name: str
+    role: str
+    private_key: str
+    display_name: str = ""
+
+    @property
+    def pubkey(self) -> str:
+        return auth.pubkey_of(self.private_key)
+
+
+@dataclass
+class Message:
+    id: str
+    kind: str
+    created_at: float
+    pubkey: str
+    author: str
+    author_role: str
+    content: str
+    channel_id: str
+    reply_to_event_id: str | None
+    mentioned_pubkeys: list[str]
+    tags: list[list[str]] = field(default_factory=list)
+
+
+@dataclass
+class EngramEvent:
+    id: str
+    owner: str  # pubkey
+    slug: str
+    value: str | None  # None: tombstone
+    created_at: int
+    client: str
+
+
+def _event_id(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode()).hexdigest()
+
+
+def value_hash(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+class RelayStore:
+    def __init__(self, channel_id: str):
+        self.channel_id = channel_id
+        self.identities: dict[str, Identity] = {}  # by pubkey
+        self.messages: list[Message] = []
+        self.engrams: list[EngramEvent] = []
+        self._lock = threading.Lock()
+        self._counter = 0
+
+    # ---- identities -----------------------------------------------------------------
+    def add_identity(self, name: str, role: str, display_name: str = "") -> Identity:
+        identity = Identity(name=name, role=role, private_key=auth.new_private_key(),
+                            display_name=display_name or name)
+        self.identities[identity.pubkey] = identity
+        return identity
+
+    def by_name(self, name: str) -> Identity:
+        for identity in self.identities.values():
+            if identity.name == name:
+                return identity
+        raise KeyError(name)
+
+    def directory(self) -> list[dict]:
+        return [{"name": i.name, "role": i.role, "pubkey": i.pubkey,
+                 "display_name": i.display_name} for i in self.identities.values()]
+
+    # ---- messages -------------------------------------------------------------------
+    def post(self, author: Identity, content: str, reply_to: str | None = None,
+             mentions: list[str] | None = None, channel_id: str | None = None) -> Message:
+        channel = channel_id or self.channel_id
+        if channel != self.channel_id:
+            raise RelayError(403, f"channel {channel}: not a channel of this identity")
+        if not isinstance(content, str) or not content:
+            raise RelayError(400, "content: a non-empty string is required")
+        if len(content.encode()) > MAX_VALUE_BYTES:
+            raise RelayError(413, f"content: longer than {MAX_VALUE_BYTES} bytes")
+        mentions = list(dict.fromkeys(mentions or []))
+        unknown = [m for m in mentions if m not in self.identities]
+        if unknown:
+            raise RelayError(400, f"mentions: unknown pubkey(s) {', '.join(u[:12] for u in unknown)}")
+        with self._lock:
+            if reply_to is not None and not any(m.id == reply_to for m in self.messages):
+                raise RelayError(404, f"reply_to: no message {reply_to} in this channel")
+            self._counter += 1
+            created = time.time()
+            message = Message(
+                id=_event_id("msg", channel, author.pubkey, content, reply_to, created, self._counter),
+                kind="message", created_at=created, pubkey=author.pubkey, author=author.name,
+                author_role=author.role, content=content, channel_id=channel,
+                reply_to_event_id=reply_to, mentioned_pubkeys=mentions,
+                tags=[["e", reply_to, "reply"]] if reply_to else [],
+            )
+            message.tags += [["p", m] for m in mentions]
+            self.messages.append(message)
+        return message
+
+    def read(self, limit: int = 200) -> list[Message]:
+        with self._lock:
+            return list(self.messages[-limit:])
+
+    # ---- engrams --------------------------------------------------------------------
+    def _events(self, owner: str, slug: str) -> list[EngramEvent]:
+        return [e for e in self.engrams if e.owner == owner and e.slug == slug]
+
+    @staticmethod
+    def _winner(events: list[EngramEvent]) -> EngramEvent | None:
+        if not events:
+            return None
+        return min(events, key=lambda e: (-e.created_at, e.id))
+
+    def engram(self, owner: Identity, raw_slug: str) -> EngramEvent | None:
+        slug = normalise(raw_slug)
+        with self._lock:
+            winner = self._winner(self._events(owner.pubkey, slug))
+        return winner if winner is not None and winner.value is not None else None
+
+    def list_engrams(self, owner: Identity) -> list[EngramEvent]:
+        with self._lock:
+            slugs = sorted({e.slug for e in self.engrams if e.owner == owner.pubkey})
+            winners = [self._winner(self._events(owner.pubkey, s)) for s in slugs]
+        return [w for w in winners if w is not None and w.value is not None]
+
+    def write_engram(self, owner: Identity, raw_slug: str, value: str | None,
+                     base_hash: str | None = None, client: str = "") -> EngramEvent:
+        slug = normalise(raw_slug)
+        if value is not None and len(value.encode()) > MAX_VALUE_BYTES:
+            raise RelayError(413, f"value: longer than {MAX_VALUE_BYTES} bytes")
+        with self._lock:
+            events = self._events(owner.pubkey, slug)
+            head = self._winner(events)
+            current = head.value if head is not None else None
+            if base_hash is not None:
+                if current is None or value_hash(current) != base_hash:
+                    raise RelayError(409, f"{slug}: base hash does not match the current value")
+            if value is None and current is None:
+                raise RelayError(404, f"{slug}: no such engram")
+            if value is not None and value == current:
+                raise RelayError(409, f"{slug}: conflict: the engram already holds this value")
+            created = max(int(time.time()), (max(e.created_at for e in events) + 1) if events else 0)
+            event = EngramEvent(id=_event_id("engram", owner.pubkey, slug, value, created),
+                                owner=owner.pubkey, slug=slug, value=value, created_at=created,
+                                client=client)
+            self.engrams.append(event)
+        return event
+
+    # ---- evidence -------------------------------------------------------------------
+    def evidence(self, *, run_id: str, trial_id: str, task_name: str, task_event_id: str | None,
+                 scripted_events: list[str], observed_channels: list[str]) -> dict:
+        """The relay-evidence.json document (schema_version 1). No secret appears in it."""
+        messages = sorted(self.read(limit=10**9), key=lambda m: (m.created_at, m.id))
+        truncated = len(messages) > EXPORT_LIMIT
+        lead = [i.pubkey for i in self.identities.values() if i.role == "orchestrator"]
+        replies = [m for m in messages if m.pubkey in lead and m.reply_to_event_id == task_event_id]
+        return {
+            "schema_version": 1,
+            "trial": {"run_id": run_id, "trial_id": trial_id, "channel_id": self.channel_id},
+            "task_name": task_name,
+            "task_event_id": task_event_id,
+            "completion_message_id": replies[-1].id if replies else None,
+            "identities": {i.name: {"role": i.role, "pubkey": i.pubkey}
+                           for i in self.identities.values()},
+            "directory": [{k: v for k, v in d.items()} for d in self.directory()],
+            "scripted_events": scripted_events,
+            "observed_channels": observed_channels,
+            "message_count": len(messages),
+            "truncated": truncated,
+            "messages": [_message_json(m) for m in messages[:EXPORT_LIMIT]],
+        }
+
+    def engram_log(self) -> list[dict]:
+        """Every engram write (values included) for the trial's own records."""
+        names = {p: i.name for p, i in self.identities.items()}
+        with self._lock:
+            return [{"id": e.id, "owner": names.get(e.owner, e.owner), "slug": e.slug,
+                     "tombstone": e.value is None, "bytes": len((e.value or "").encode()),
+                     "created_at": e.created_at, "client": e.client} for e in self.engrams]
+
+
+def _message_json(m: Message) -> dict:
+    return {"id": m.id, "kind": m.kind, "created_at": m.created_at, "pubkey": m.pubkey,
+            "author": m.author, "author_role": m.author_role, "content": m.content,
+            "tags": m.tags, "channel_id": m.channel_id, "reply_to_event_id": m.reply_to_event_id,
+            "mentioned_pubkeys": m.mentioned_pubkeys}
