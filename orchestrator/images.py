@@ -147,9 +147,9 @@ def ensure_task_images(runtime: DockerRuntime, task: Task, job: str) -> TaskImag
         agent_image = f"orchestra/agent/{hashlib.sha256(task_image.encode()).hexdigest()[:12]}:{stack_hash()}"
     with image_lock(agent_image):
         if not runtime.image_exists(agent_image):
-            context = tar_files(
-                {"Dockerfile": f"FROM {task_image}\nCOPY agent-stack /opt/orchestra\n".encode()}
-            )
+            context = tar_files({"Dockerfile": (
+                f"FROM {task_image}\nCOPY agent-stack /opt/orchestra\n"
+                "COPY bin-links/ /usr/local/bin/\n").encode()})
             context = _append_tree(context, AGENT_STACK, "agent-stack")
             runtime.build_image(context, agent_image, {**labels, LABEL_KIND: "agent-image"}, 300)
             built += 1
@@ -172,6 +172,10 @@ def _append_tree(context: bytes, folder: Path, arcname: str) -> bytes:
         with tarfile.open(fileobj=io.BytesIO(context)) as first:
             for member in first:
                 merged.addfile(member, first.extractfile(member) if member.isfile() else None)
+        for tool in sorted(p.name for p in (folder / "bin").iterdir()):
+            link = tarfile.TarInfo(f"bin-links/{tool}")
+            link.type, link.linkname = tarfile.SYMTYPE, f"/opt/orchestra/bin/{tool}"
+            merged.addfile(link)
         with tarfile.open(fileobj=io.BytesIO(tar_directory(folder, arcname, mode=0o444))) as second:
             for member in second:
                 if member.isfile():

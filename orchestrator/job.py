@@ -161,7 +161,7 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
         runtime=runtime, job=options.job_name, job_dir=job_dir, condition=manifest.condition,
         condition_hash=manifest.condition_hash(), agent_id=lead.id, agent=agent_for(lead),
         policy=options.policy, images_for=images, cancel=cancel, watchdog=watchdog,
-        networks=networks, timeout_override=manifest.trial_budget.timeout_seconds,
+        networks=networks, manifest=manifest, timeout_override=manifest.trial_budget.timeout_seconds,
     )
     started = time.time()
     results: list[TrialResult] = []

@@ -10,6 +10,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,13 +97,19 @@ def resolve_workdir(runtime: DockerRuntime, task: Task, image: str) -> str:
 
 
 def open_sandbox(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str,
-                 job: str, trial_id: str, env: dict[str, str]) -> Sandbox:
-    """Create network, disk and container, start it; the caller must close_sandbox()."""
+                 job: str, trial_id: str, env: dict[str, str],
+                 services: Callable[[Network], dict[str, str]] | None = None) -> Sandbox:
+    """Create network, disk and container, start it; the caller must close_sandbox().
+
+    `services(network)` starts what listens on the network's gateway (the relay) before the
+    container exists, and returns the variables that wire the agent to it."""
     environment = task.config.environment
     box = Sandbox(trial_id=trial_id, job=job, workdir=resolve_workdir(runtime, task, image))
     name = f"orchestra-{trial_id[:16]}"
     box.network = networks.acquire(internal=environment.network_mode == "none")
     box.networks = networks
+    if services is not None:
+        env = {**env, **services(box.network)}
     if disk.loop_disks_available():
         box.loop_disk = disk.create_loop_disk(job, name, environment.storage_mb)
         box.storage_enforcement = "loop-volume+watchdog"

@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.errors import InputError
+from orchestrator.memory import load_engram_seeds
 from orchestrator.models.task import TaskConfig
 
 REQUIRED_FILES = ("task.toml", "instruction.md", "tests/test.sh")
@@ -27,10 +28,15 @@ class Task:
     instruction: str
     content_hash: str  # the whole directory
     environment_hash: str  # environment/ only: the image tag
+    seeds: tuple = ()  # memory.EngramSeed from memory/seeds.toml
 
     @property
     def short_name(self) -> str:
         return self.name.split("/")[-1]
+
+    @property
+    def uses_relay(self) -> bool:
+        return self.config.relay.enabled or bool(self.seeds)
 
     @property
     def has_solution(self) -> bool:
@@ -95,6 +101,11 @@ def load_task(path: Path) -> Task:
                 f"{path / 'environment/Dockerfile'}: missing "
                 "(add one or set [environment] docker_image)"
             )
+    seeds: tuple = ()
+    try:
+        seeds = load_engram_seeds(path)
+    except InputError as exc:
+        problems.extend(exc.problems)
     if problems:
         raise InputError(problems)
     assert config is not None
@@ -106,6 +117,7 @@ def load_task(path: Path) -> Task:
         instruction=(path / "instruction.md").read_text(),
         content_hash=hash_tree(path),
         environment_hash=hash_tree(path / "environment"),
+        seeds=seeds,
     )
 
 

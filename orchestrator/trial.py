@@ -7,13 +7,14 @@ This file reads top to bottom like the lifecycle. It never builds docker-py argu
 from __future__ import annotations
 
 import hashlib
+import json
 import shlex
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import structlog
@@ -21,8 +22,11 @@ import structlog
 from orchestrator.agents.base import Agent
 from orchestrator.archive import safe_extract, tar_directory, tar_files
 from orchestrator.images import TaskImages
+from orchestrator.memory import seed_engrams
+from orchestrator.models.manifest import Manifest, flag_env
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TESTS, VERIFIER_LOGS, TrialDir
+from orchestrator.relay.session import TrialRelay, start_relay
 from orchestrator.runtime.base import SandboxSpec
 from orchestrator.runtime.docker import BuildFailed, DockerRuntime
 from orchestrator.sandbox import (
@@ -43,6 +47,7 @@ KILL_AFTER_SEC = 5  # `timeout -k`: SIGTERM at the deadline, SIGKILL this much l
 WATCHDOG_GRACE_SEC = 3  # the host kills the container this long after that
 COLLECT_CAP_BYTES = 256 * 1024 * 1024
 STAGED_TESTS = "/.orchestra-tests"
+EVIDENCE_NAME = "relay-evidence.json"
 
 
 @dataclass
@@ -61,6 +66,7 @@ class TrialContext:
     cancel: threading.Event
     watchdog: object  # job.DiskWatchdog: register(container, limit_bytes), tripped(container)
     networks: NetworkPool
+    manifest: Manifest
     timeout_override: float | None = None
 
 
@@ -102,23 +108,42 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
         started_at=time.time(),
     )
     box: Sandbox | None = None
+    relay: TrialRelay | None = None
+
+    def start_services(network) -> dict[str, str]:
+        nonlocal relay
+        if not task.uses_relay:
+            return {}
+        relay = start_relay(task, ctx.manifest, network.gateway, tid, ctx.job)
+        result.relay["start_sec"] = round(relay.started_sec, 4)
+        return relay.env_for(relay.lead)
+
     try:
         with phase(result, "build", ctx):
             images = ctx.images_for(task)
             result.image, result.base_alias = images.agent_image, images.base_alias
         with phase(result, "start", ctx):
+            env = {**task.config.environment.env, **agent_flags(ctx, task)}
             box = open_sandbox(ctx.runtime, ctx.networks, task, images.agent_image, ctx.job,
-                               tid, env={**task.config.environment.env})
+                               tid, env=env, services=start_services)
             result.limits = applied_limits(ctx.runtime, box, task)
             ctx.watchdog.register(box.agent_container, task.config.environment.storage_mb)
         with phase(result, "seed", ctx):
-            pass  # memory seeding arrives with the relay and memorybench
+            if ctx.policy == "memory-on" and task.seeds:
+                records = seed_engrams(ctx.runtime, box.agent_container, task.seeds,
+                                       user=task.config.agent.user)
+                result.memory["engram_seeds"] = [asdict(r) for r in records]
         with phase(result, "agent", ctx):
+            if relay is not None:
+                relay.post_instruction()
             run_agent(ctx, task, box, result)
         with phase(result, "collect", ctx):
             collect(ctx.runtime, task, box, paths)
+            if relay is not None:
+                export_evidence(relay, paths, result)
         with phase(result, "verify", ctx):
-            verify(ctx.runtime, task, images, box, paths, result)
+            verify(ctx.runtime, task, images, box, paths, result,
+                   evidence=paths.artifacts / EVIDENCE_NAME if relay is not None else None)
     except Cancelled:
         result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
     except BuildFailed as exc:
@@ -130,6 +155,9 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
         log.error("trial.error", trial=tid[:12], task=task.name, error=result.error,
                   traceback=traceback.format_exc(limit=8))
     finally:
+        if relay is not None:
+            result.relay["rejections"] = list(relay.server.rejections[:20])
+            relay.stop()
         if box is not None:
             ctx.watchdog.unregister(box.agent_container)
             result.timings.cleanup = round(close_sandbox(ctx.runtime, box), 3)
@@ -138,6 +166,14 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
         log.info("trial.done", trial=tid[:12], task=task.name, attempt=attempt,
                  reward=result.reward, failure_mode=result.failure_mode.value)
     return result
+
+
+def agent_flags(ctx: TrialContext, task: Task) -> dict[str, str]:
+    """Policy flags for the orchestrator: the task's own, plus no_memory when memory-off."""
+    active = set(task.config.memory.flags)
+    if ctx.policy == "memory-off":
+        active.add("no_memory")
+    return flag_env(ctx.manifest.orchestrator, active)
 
 
 # ---- agent ---------------------------------------------------------------------------
@@ -200,15 +236,32 @@ def collect(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir) -
                         rejected=report.rejected[:20], truncated=report.truncated)
 
 
+def export_evidence(relay: TrialRelay, paths: TrialDir, result: TrialResult) -> None:
+    """The relay snapshot replaces whatever the agent left under that name."""
+    started = time.monotonic()
+    evidence = relay.evidence()
+    text = json.dumps(evidence, indent=2)
+    leaked = [s for s in relay.secrets() if s in text]
+    if leaked:  # cannot happen by construction; refuse to write a secret if it ever does
+        raise RuntimeError("relay evidence would contain a private key; not written")
+    paths.artifacts.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(paths.artifacts / EVIDENCE_NAME, evidence)
+    write_json_atomic(paths.root / "relay-engrams.json", relay.store.engram_log())
+    result.relay.update(export_sec=round(time.monotonic() - started, 4),
+                        message_count=evidence["message_count"],
+                        task_event_id=evidence["task_event_id"])
+
+
 # ---- verify --------------------------------------------------------------------------
 def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
-           paths: TrialDir, result: TrialResult) -> None:
+           paths: TrialDir, result: TrialResult, evidence: Path | None = None) -> None:
     """A fresh verifier container, network none, its own timeout; /tests only now."""
     verifier = task.config.verifier
     environment = task.config.environment
     if verifier.environment_mode == "shared":
         image = runtime.commit(box.agent_container, f"orchestra/snapshot/{box.trial_id[:16]}",
-                               "latest", box.labels("snapshot"))
+                               "latest", box.labels("snapshot"),
+                               env=runtime.image_env(images.agent_image))
         box.images.append(image)
         mounts = box.volumes
         reset_verifier_logs(box)
@@ -234,6 +287,10 @@ def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
                             if paths.artifacts.is_dir() else tar_files({}, dirs=["logs/artifacts"]))
         if paths.files.is_dir():
             runtime.put_archive(container, "/", tar_directory(paths.files, "."))
+    if evidence is not None:
+        runtime.put_archive(container, "/", tar_files(
+            {f"{ARTIFACTS.lstrip('/')}/{EVIDENCE_NAME}": evidence.read_bytes()},
+            dirs=["logs", ARTIFACTS.lstrip("/")]))
     runtime.start(container)
     exit_code = runtime.wait(container, verifier.timeout_sec)
     if exit_code is None:

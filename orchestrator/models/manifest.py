@@ -90,6 +90,22 @@ class Manifest(_Strict):
         return self.model_copy(update={"roster": roster})
 
 
+# How a policy flag reaches an agent that does not name it in its `flags` mapping.
+DEFAULT_FLAGS: dict[str, dict[str, str]] = {"no_memory": {"ORCHESTRA_NO_MEMORY": "1"}}
+
+
+def flag_env(member: RosterMember, active: set[str]) -> dict[str, str]:
+    """The environment that tells `member` which policy flags are on."""
+    env: dict[str, str] = {}
+    for flag in sorted(active):
+        mapping = member.flags.get(flag, DEFAULT_FLAGS.get(flag))
+        if mapping is None:
+            raise InputError(f"flag {flag!r}: roster member {member.id!r} has no `flags` entry "
+                             "for it and orchestra knows no default")
+        env.update(mapping)
+    return env
+
+
 def load_manifest(path: Path) -> Manifest:
     if not path.is_file():
         raise InputError(f"{path}: manifest not found")

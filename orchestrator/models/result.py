@@ -84,6 +84,7 @@ class TrialResult(BaseModel):
     tokens: int = 0
     cost: float = 0.0
     memory: dict = {}
+    relay: dict = {}
     retries: list[str] = []
     started_at: float = 0.0
     finished_at: float = 0.0

@@ -102,17 +102,33 @@ class EnvironmentSection(_Section):
         return self
 
 
+class DirectoryEntry(_Section):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    role: str = "actor"
+
+
+class ScriptedMessage(_Section):
+    author: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    content: str = Field(min_length=1)
+    reply_to_instruction: bool = False
+    mentions: list[str] = []
+
+
 class RelaySection(_Section):
     enabled: bool = False
-    user: str = "user"
-    directory: list[dict] = []
-    scripted: list[dict] = []
+    user: str = "user"  # the user's display name
+    directory: list[DirectoryEntry] = []
+    scripted: list[ScriptedMessage] = []
     observed_channels: list[str] = []
+    evidence_required: bool = True
 
 
 class MemorySection(_Section):
     markers: list[str] = []
     markers_in_prefix: bool = False
+    # Policy flags the agent always runs with on this task (e.g. no_memory: nothing is
+    # injected into its prompt; it must use its memory tools itself).
+    flags: list[str] = []
 
 
 class TaskConfig(_Section):

@@ -7,6 +7,8 @@ here carries orchestra's labels, so `cleanup` and the reaper find them.
 from __future__ import annotations
 
 import io
+import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -60,6 +62,9 @@ class DockerRuntime:
         self._lock = threading.Lock()
 
     # ---- images -------------------------------------------------------------------
+    def image_env(self, ref: str) -> list[str]:
+        return list(self.api.inspect_image(ref)["Config"].get("Env") or [])
+
     def image_exists(self, ref: str) -> bool:
         try:
             self.api.inspect_image(ref)
@@ -90,8 +95,13 @@ class DockerRuntime:
         repository, _, tag = target.rpartition(":")
         self.api.tag(source, repository, tag)
 
-    def commit(self, container: str, repository: str, tag: str, labels: dict[str, str]) -> str:
-        conf = {"Labels": labels}
+    def commit(self, container: str, repository: str, tag: str, labels: dict[str, str],
+               env: list[str] | None = None) -> str:
+        """Snapshot a container. `env` replaces the container's environment in the image,
+        so secrets given to the agent never reach a verifier started from the snapshot."""
+        conf: dict = {"Labels": labels}
+        if env is not None:
+            conf["Env"] = env
         return self.api.commit(container, repository=repository, tag=tag, conf=conf)["Id"]
 
     def remove_image(self, ref: str) -> None:
@@ -206,6 +216,40 @@ class DockerRuntime:
         exec_id = self.api.exec_create(container, command)["Id"]
         output = self.api.exec_start(exec_id)[:limit]
         return self.api.exec_inspect(exec_id)["ExitCode"], output
+
+    def exec_stdin(self, container: str, command: list[str], stdin: bytes, *,
+                   timeout_sec: float = 60, env: dict[str, str] | None = None,
+                   user: str | None = None, limit: int = 65536) -> tuple[int | None, bytes]:
+        """Run a command with `stdin` on its standard input; (exit code, capped output)."""
+        exec_id = self.api.exec_create(container, command, stdin=True, environment=env or {},
+                                       user=user or "")["Id"]
+        sock = self.api.exec_start(exec_id, socket=True)
+        raw = getattr(sock, "_sock", sock)
+        raw.settimeout(timeout_sec)
+        output = bytearray()
+        try:
+            raw.sendall(stdin)
+            raw.shutdown(socket.SHUT_WR)
+            buffer = b""
+            while chunk := raw.recv(65536):
+                buffer += chunk
+                while len(buffer) >= 8:  # docker's multiplexed frames: 8-byte header
+                    size = struct.unpack(">I", buffer[4:8])[0]
+                    if len(buffer) < 8 + size:
+                        break
+                    if len(output) < limit:
+                        output += buffer[8:8 + size]
+                    buffer = buffer[8 + size:]
+        except TimeoutError:
+            return None, bytes(output[:limit])
+        finally:
+            sock.close()
+        for _ in range(100):
+            state = self.api.exec_inspect(exec_id)
+            if not state["Running"]:
+                return state["ExitCode"], bytes(output[:limit])
+            time.sleep(0.02)
+        return None, bytes(output[:limit])
 
     def oom_kills(self, container: str) -> int:
         """OOM kills in the container's memory cgroup (an exec'd process's OOM never sets
