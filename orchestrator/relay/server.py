@@ -32,7 +32,8 @@ class RelayServer:
         handler = type("Handler", (_Handler,), {"relay": self})
         self.httpd = ThreadingHTTPServer((host, 0), handler)
         self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="relay", daemon=True)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="relay", daemon=True)
 
     @property
     def url(self) -> str:
