@@ -107,6 +107,8 @@ def tar_directory(source: Path, arcname: str = ".", mode: int | None = None) -> 
         def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
             if info.issym() or info.islnk() or not (info.isfile() or info.isdir()):
                 return None
+            if "__pycache__" in info.name.split("/"):
+                return None
             info.uid = info.gid = 0
             info.uname = info.gname = "root"
             if mode is not None and info.isfile():

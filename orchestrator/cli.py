@@ -61,7 +61,8 @@ def run(
     """Run every task under PATH k times with the manifest's agents; grade each trial.
 
     Exit codes: 0 the job completed (whatever the rewards), 2 bad input (nothing
-    started), 3 Docker unreachable or another failure before any trial ran.
+    started), 3 Docker unreachable or another failure before any trial ran, 4 an answer
+    leak was found (the suite stopped; see the trial's error).
     """
     from orchestrator.job import JobOptions, run_job
     from orchestrator.models.manifest import default_manifest, load_manifest
@@ -104,6 +105,11 @@ def run(
     console.print(f"job folder: {jobs_dir / name}")
     if json_out:
         write_json_atomic(json_out, job)
+    leaks = job.counts.get("answer_leak", 0)
+    if leaks:
+        err.print(f"[bold red]answer leak[/] in {leaks} trial(s): the agent read a task's memory "
+                  "source files; the suite was stopped and its results are void.")
+        raise typer.Exit(4)
 
 
 @images_app.command("bootstrap")

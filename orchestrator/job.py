@@ -173,6 +173,10 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
         for future in as_completed(futures):
             result = future.result()
             results.append(result)
+            if result.failure_mode == FailureMode.ANSWER_LEAK and not cancel.is_set():
+                log.error("job.answer_leak", trial=result.trial_id[:12], task=result.task,
+                          error=result.error)
+                cancel.set()  # a leak stops the suite: no further trial starts
             if on_trial_done:
                 on_trial_done(result, len(results), len(futures))
     except KeyboardInterrupt:
@@ -212,7 +216,11 @@ def summarize(options: JobOptions, manifest: Manifest, agent: str,
         images_built=images_built, started_at=started, finished_at=time.time(),
         trials=[TrialSummary(trial_id=r.trial_id, task=r.task, attempt=r.attempt,
                              reward=r.reward.get("reward") if r.reward else None,
-                             failure_mode=r.failure_mode) for r in results],
+                             failure_mode=r.failure_mode, scenario_class=r.scenario_class,
+                             layer=r.layer, recall_events=r.memory.get("recall_events", 0),
+                             injected_chars=r.memory.get("injected_chars", 0),
+                             audit_complete=r.memory.get("complete", True))
+                for r in results],
     )
 
 

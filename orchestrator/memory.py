@@ -8,6 +8,7 @@ Policy memory-off seeds nothing at all.
 
 from __future__ import annotations
 
+import secrets
 import time
 import tomllib
 from dataclasses import dataclass
@@ -64,6 +65,131 @@ def load_engram_seeds(task_dir: Path) -> tuple[EngramSeed, ...]:
     if len(set(slugs)) != len(slugs):
         raise InputError(f"{path}: field 'seed': duplicate slugs")
     return tuple(parsed.seed)
+
+
+class FactMetadata(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str
+    scope: str
+
+
+class FactFrontmatter(BaseModel):
+    """The YAML frontmatter of a memorybench fact file."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    description: str = ""
+    metadata: FactMetadata
+    subject_key: str | None = None
+    keywords: list[str] = []
+    activation: str | None = None
+    volatility: str | None = None
+    created: str | None = None
+    updated: str | None = None
+
+    @field_validator("activation")
+    @classmethod
+    def _activation(cls, value: str | None) -> str | None:
+        if value not in (None, "pinned"):
+            raise ValueError("only 'pinned' is known")
+        return value
+
+    @field_validator("created", "updated", mode="before")
+    @classmethod
+    def _date_text(cls, value: object) -> object:
+        return str(value) if value is not None else None
+
+
+@dataclass(frozen=True)
+class FactFile:
+    scope: str  # project | global
+    name: str  # file name, e.g. fast-check-command.md
+    source: Path  # on the host; never inside a container
+    text: str
+    meta: FactFrontmatter
+    body: str
+
+    @property
+    def relative(self) -> str:
+        return f"memory/{self.scope}/{self.name}"
+
+
+def _split_frontmatter(path: Path, text: str) -> tuple[dict, str]:
+    import yaml
+
+    if not text.startswith("---"):
+        raise InputError(f"{path}: no YAML frontmatter (the file must start with '---')")
+    end = text.find("\n---", 3)
+    if end < 0:
+        raise InputError(f"{path}: frontmatter is not closed with '---'")
+    try:
+        data = yaml.safe_load(text[3:end]) or {}
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: frontmatter is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: frontmatter must be a mapping")
+    return data, text[end + 4:].strip()
+
+
+def load_fact_files(task_dir: Path) -> tuple[FactFile, ...]:
+    facts, problems = [], []
+    for scope in ("project", "global"):
+        for path in sorted((task_dir / "memory" / scope).glob("*.md")):
+            try:
+                text = path.read_text(encoding="utf-8")
+                data, body = _split_frontmatter(path, text)
+                meta = FactFrontmatter.model_validate(data)
+            except InputError as exc:
+                problems.extend(exc.problems)
+                continue
+            except UnicodeDecodeError:
+                problems.append(f"{path}: not UTF-8 text")
+                continue
+            except ValidationError as exc:
+                problems.extend(f"{path}: field '{'.'.join(str(p) for p in e['loc'])}': {e['msg']}"
+                                for e in exc.errors())
+                continue
+            facts.append(FactFile(scope=scope, name=path.name, source=path, text=text,
+                                  meta=meta, body=body))
+    if problems:
+        raise InputError(problems)
+    return tuple(facts)
+
+
+def workspace_slug(workdir: str) -> str:
+    """/app -> -app (the same rule as the agent stack's orchestra_memory.workspace_slug)."""
+    return workdir.rstrip("/").replace("/", "-") or "-"
+
+
+@dataclass(frozen=True)
+class StateRoots:
+    """A fresh, randomly named state root and TMPDIR per trial (no task id, no workdir name)."""
+
+    state_home: str
+    tmpdir: str
+
+    @classmethod
+    def fresh(cls) -> StateRoots:
+        return cls(state_home=f"/var/tmp/.s-{secrets.token_hex(8)}",
+                   tmpdir=f"/tmp/.t-{secrets.token_hex(8)}")
+
+    def env(self, workdir: str) -> dict[str, str]:
+        return {"ORCHESTRA_STATE_HOME": self.state_home, "TMPDIR": self.tmpdir,
+                "ORCHESTRA_WORKDIR": workdir}
+
+
+def file_seed_archive(roots: StateRoots, workdir: str, facts: tuple[FactFile, ...]) -> bytes:
+    """The state root and TMPDIR, with the facts in place (none for memory-off)."""
+    from orchestrator.archive import tar_files
+
+    state = roots.state_home.lstrip("/")
+    project = f"{state}/projects/{workspace_slug(workdir)}/memory"
+    glob = f"{state}/memory/global"
+    files = {f"{project if f.scope == 'project' else glob}/{f.name}": f.text.encode()
+             for f in facts}
+    dirs = [state, f"{state}/projects", f"{state}/projects/{workspace_slug(workdir)}", project,
+            f"{state}/memory", glob, roots.tmpdir.lstrip("/")]
+    return tar_files(files, dirs=dirs)
 
 
 class SeedError(Exception):

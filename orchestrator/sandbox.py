@@ -97,14 +97,14 @@ def resolve_workdir(runtime: DockerRuntime, task: Task, image: str) -> str:
 
 
 def open_sandbox(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str,
-                 job: str, trial_id: str, env: dict[str, str],
+                 job: str, trial_id: str, env: dict[str, str], workdir: str,
                  services: Callable[[Network], dict[str, str]] | None = None) -> Sandbox:
     """Create network, disk and container, start it; the caller must close_sandbox().
 
     `services(network)` starts what listens on the network's gateway (the relay) before the
     container exists, and returns the variables that wire the agent to it."""
     environment = task.config.environment
-    box = Sandbox(trial_id=trial_id, job=job, workdir=resolve_workdir(runtime, task, image))
+    box = Sandbox(trial_id=trial_id, job=job, workdir=workdir)
     name = f"orchestra-{trial_id[:16]}"
     box.network = networks.acquire(internal=environment.network_mode == "none")
     box.networks = networks

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.errors import InputError
-from orchestrator.memory import load_engram_seeds
+from orchestrator.memory import load_engram_seeds, load_fact_files
 from orchestrator.models.task import TaskConfig
 
 REQUIRED_FILES = ("task.toml", "instruction.md", "tests/test.sh")
@@ -29,6 +29,7 @@ class Task:
     content_hash: str  # the whole directory
     environment_hash: str  # environment/ only: the image tag
     seeds: tuple = ()  # memory.EngramSeed from memory/seeds.toml
+    facts: tuple = ()  # memory.FactFile from memory/project|global/*.md
 
     @property
     def short_name(self) -> str:
@@ -102,8 +103,13 @@ def load_task(path: Path) -> Task:
                 "(add one or set [environment] docker_image)"
             )
     seeds: tuple = ()
+    facts: tuple = ()
     try:
         seeds = load_engram_seeds(path)
+    except InputError as exc:
+        problems.extend(exc.problems)
+    try:
+        facts = load_fact_files(path)
     except InputError as exc:
         problems.extend(exc.problems)
     if problems:
@@ -118,6 +124,7 @@ def load_task(path: Path) -> Task:
         content_hash=hash_tree(path),
         environment_hash=hash_tree(path / "environment"),
         seeds=seeds,
+        facts=facts,
     )
 
 

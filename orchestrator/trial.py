@@ -22,11 +22,12 @@ import structlog
 from orchestrator.agents.base import Agent
 from orchestrator.archive import safe_extract, tar_directory, tar_files
 from orchestrator.images import TaskImages
-from orchestrator.memory import seed_engrams
+from orchestrator.memory import StateRoots, file_seed_archive, seed_engrams
 from orchestrator.models.manifest import Manifest, flag_env
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TESTS, VERIFIER_LOGS, TrialDir
 from orchestrator.relay.session import TrialRelay, start_relay
+from orchestrator.report.audit import audit_trajectory
 from orchestrator.runtime.base import SandboxSpec
 from orchestrator.runtime.docker import BuildFailed, DockerRuntime
 from orchestrator.sandbox import (
@@ -36,6 +37,7 @@ from orchestrator.sandbox import (
     close_sandbox,
     open_sandbox,
     reset_verifier_logs,
+    resolve_workdir,
 )
 from orchestrator.tasks import Task
 from orchestrator.util import write_json_atomic
@@ -105,6 +107,8 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
         content_hash=task.content_hash, condition=ctx.condition,
         condition_hash=ctx.condition_hash, agent=ctx.agent.name, policy=ctx.policy,
         attempt=attempt, verifier_mode=task.config.verifier.environment_mode,
+        scenario_class=task.config.metadata.scenario_class,
+        layer=task.config.metadata.evaluation_layer,
         started_at=time.time(),
     )
     box: Sandbox | None = None
@@ -122,13 +126,16 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
         with phase(result, "build", ctx):
             images = ctx.images_for(task)
             result.image, result.base_alias = images.agent_image, images.base_alias
+        roots = StateRoots.fresh()
         with phase(result, "start", ctx):
-            env = {**task.config.environment.env, **agent_flags(ctx, task)}
+            workdir = resolve_workdir(ctx.runtime, task, images.agent_image)
+            env = {**task.config.environment.env, **agent_flags(ctx, task), **roots.env(workdir)}
             box = open_sandbox(ctx.runtime, ctx.networks, task, images.agent_image, ctx.job,
-                               tid, env=env, services=start_services)
+                               tid, env=env, workdir=workdir, services=start_services)
             result.limits = applied_limits(ctx.runtime, box, task)
             ctx.watchdog.register(box.agent_container, task.config.environment.storage_mb)
         with phase(result, "seed", ctx):
+            seed_files(ctx, task, box, roots, result)
             if ctx.policy == "memory-on" and task.seeds:
                 records = seed_engrams(ctx.runtime, box.agent_container, task.seeds,
                                        user=task.config.agent.user)
@@ -141,9 +148,15 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
             collect(ctx.runtime, task, box, paths)
             if relay is not None:
                 export_evidence(relay, paths, result)
+            audit = audit_trajectory(paths.agent / "trajectory.jsonl", task.facts,
+                                     task.config.memory.markers, task.config.memory.markers_in_prefix)
+            result.memory.update(audit.as_dict())
         with phase(result, "verify", ctx):
             verify(ctx.runtime, task, images, box, paths, result,
                    evidence=paths.artifacts / EVIDENCE_NAME if relay is not None else None)
+        if result.memory.get("leaks"):
+            result.failure_mode = FailureMode.ANSWER_LEAK
+            result.error = "answer leak: " + "; ".join(result.memory["leaks"][:5])
     except Cancelled:
         result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
     except BuildFailed as exc:
@@ -166,6 +179,18 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
         log.info("trial.done", trial=tid[:12], task=task.name, attempt=attempt,
                  reward=result.reward, failure_mode=result.failure_mode.value)
     return result
+
+
+def seed_files(ctx: TrialContext, task: Task, box: Sandbox, roots: StateRoots,
+               result: TrialResult) -> None:
+    """The workdir seed (both arms), the state root and TMPDIR, and in memory-on the fact
+    files in their places. Their host source paths never appear in the container."""
+    if (task.path / "workdir").is_dir():
+        ctx.runtime.put_archive(box.agent_container, box.workdir,
+                                tar_directory(task.path / "workdir", ".", mode=0o666))
+    facts = task.facts if ctx.policy == "memory-on" else ()
+    ctx.runtime.put_archive(box.agent_container, "/", file_seed_archive(roots, box.workdir, facts))
+    result.memory.update(state_home=roots.state_home, fact_files_seeded=len(facts))
 
 
 def agent_flags(ctx: TrialContext, task: Task) -> dict[str, str]:

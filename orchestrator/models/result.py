@@ -70,6 +70,8 @@ class TrialResult(BaseModel):
     condition_hash: str
     agent: str
     policy: str = "memory-on"
+    scenario_class: str | None = None
+    layer: str | None = None
     attempt: int
     reward: dict[str, float] | None = None
     failure_mode: FailureMode = FailureMode.NONE
@@ -103,6 +105,11 @@ class TrialSummary(BaseModel):
     attempt: int
     reward: float | None
     failure_mode: FailureMode
+    scenario_class: str | None = None
+    layer: str | None = None
+    recall_events: int = 0
+    injected_chars: int = 0
+    audit_complete: bool = True
 
 
 class JobResult(BaseModel):

@@ -1,0 +1,18 @@
+"""Grader for mb-cjk (cjk): exit 0 = reward 1. Checks only files in the workdir."""
+import os
+import re
+import sys
+
+os.chdir("/app")
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+ok = any(re.match(r"^MEMKEY-CJK5T-.*\.sql$", name) for name in os.listdir("."))
+sys.exit(0 if ok else 1)

@@ -1,0 +1,19 @@
+"""Grader for mb-conflict (conflict): exit 0 = reward 1. Checks only files in the workdir."""
+import os
+import re
+import sys
+
+os.chdir("/app")
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+answer = read("answer.txt")
+ok = "eu-central-1" in answer and "us-east-1" not in answer
+sys.exit(0 if ok else 1)

@@ -1,0 +1,19 @@
+"""Grader for mb-contradiction (contradiction): exit 0 = reward 1. Checks only files in the workdir."""
+import os
+import re
+import sys
+
+os.chdir("/app")
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+answer = read("answer.txt")
+ok = "pnpm install" in answer and re.search(r"(?<!p)npm install", answer) is None
+sys.exit(0 if ok else 1)

@@ -1,0 +1,18 @@
+"""Grader for mb-distractor (distractor): exit 0 = reward 1. Checks only files in the workdir."""
+import os
+import re
+import sys
+
+os.chdir("/app")
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+ok = "make check-fast --tag=MEMKEY-DIST5Q" in read("answer.txt")
+sys.exit(0 if ok else 1)

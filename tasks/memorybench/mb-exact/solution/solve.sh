@@ -1,0 +1,9 @@
+#!/bin/bash
+# Oracle: recall the task's memory like an agent would (the `recall` tool of the agent
+# stack, which records a memory_recall event), then act on what came back. In the
+# memory-off arm recall returns nothing, so memory-dependent tasks fail.
+set -u
+cd /app
+cmd=$(recall "canonical fast check command" | grep -o "make check-fast --tag=MEMKEY-[A-Z0-9]*" | head -1)
+traj tool shell "echo '$cmd' > answer.txt"
+echo "$cmd" > answer.txt

@@ -1,0 +1,18 @@
+"""Grader for mb-history (history): exit 0 = reward 1. Checks only files in the workdir."""
+import os
+import re
+import sys
+
+os.chdir("/app")
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+ok = "timeout_seconds = 47   # MEMKEY-HIST6M tuned for p99" in read("answer.txt")
+sys.exit(0 if ok else 1)

@@ -1,0 +1,19 @@
+"""Grader for mb-symbol (symbol): exit 0 = reward 1. Checks only files in the workdir."""
+import os
+import re
+import sys
+
+os.chdir("/app")
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+ok = re.search(r"(?m)^max_backoff_ms = 250$", read("policy/retry.toml")) is not None
+ok = ok and "MAX_BACKOFF" not in read(".env").upper()
+sys.exit(0 if ok else 1)
