@@ -112,6 +112,31 @@ def run(
         raise typer.Exit(4)
 
 
+@app.command("compare")
+def compare_cmd(
+    first: Annotated[Path, typer.Argument(help="A job result.json (or job folder).")],
+    second: Annotated[Path, typer.Argument(help="The other arm's result.json (or folder).")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the comparison JSON.")] = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="Write it as Markdown.")] = None,
+):
+    """Paired memory-on vs memory-off comparison of two jobs (either order): utility delta,
+    helpful and harmful trials, per-class table, McNemar p-value and a bootstrap CI."""
+    from orchestrator.report.compare import compare, to_markdown
+    from orchestrator.report.load import load_job_result
+    from orchestrator.util import write_json_atomic
+
+    try:
+        report = compare(load_job_result(first), load_job_result(second))
+    except InputError as exc:
+        _fail(exc)
+    text = to_markdown(report)
+    console.print(text, markup=False, highlight=False)
+    if json_out:
+        write_json_atomic(json_out, report)
+    if markdown:
+        markdown.write_text(text)
+
+
 @images_app.command("bootstrap")
 def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if present.")] = False):
     """Build a Debian bookworm + python3 base from Debian packages (no registry needed)

@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-os.chdir("/app")
+os.chdir(os.environ.get("MB_WORKDIR", "/app"))
 
 
 def read(path):
@@ -160,7 +160,7 @@ TASKS = {
         facts=[fact("coffee-machine", "Office coffee machine", "The coffee machine on floor 3 needs descaling every Friday."),
                fact("standup-time", "Daily standup", "Standup is at 9:30 in the small meeting room.")],
         workdir={"util.py": "def sub(a, b):\n    return a - b\n"},
-        grade='sys.path.insert(0, "/app")\ntry:\n    import util\n    ok = util.add(2, 3) == 5\nexcept Exception:\n    ok = False\n',
+        grade='sys.path.insert(0, os.getcwd())\ntry:\n    import util\n    ok = util.add(2, 3) == 5\nexcept Exception:\n    ok = False\n',
         solve='recall "add function util.py" >/dev/null\n'
               'traj tool write_file "util.py"\nprintf "\\n\\ndef add(a, b):\\n    return a + b\\n" >> util.py\n'),
     "mb-history": dict(

@@ -3,7 +3,7 @@ import os
 import re
 import sys
 
-os.chdir("/app")
+os.chdir(os.environ.get("MB_WORKDIR", "/app"))
 
 
 def read(path):

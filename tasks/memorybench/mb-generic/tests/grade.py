@@ -3,7 +3,7 @@ import os
 import re
 import sys
 
-os.chdir("/app")
+os.chdir(os.environ.get("MB_WORKDIR", "/app"))
 
 
 def read(path):
@@ -14,7 +14,7 @@ def read(path):
         return ""
 
 
-sys.path.insert(0, "/app")
+sys.path.insert(0, os.getcwd())
 try:
     import util
     ok = util.add(2, 3) == 5

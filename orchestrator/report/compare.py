@@ -1,0 +1,144 @@
+"""Paired counterfactual comparison of two job results (SPEC-TASKS B.1): memory-on vs off.
+
+Order-independent: the arm with more recall events is "on" (ties: the job's policy, then
+the order given). Pairs are (task, attempt). A trial passes when its reward is >= 1.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+
+from orchestrator.models.result import JobResult, TrialSummary
+
+BOOTSTRAP_SAMPLES = 2000
+
+
+@dataclass
+class Pair:
+    task: str
+    attempt: int
+    on: TrialSummary
+    off: TrialSummary
+
+    @property
+    def on_pass(self) -> bool:
+        return (self.on.reward or 0.0) >= 1.0
+
+    @property
+    def off_pass(self) -> bool:
+        return (self.off.reward or 0.0) >= 1.0
+
+
+def choose_arms(a: JobResult, b: JobResult) -> tuple[JobResult, JobResult]:
+    recalls = [sum(t.recall_events for t in job.trials) for job in (a, b)]
+    if recalls[0] != recalls[1]:
+        return (a, b) if recalls[0] > recalls[1] else (b, a)
+    if a.policy != b.policy:
+        return (a, b) if a.policy == "memory-on" else (b, a)
+    return a, b
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar (binomial) p-value on discordant counts b and c."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def bootstrap_ci(diffs: list[int], samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> list[float]:
+    """95% percentile interval, in percentage points, of the mean paired difference."""
+    if not diffs:
+        return [0.0, 0.0]
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(samples))
+    return [round(100 * means[int(0.025 * samples)], 2), round(100 * means[int(0.975 * samples) - 1], 2)]
+
+
+def _per_task(trials: list[TrialSummary]) -> dict[str, list[bool]]:
+    by_task: dict[str, list[bool]] = defaultdict(list)
+    for t in sorted(trials, key=lambda t: (t.task, t.attempt)):
+        by_task[t.task].append((t.reward or 0.0) >= 1.0)
+    return by_task
+
+
+def _k_stats(trials: list[TrialSummary]) -> dict:
+    by_task = _per_task(trials)
+    n = len(by_task) or 1
+    return {
+        "pass_hat_k": round(sum(all(v) for v in by_task.values()) / n, 4),
+        "pass_at_k": round(sum(any(v) for v in by_task.values()) / n, 4),
+        "mean_pass_at_1": round(sum(sum(v) / len(v) for v in by_task.values()) / n, 4),
+        "flaky": sorted(t for t, v in by_task.items() if any(v) and not all(v)),
+    }
+
+
+def compare(first: JobResult, second: JobResult) -> dict:
+    on, off = choose_arms(first, second)
+    off_index = {(t.task, t.attempt): t for t in off.trials}
+    pairs = [Pair(t.task, t.attempt, t, off_index[(t.task, t.attempt)])
+             for t in sorted(on.trials, key=lambda t: (t.task, t.attempt))
+             if (t.task, t.attempt) in off_index]
+    unpaired = sorted({(t.task, t.attempt) for t in on.trials} ^ {(t.task, t.attempt) for t in off.trials})
+    helpful = [p for p in pairs if p.on_pass and not p.off_pass]
+    harmful = [p for p in pairs if not p.on_pass and p.off_pass and p.on.recall_events > 0]
+    discordant_harm = [p for p in pairs if not p.on_pass and p.off_pass]
+    n = len(pairs)
+    on_rate = sum(p.on_pass for p in pairs) / n if n else 0.0
+    off_rate = sum(p.off_pass for p in pairs) / n if n else 0.0
+    classes: dict[str, list[Pair]] = defaultdict(list)
+    for p in pairs:
+        classes[p.on.scenario_class or "-"].append(p)
+    report = {
+        "on_job": on.job, "off_job": off.job,
+        "paired": n,
+        "unpaired": [f"{task}#{attempt}" for task, attempt in unpaired],
+        "on_pass_rate": round(on_rate, 4), "off_pass_rate": round(off_rate, 4),
+        "utility_delta_pp": round(100 * (on_rate - off_rate), 2),
+        "helpful": [f"{p.task}#{p.attempt}" for p in helpful],
+        "harmful": [f"{p.task}#{p.attempt}" for p in harmful],
+        "harmful_without_recall": [f"{p.task}#{p.attempt}" for p in discordant_harm if p not in harmful],
+        "avg_injected_chars": round(sum(p.on.injected_chars for p in pairs) / n, 1) if n else 0.0,
+        "p_value": round(mcnemar_exact(len(helpful), len(discordant_harm)), 6),
+        "ci95": bootstrap_ci([int(p.on_pass) - int(p.off_pass) for p in pairs]),
+        "per_class": {
+            cls: {"n": len(ps), "on": round(sum(p.on_pass for p in ps) / len(ps), 4),
+                  "off": round(sum(p.off_pass for p in ps) / len(ps), 4),
+                  "delta_pp": round(100 * (sum(p.on_pass for p in ps) - sum(p.off_pass for p in ps)) / len(ps), 2)}
+            for cls, ps in sorted(classes.items())
+        },
+    }
+    if max(on.k, off.k) > 1:
+        report["k"] = {"on": _k_stats(on.trials), "off": _k_stats(off.trials)}
+    return report
+
+
+def to_markdown(report: dict) -> str:
+    lines = [f"# memory-on vs memory-off: {report['on_job']} vs {report['off_job']}", "",
+             "## Utility", "",
+             f"- paired trials: {report['paired']}",
+             f"- pass rate on {100 * report['on_pass_rate']:.1f}%, off {100 * report['off_pass_rate']:.1f}%",
+             f"- utility delta: **{report['utility_delta_pp']:+.1f} pp** "
+             f"(95% bootstrap CI {report['ci95'][0]:+.1f} .. {report['ci95'][1]:+.1f})",
+             f"- exact McNemar p = {report['p_value']:.4g} (helpful {len(report['helpful'])} vs "
+             f"harmful {len(report['harmful']) + len(report['harmful_without_recall'])})",
+             f"- average injected chars (on arm): {report['avg_injected_chars']}", "",
+             "## Helpful (on passed, off failed)", ""]
+    lines += [f"- {x}" for x in report["helpful"]] or ["- none"]
+    lines += ["", "## Harmful (on failed, off passed, recall fired)", ""]
+    lines += [f"- {x}" for x in report["harmful"]] or ["- none"]
+    lines += ["", "## Per class", "", "| class | n | on | off | delta pp |", "|---|---|---|---|---|"]
+    lines += [f"| {c} | {v['n']} | {v['on']:.2f} | {v['off']:.2f} | {v['delta_pp']:+.1f} |"
+              for c, v in report["per_class"].items()]
+    if "k" in report:
+        lines += ["", "## k attempts", "", "| arm | pass^k | pass@k | mean pass@1 | flaky |", "|---|---|---|---|---|"]
+        for arm in ("on", "off"):
+            s = report["k"][arm]
+            lines.append(f"| {arm} | {s['pass_hat_k']:.2f} | {s['pass_at_k']:.2f} | "
+                         f"{s['mean_pass_at_1']:.2f} | {', '.join(s['flaky']) or '-'} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,20 @@
+"""Read job results back for reports, with errors that name the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from orchestrator.errors import InputError
+from orchestrator.models.result import JobResult
+
+
+def load_job_result(path: Path) -> JobResult:
+    file = path / "result.json" if path.is_dir() else path
+    if not file.is_file():
+        raise InputError(f"{file}: no job result here")
+    try:
+        return JobResult.model_validate_json(file.read_text())
+    except (ValidationError, ValueError) as exc:
+        raise InputError(f"{file}: not a job result ({str(exc).splitlines()[0]})") from exc

@@ -1,0 +1,124 @@
+"""The trajectory audit and the paired compare, on hand-built inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from orchestrator.models.result import JobResult, TrialSummary
+from orchestrator.report.audit import audit_trajectory
+from orchestrator.report.compare import bootstrap_ci, compare, mcnemar_exact
+from orchestrator.tasks import load_task
+
+EXACT = load_task(ROOT / "tasks/memorybench/mb-exact")
+FACT = EXACT.facts[0]
+
+
+def write(path: Path, records: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+    return path
+
+
+def tool(kind, args, output="", code=0):
+    return {"event": {"kind": kind, "text": "", "tool": {"id": "1", "name": "shell", "args": args,
+                                                          "output": output, "err": "", "exit_code": code}}}
+
+
+RECALL = {"memory_recall": {"hits": [{"id": "fast-check-command"}], "used_chars": 80, "suppressed": 2}}
+EMPTY_RECALL = {"memory_recall": {"hits": [], "used_chars": 0, "suppressed": 0}}
+
+
+def test_markers_before_the_first_recall_with_hits_do_not_count(tmp_path):
+    path = write(tmp_path / "t.jsonl", [
+        tool("tool_dispatch", "echo make check-fast --tag=MEMKEY-EXACT7Q"),  # a guess, no recall yet
+        EMPTY_RECALL,
+        {"event": {"kind": "message", "text": "MEMKEY-EXACT7Q"}},  # still no hits
+    ])
+    audit = audit_trajectory(path, EXACT.facts, ["MEMKEY-EXACT7Q"], markers_in_prefix=False)
+    assert audit.markers_used == [] and audit.markers_before_recall == ["MEMKEY-EXACT7Q"]
+    assert audit.recall_events == 1 and audit.hits == 0
+
+
+def test_markers_after_a_recall_with_hits_count_and_stats_add_up(tmp_path):
+    path = write(tmp_path / "t.jsonl", [RECALL, RECALL, tool("tool_dispatch", "echo MEMKEY-EXACT7Q > answer.txt")])
+    audit = audit_trajectory(path, EXACT.facts, ["MEMKEY-EXACT7Q"], markers_in_prefix=False)
+    assert audit.markers_used == ["MEMKEY-EXACT7Q"]
+    assert (audit.recall_events, audit.hits, audit.injected_chars, audit.suppressed) == (2, 2, 160, 4)
+    assert audit.complete and audit.leaks == []
+
+
+def test_markers_in_prefix_count_from_the_start(tmp_path):
+    path = write(tmp_path / "t.jsonl", [{"event": {"kind": "text", "text": "# MEMKEY-PIN4D"}}])
+    audit = audit_trajectory(path, (), ["MEMKEY-PIN4D"], markers_in_prefix=True)
+    assert audit.markers_used == ["MEMKEY-PIN4D"]
+
+
+def test_reading_a_memory_source_file_is_a_leak(tmp_path):
+    line = next(ln for ln in FACT.body.splitlines() if len(ln) >= 20)
+    path = write(tmp_path / "t.jsonl", [tool("tool_result", f"cat {FACT.relative}", output=line)])
+    audit = audit_trajectory(path, EXACT.facts, [], False)
+    assert audit.leaks == [f"shell read {FACT.relative}"]
+
+
+@pytest.mark.parametrize("record", [
+    tool("tool_result", f"cat {FACT.relative}", output="No such file or directory", code=1),  # failed
+    tool("tool_result", f"cat {FACT.relative}", output="short"),  # no content came back
+    tool("tool_result", "cat notes.txt", output=FACT.body),  # content, but not from the source path
+])
+def test_what_is_not_a_leak(tmp_path, record):
+    audit = audit_trajectory(write(tmp_path / "t.jsonl", [record]), EXACT.facts, [], False)
+    assert audit.leaks == []
+
+
+def test_a_malformed_line_makes_the_audit_incomplete(tmp_path):
+    path = write(tmp_path / "t.jsonl", [RECALL, "{not json", '{"seq": 3}'])
+    audit = audit_trajectory(path, EXACT.facts, [], False)
+    assert audit.complete is False and audit.malformed_lines == [2, 3]
+
+
+def job(name: str, policy: str, outcomes: dict[str, tuple[float, int]], k: int = 1) -> JobResult:
+    trials = []
+    for key, (reward, recalls) in outcomes.items():
+        task, _, attempt = key.partition("#")
+        trials.append(TrialSummary(trial_id=key, task=task, attempt=int(attempt or 0), reward=reward,
+                                   failure_mode="none", scenario_class=task.split("-")[0],
+                                   recall_events=recalls, injected_chars=100 * recalls))
+    return JobResult(job=name, condition="c", condition_hash="h", agent="a", policy=policy, k=k,
+                     n_trials=len(trials), trials=trials)
+
+
+ON = job("on", "memory-on", {"a-1#0": (1.0, 1), "a-2#0": (1.0, 1), "b-1#0": (0.0, 1), "b-2#0": (1.0, 1),
+                             "c-1#0": (0.0, 1)})
+OFF = job("off", "memory-off", {"a-1#0": (0.0, 0), "a-2#0": (1.0, 0), "b-1#0": (1.0, 0), "b-2#0": (0.0, 0),
+                                "c-1#0": (0.0, 0)})
+
+
+def test_compare_counts_match_the_hand_built_pair_and_order_does_not_matter():
+    forward, backward = compare(ON, OFF), compare(OFF, ON)
+    assert forward == backward
+    assert forward["on_job"] == "on" and forward["paired"] == 5
+    assert forward["helpful"] == ["a-1#0", "b-2#0"] and forward["harmful"] == ["b-1#0"]
+    assert forward["utility_delta_pp"] == 20.0  # 3/5 - 2/5
+    assert forward["per_class"]["a"] == {"n": 2, "on": 1.0, "off": 0.5, "delta_pp": 50.0}
+    assert forward["p_value"] == pytest.approx(1.0)  # 2 vs 1 discordant
+    assert set(forward) >= {"utility_delta_pp", "paired", "helpful", "harmful", "p_value", "ci95"}
+
+
+def test_compare_with_k_attempts_reports_pass_k_and_flaky_tasks():
+    on = job("on", "memory-on", {"t#0": (1.0, 1), "t#1": (0.0, 1), "u#0": (1.0, 1), "u#1": (1.0, 1)}, k=2)
+    off = job("off", "memory-off", {"t#0": (0.0, 0), "t#1": (0.0, 0), "u#0": (1.0, 0), "u#1": (0.0, 0)}, k=2)
+    stats = compare(off, on)["k"]
+    assert stats["on"] == {"pass_hat_k": 0.5, "pass_at_k": 1.0, "mean_pass_at_1": 0.75, "flaky": ["t"]}
+    assert stats["off"]["flaky"] == ["u"] and stats["off"]["pass_hat_k"] == 0.0
+
+
+def test_mcnemar_and_bootstrap_numbers():
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(8, 0) == pytest.approx(2 / 256)
+    assert mcnemar_exact(10, 2) == pytest.approx(2 * (1 + 12 + 66) / 4096)
+    low, high = bootstrap_ci([1] * 8 + [0] * 4)
+    assert 0 < low <= 66.67 <= high <= 100
+    assert bootstrap_ci([1, 1, 1]) == [100.0, 100.0]
