@@ -49,12 +49,14 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
 def run(
     path: Annotated[Path, typer.Option("--path", "-p", help="Task folder or dataset to run.")],
     manifest: Annotated[Path | None, typer.Option(help="Agent lineup (YAML).")] = None,
-    agent: Annotated[str | None, typer.Option(help="Override the orchestrator's agent: oracle | nop | command.")] = None,
+    agent: Annotated[str | None, typer.Option(help="Override the orchestrator's agent: oracle | nop | reference | command.")] = None,
     n_concurrent: Annotated[int, typer.Option("--n-concurrent", "-n", min=1, help="Trials at a time.")] = 4,
     k: Annotated[int, typer.Option("-k", min=1, help="Attempts per task.")] = 1,
     jobs_dir: Annotated[Path, typer.Option(help="Where job folders go.")] = Path("jobs"),
     job_name: Annotated[str | None, typer.Option(help="Job folder name (default: a timestamp).")] = None,
     policy: Annotated[str, typer.Option(help="memory-on | memory-off")] = "memory-on",
+    endpoints: Annotated[list[Path] | None, typer.Option(
+        "--endpoints", help="Endpoint config JSON (repeatable; default: every endpoints/*.json).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the job result here.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
 ):
@@ -65,6 +67,7 @@ def run(
     leak was found (the suite stopped; see the trial's error).
     """
     from orchestrator.job import JobOptions, run_job
+    from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
     from orchestrator.models.manifest import default_manifest, load_manifest
     from orchestrator.report.summary import render_job
     from orchestrator.runtime.docker import DockerRuntime
@@ -75,8 +78,8 @@ def run(
     try:
         if policy not in ("memory-on", "memory-off"):
             raise InputError(f"--policy: {policy!r} is not memory-on or memory-off")
-        if agent is not None and agent not in ("oracle", "nop", "command"):
-            raise InputError(f"--agent: {agent!r} is not one of oracle, nop, command")
+        if agent is not None and agent not in ("oracle", "nop", "reference", "command"):
+            raise InputError(f"--agent: {agent!r} is not one of oracle, nop, reference, command")
         if (jobs_dir / name / "result.json").exists():
             raise InputError(f"{jobs_dir / name}: a finished job is already there; "
                              "choose another --job-name (nothing was overwritten)")
@@ -86,8 +89,10 @@ def run(
             lineup = lineup.with_agent(agent)
         logsetup.configure(verbose, jobs_dir / name / "events.jsonl")
         runtime = DockerRuntime(max_pool_size=n_concurrent * 3 + 8)
+        endpoint_files = endpoints or default_endpoint_files()
         options = JobOptions(job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent,
-                             k=k, policy=policy)
+                             k=k, policy=policy, manifest_dir=manifest.parent if manifest else None,
+                             endpoints=load_endpoints(endpoint_files) if endpoint_files else None)
 
         def progress(result, done, total):
             reward = "-" if result.reward is None else f"{result.headline:g}"

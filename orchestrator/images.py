@@ -120,7 +120,8 @@ def resolve_bases(runtime: DockerRuntime, dockerfile: str) -> dict[str, str]:
     return used
 
 
-def ensure_task_images(runtime: DockerRuntime, task: Task, job: str) -> TaskImages:
+def ensure_task_images(runtime: DockerRuntime, task: Task, job: str,
+                       install: str | None = None) -> TaskImages:
     env = task.config.environment
     labels = {LABEL_KIND: "task-image", "orchestra.task": task.name, "orchestra.job": job}
     built, aliases = 0, {}
@@ -153,7 +154,27 @@ def ensure_task_images(runtime: DockerRuntime, task: Task, job: str) -> TaskImag
             context = _append_tree(context, AGENT_STACK, "agent-stack")
             runtime.build_image(context, agent_image, {**labels, LABEL_KIND: "agent-image"}, 300)
             built += 1
+    if install:
+        agent_image, extra = _install_layer(runtime, agent_image, install, labels)
+        built += extra
     return TaskImages(task_image=task_image, agent_image=agent_image, built=built, base_alias=aliases)
+
+
+def _install_layer(runtime: DockerRuntime, base: str, script: str,
+                   labels: dict[str, str]) -> tuple[str, int]:
+    """A command agent's `install` script, baked once into a layer tagged by its hash."""
+    digest = hashlib.sha256(script.encode()).hexdigest()[:12]
+    image = f"{base}-install-{digest}"
+    with image_lock(image):
+        if runtime.image_exists(image):
+            return image, 0
+        context = tar_files({
+            "Dockerfile": (f"FROM {base}\nCOPY install.sh /tmp/orchestra-install.sh\n"
+                           "RUN sh /tmp/orchestra-install.sh && rm -f /tmp/orchestra-install.sh\n").encode(),
+            "install.sh": script.encode()})
+        runtime.build_image(context, image, {**labels, LABEL_KIND: "agent-image"}, 900)
+        log.info("image.install_layer", image=image)
+        return image, 1
 
 
 def _is_base(runtime: DockerRuntime, ref: str) -> bool:

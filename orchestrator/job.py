@@ -20,6 +20,7 @@ from orchestrator.errors import InputError
 from orchestrator.images import TaskImages, ensure_task_images
 from orchestrator.models.manifest import Manifest
 from orchestrator.models.result import ERRORED, FailureMode, JobResult, TrialResult, TrialSummary
+from orchestrator.proxy import Upstreams
 from orchestrator.runtime import disk
 from orchestrator.runtime.base import LABEL_JOB
 from orchestrator.runtime.docker import DockerRuntime
@@ -38,6 +39,8 @@ class JobOptions:
     n_concurrent: int = 4
     k: int = 1
     policy: str = "memory-on"
+    manifest_dir: Path | None = None
+    endpoints: object = None  # models.endpoint.EndpointConfig
 
 
 class DiskWatchdog:
@@ -96,8 +99,8 @@ class DiskWatchdog:
 class ImageCache:
     """Task images per job: built at most once, one builder per image."""
 
-    def __init__(self, runtime: DockerRuntime, job: str):
-        self.runtime, self.job = runtime, job
+    def __init__(self, runtime: DockerRuntime, job: str, install: str | None = None):
+        self.runtime, self.job, self.install = runtime, job, install
         self._done: dict[str, TaskImages] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -108,22 +111,33 @@ class ImageCache:
             lock = self._locks.setdefault(task.name, threading.Lock())
         with lock:
             if task.name not in self._done:
-                images = ensure_task_images(self.runtime, task, self.job)
+                images = ensure_task_images(self.runtime, task, self.job, self.install)
                 with self._guard:
                     self.built += images.built
                 self._done[task.name] = images
             return self._done[task.name]
 
 
-def preflight(tasks: list[Task], manifest: Manifest) -> None:
-    """Refuse, before any container starts, what cannot run."""
+def preflight(tasks: list[Task], manifest: Manifest, endpoints=None) -> set[str]:
+    """Refuse, before any container starts, what cannot run. Returns the endpoints in use."""
     problems = []
     lead = manifest.orchestrator
+    in_use = {m.endpoint for m in manifest.roster if m.endpoint}
+    if lead.agent == "reference" and not lead.endpoint:
+        problems.append(f"roster.{lead.id}.endpoint: required for agent: reference")
+    if in_use and endpoints is None:
+        problems.append("the manifest names endpoints but no endpoint config was given (--endpoints)")
+    for name in sorted(in_use) if endpoints is not None else []:
+        try:
+            endpoints.resolve(name)
+        except InputError as exc:
+            problems.extend(exc.problems)
     if lead.agent == "oracle":
         problems += [f"{t.path / 'solution/solve.sh'}: missing (the oracle agent needs it)"
                      for t in tasks if not t.has_solution]
     if problems:
         raise InputError(problems)
+    return in_use
 
 
 def reap(runtime: DockerRuntime, label: str) -> dict[str, int]:
@@ -143,9 +157,11 @@ def reap(runtime: DockerRuntime, label: str) -> dict[str, int]:
 
 def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
             options: JobOptions, on_trial_done=None) -> JobResult:
-    preflight(tasks, manifest)
-    job_dir = options.jobs_dir / options.job_name
+    in_use = preflight(tasks, manifest, options.endpoints)
     lead = manifest.orchestrator
+    agent = agent_for(lead, options.manifest_dir)  # re-hashes the prompt before any spend
+    upstreams = Upstreams.open(in_use, options.endpoints) if in_use else None  # keys: exit 2
+    job_dir = options.jobs_dir / options.job_name
     write_json_atomic(job_dir / "config.json", {
         "job": options.job_name, "manifest": manifest.model_dump(mode="json"),
         "condition_hash": manifest.condition_hash(), "k": options.k,
@@ -154,14 +170,14 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
                   for t in tasks],
     })
     cancel = threading.Event()
-    images = ImageCache(runtime, options.job_name)
+    images = ImageCache(runtime, options.job_name, lead.install if lead.agent == "command" else None)
     watchdog = DiskWatchdog(runtime, options.job_name)
     networks = NetworkPool(runtime, options.job_name)
     ctx = TrialContext(
         runtime=runtime, job=options.job_name, job_dir=job_dir, condition=manifest.condition,
-        condition_hash=manifest.condition_hash(), agent_id=lead.id, agent=agent_for(lead),
+        condition_hash=manifest.condition_hash(), agent_id=lead.id, agent=agent,
         policy=options.policy, images_for=images, cancel=cancel, watchdog=watchdog,
-        networks=networks, manifest=manifest, timeout_override=manifest.trial_budget.timeout_seconds,
+        networks=networks, manifest=manifest, upstreams=upstreams, timeout_override=manifest.trial_budget.timeout_seconds,
     )
     started = time.time()
     results: list[TrialResult] = []
@@ -189,6 +205,8 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
         pool.shutdown(wait=True)
         watchdog.stop()
         networks.close()
+        if upstreams is not None:
+            upstreams.close()
         leftovers = reap(runtime, f"{LABEL_JOB}={options.job_name}")
         if any(leftovers.values()):
             log.warning("job.reaped_leftovers", **leftovers)

@@ -26,6 +26,7 @@ from orchestrator.memory import StateRoots, file_seed_archive, seed_engrams
 from orchestrator.models.manifest import Manifest, flag_env
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TESTS, VERIFIER_LOGS, TrialDir
+from orchestrator.proxy import ModelProxy, Upstreams
 from orchestrator.relay.session import TrialRelay, start_relay
 from orchestrator.report.audit import audit_trajectory
 from orchestrator.runtime.base import SandboxSpec
@@ -69,6 +70,7 @@ class TrialContext:
     watchdog: object  # job.DiskWatchdog: register(container, limit_bytes), tripped(container)
     networks: NetworkPool
     manifest: Manifest
+    upstreams: Upstreams | None = None
     timeout_override: float | None = None
 
 
@@ -113,14 +115,25 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
     )
     box: Sandbox | None = None
     relay: TrialRelay | None = None
+    proxy: ModelProxy | None = None
 
     def start_services(network) -> dict[str, str]:
-        nonlocal relay
-        if not task.uses_relay:
-            return {}
-        relay = start_relay(task, ctx.manifest, network.gateway, tid, ctx.job)
-        result.relay["start_sec"] = round(relay.started_sec, 4)
-        return relay.env_for(relay.lead)
+        """The relay and the model proxy, on the trial network's gateway."""
+        nonlocal relay, proxy
+        env: dict[str, str] = {}
+        if task.uses_relay:
+            relay = start_relay(task, ctx.manifest, network.gateway, tid, ctx.job)
+            result.relay["start_sec"] = round(relay.started_sec, 4)
+            env.update(relay.env_for(relay.lead))
+        lead = ctx.manifest.orchestrator
+        if lead.endpoint and ctx.upstreams is not None:
+            upstream = ctx.upstreams.by_name[lead.endpoint]
+            timeout = ctx.timeout_override or task.config.agent.timeout_sec
+            proxy = ModelProxy(network.gateway, upstream.url, upstream.model, upstream.api_key,
+                               lead.budget, ctx.manifest.prices.get(upstream.model, {}),
+                               deadline=time.time() + timeout + 60).start()
+            env.update({**upstream.env, **proxy.env()})
+        return env
 
     try:
         with phase(result, "build", ctx):
@@ -168,6 +181,14 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
         log.error("trial.error", trial=tid[:12], task=task.name, error=result.error,
                   traceback=traceback.format_exc(limit=8))
     finally:
+        if proxy is not None:
+            proxy.stop()
+            result.tokens = proxy.stats.prompt_tokens + proxy.stats.completion_tokens
+            result.cost = round(proxy.stats.cost, 6)
+            result.model = proxy.summary()
+            result.agent_outcome = classify_agent(result, proxy)
+        elif result.agent_outcome is None and result.agent_exit_code is not None:
+            result.agent_outcome = classify_agent(result, None)
         if relay is not None:
             result.relay["rejections"] = list(relay.server.rejections[:20])
             relay.stop()
@@ -179,6 +200,19 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
         log.info("trial.done", trial=tid[:12], task=task.name, attempt=attempt,
                  reward=result.reward, failure_mode=result.failure_mode.value)
     return result
+
+
+def classify_agent(result: TrialResult, proxy: ModelProxy | None) -> str:
+    """ok | timeout | budget_exceeded | endpoint_error | crashed."""
+    if result.failure_mode == FailureMode.AGENT_TIMEOUT:
+        return "timeout"
+    if proxy is not None and proxy.stats.refused_budget:
+        return "budget_exceeded"
+    if proxy is not None and proxy.stats.upstream_errors:
+        return "endpoint_error"
+    if result.agent_exit_code not in (0, None):
+        return "crashed"
+    return "ok"
 
 
 def seed_files(ctx: TrialContext, task: Task, box: Sandbox, roots: StateRoots,
@@ -213,13 +247,17 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult) 
     if command is not None:
         started = time.time()
         deadline = started + timeout
+        for name, value in (("{instruction_file}", INSTRUCTION), ("{workdir}", box.workdir),
+                            ("{deadline}", str(int(deadline)))):
+            command = command.replace(name, value)
         wrapped = (
             f"if command -v timeout >/dev/null 2>&1; "
             f"then exec timeout -k {KILL_AFTER_SEC} {timeout:g} sh -c {shlex.quote(command)}; "
             f"else exec sh -c {shlex.quote(command)}; fi "
             f">{AGENT_LOGS}/stdout.txt 2>{AGENT_LOGS}/stderr.txt"
         )
-        env = {"ORCHESTRA_DEADLINE": str(int(deadline)), "ORCHESTRA_AGENT_ID": ctx.agent_id,
+        env = {**ctx.manifest.orchestrator.env, **ctx.agent.env(task),
+               "ORCHESTRA_DEADLINE": str(int(deadline)), "ORCHESTRA_AGENT_ID": ctx.agent_id,
                **(task.config.solution.env if ctx.agent.name == "oracle" else {})}
         outcome = runtime.exec(container, ["sh", "-c", wrapped], env=env, workdir=box.workdir,
                                user=task.config.agent.user,

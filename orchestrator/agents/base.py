@@ -14,6 +14,11 @@ class Agent(Protocol):
         """Files to copy into the sandbox before the run: {absolute path: content}."""
         ...
 
+    def env(self, task: Task) -> dict[str, str]:
+        """Extra environment for the agent command."""
+        ...
+
     def command(self, task: Task) -> str | None:
-        """The shell command to run in the task workdir, or None to run nothing."""
+        """The shell command to run in the task workdir, or None to run nothing.
+        Placeholders {instruction_file}, {workdir} and {deadline} are filled in at run time."""
         ...

@@ -14,5 +14,8 @@ class CommandAgent:
     def files(self, task: Task) -> dict[str, bytes]:
         return {}
 
+    def env(self, task: Task) -> dict[str, str]:
+        return {}
+
     def command(self, task: Task) -> str | None:
         return self._command

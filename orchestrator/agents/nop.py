@@ -11,5 +11,8 @@ class NopAgent:
     def files(self, task: Task) -> dict[str, bytes]:
         return {}
 
+    def env(self, task: Task) -> dict[str, str]:
+        return {}
+
     def command(self, task: Task) -> str | None:
         return None

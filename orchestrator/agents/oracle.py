@@ -20,5 +20,8 @@ class OracleAgent:
             if p.is_file()
         }
 
+    def env(self, task: Task) -> dict[str, str]:
+        return {}
+
     def command(self, task: Task) -> str | None:
         return f"bash {SOLUTION}/solve.sh"

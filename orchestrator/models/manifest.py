@@ -36,7 +36,9 @@ class RosterMember(_Strict):
     role: str = ""
     count: int = Field(default=1, ge=1)
     agent: AgentKind = "nop"
-    command: str | None = None  # for agent: command
+    command: str | None = None  # agent: command: the run template
+    install: str | None = None  # agent: command: a script baked into a cached image layer
+    env: dict[str, str] = {}  # extra environment for this agent (no secrets: use endpoints)
     endpoint: str | None = None
     generation: dict[str, float | int | str] = {}
     budget: Budget = Budget()

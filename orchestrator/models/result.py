@@ -85,6 +85,8 @@ class TrialResult(BaseModel):
     timings: PhaseTimings = PhaseTimings()
     tokens: int = 0
     cost: float = 0.0
+    model: dict = {}  # the proxy's counts: calls, refusals, retries, tokens
+    agent_outcome: str | None = None  # ok | timeout | budget_exceeded | endpoint_error | crashed
     memory: dict = {}
     relay: dict = {}
     retries: list[str] = []

@@ -1,0 +1,185 @@
+"""The reference agent: a tool-calling loop against an OpenAI-compatible endpoint (stdlib only).
+
+Instruction: the latest user message mentioning this agent on the relay, else
+/logs/agent/instruction.md. Memory: unless ORCHESTRA_NO_MEMORY=1, pinned facts go into the
+system prompt and the user turn carries a recall block (BM25 over the fact files, top-k,
+size-capped), recorded as a memory_recall record; with the flag set nothing is injected or
+recalled. It stops calling the model before ORCHESTRA_DEADLINE and honours the manifest's
+generation settings (ORCHESTRA_GENERATION, JSON) and call budget (ORCHESTRA_MAX_CALLS).
+It always writes the trajectory of DESIGN 3.6.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import orchestra_memory as memory
+import orchestra_trajectory as trajectory
+
+OUTPUT_CAP = 16000
+SHELL_TIMEOUT = 120
+DEADLINE_MARGIN = 10
+SYSTEM = ("You are an autonomous agent working in a Linux container. Use the tools to do the "
+          "task; when done, reply with a short final answer and no tool call.")
+
+TOOLS = [
+    {"name": "shell", "description": "Run a shell command in the workdir.",
+     "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}},
+    {"name": "read_file", "description": "Read a text file.",
+     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
+    {"name": "write_file", "description": "Write a text file.",
+     "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                    "required": ["path", "content"]}},
+    {"name": "mem_ls", "description": "List your engram memories.", "parameters": {"type": "object", "properties": {}}},
+    {"name": "mem_get", "description": "Read one engram memory.",
+     "parameters": {"type": "object", "properties": {"slug": {"type": "string"}}, "required": ["slug"]}},
+    {"name": "mem_set", "description": "Write one engram memory.",
+     "parameters": {"type": "object", "properties": {"slug": {"type": "string"}, "value": {"type": "string"}},
+                    "required": ["slug", "value"]}},
+    {"name": "chan_read", "description": "Read the channel's messages.", "parameters": {"type": "object", "properties": {}}},
+    {"name": "chan_reply", "description": "Reply in a message's thread.",
+     "parameters": {"type": "object", "properties": {"message_id": {"type": "string"}, "text": {"type": "string"}},
+                    "required": ["message_id", "text"]}},
+]
+
+
+class EndpointError(Exception):
+    pass
+
+
+def _run(argv, stdin=None, timeout=SHELL_TIMEOUT, cwd=None):
+    try:
+        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+        out = (proc.stdout + proc.stderr)[-OUTPUT_CAP:]
+        return out, proc.returncode
+    except subprocess.TimeoutExpired:
+        return "timed out after %ds" % timeout, 124
+
+
+def run_tool(name, args, workdir):
+    if name == "shell":
+        return _run(["sh", "-c", args.get("command", "")], cwd=workdir)
+    if name == "read_file":
+        try:
+            with open(os.path.join(workdir, args["path"]), encoding="utf-8", errors="replace") as handle:
+                return handle.read(OUTPUT_CAP), 0
+        except OSError as exc:
+            return str(exc), 1
+    if name == "write_file":
+        try:
+            path = os.path.join(workdir, args["path"])
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(args.get("content", ""))
+            return "wrote %s" % args["path"], 0
+        except OSError as exc:
+            return str(exc), 1
+    if name == "mem_ls":
+        return _run(["mem", "ls"])
+    if name == "mem_get":
+        return _run(["mem", "get", args.get("slug", "")])
+    if name == "mem_set":
+        return _run(["mem", "set", args.get("slug", ""), "-"], stdin=args.get("value", ""))
+    if name == "chan_read":
+        return _run(["chan", "read"])
+    if name == "chan_reply":
+        return _run(["chan", "reply", args.get("message_id", ""), "-"], stdin=args.get("text", ""))
+    return "unknown tool %s" % name, 127
+
+
+def instruction_from_relay():
+    if not os.environ.get("ORCHESTRA_RELAY_URL"):
+        return None
+    try:
+        import orchestra_client as relay
+        client = relay.Client()
+        me = client.whoami()["pubkey"]
+        asks = [m for m in client.messages() if m["author_role"] == "user" and me in m["mentioned_pubkeys"]]
+    except Exception as exc:  # the file is still there
+        sys.stderr.write("relay unavailable: %s\n" % exc)
+        return None
+    if not asks:
+        return None
+    return "[message %s from the user]\n%s" % (asks[-1]["id"], asks[-1]["content"])
+
+
+def chat(messages, generation):
+    url = os.environ["ORCHESTRA_MODEL_URL"].rstrip("/") + "/chat/completions"
+    body = dict(generation)
+    body.update(model=os.environ.get("ORCHESTRA_MODEL", "default"), messages=messages,
+                tools=[{"type": "function", "function": t} for t in TOOLS])
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
+        "Content-Type": "application/json", "Authorization": "Bearer " + os.environ.get("ORCHESTRA_MODEL_TOKEN", "")})
+    try:
+        with urllib.request.urlopen(request, timeout=180) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            detail = json.loads(exc.read())["error"]
+        except Exception:
+            detail = {"message": exc.reason}
+        raise EndpointError("%s (%s)" % (detail.get("message"), exc.code)) from None
+    except urllib.error.URLError as exc:
+        raise EndpointError("endpoint unreachable: %s" % exc.reason) from None
+
+
+def main():
+    workdir = os.environ.get("ORCHESTRA_WORKDIR", os.getcwd())
+    deadline = float(os.environ.get("ORCHESTRA_DEADLINE", time.time() + 3600))
+    generation = json.loads(os.environ.get("ORCHESTRA_GENERATION") or "{}")
+    if "max_output_tokens" in generation:
+        generation["max_tokens"] = generation.pop("max_output_tokens")
+    max_calls = int(os.environ.get("ORCHESTRA_MAX_CALLS") or 50)
+    no_memory = os.environ.get("ORCHESTRA_NO_MEMORY") == "1"
+    instruction = instruction_from_relay()
+    if instruction is None:
+        with open("/logs/agent/instruction.md", encoding="utf-8") as handle:
+            instruction = handle.read()
+    system, user = SYSTEM, instruction
+    if not no_memory:
+        facts = memory.load_facts(workdir=workdir)
+        pins = memory.pinned(facts)
+        if pins:
+            system += "\n\nRules you always follow:\n" + memory.render(pins)
+        hits, suppressed = memory.recall(instruction, [f for f in facts if f not in pins])
+        block = memory.render(hits)
+        trajectory.memory_recall([h["id"] for h in pins + hits], len(block) + len(memory.render(pins)), suppressed)
+        if block:
+            user = "<recall>\n%s\n</recall>\n\n%s" % (block, instruction)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    trajectory.event("message", instruction)
+    for _call in range(max_calls):
+        if time.time() > deadline - DEADLINE_MARGIN:
+            trajectory.event("text", "stopped: deadline near")
+            return 3
+        try:
+            response = chat(messages, generation)
+        except EndpointError as exc:
+            trajectory.event("text", "endpoint error: %s" % exc)
+            sys.stderr.write("endpoint error: %s\n" % exc)
+            return 4 if "budget exceeded" in str(exc) else 5
+        message = response["choices"][0]["message"]
+        messages.append({k: v for k, v in message.items() if v is not None})
+        calls = message.get("tool_calls") or []
+        if not calls:
+            trajectory.event("message", message.get("content") or "")
+            print(message.get("content") or "")
+            return 0
+        for call in calls:
+            name = call["function"]["name"]
+            try:
+                args = json.loads(call["function"].get("arguments") or "{}")
+            except ValueError:
+                args = {}
+            tool = {"id": call["id"], "name": name, "args": args}
+            trajectory.event("tool_dispatch", tool=tool)
+            output, code = run_tool(name, args, workdir)
+            trajectory.event("tool_result", tool=dict(tool, output=output, err="" if code == 0 else "exit %d" % code,
+                                                      exit_code=code))
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+    trajectory.event("text", "stopped: max_calls reached")
+    return 4

@@ -1,0 +1,32 @@
+"""reference: the stdlib LLM agent of the agent stack (`orchestra-agent`), wired to the
+model proxy; generation settings and the call budget come from the manifest."""
+
+from __future__ import annotations
+
+import json
+
+from orchestrator.models.manifest import RosterMember
+from orchestrator.tasks import Task
+
+PROMPT_PATH = "/opt/orchestra-prompt/system.md"
+
+
+class ReferenceAgent:
+    name = "reference"
+
+    def __init__(self, member: RosterMember, prompt: bytes | None = None):
+        self.member, self.prompt = member, prompt
+
+    def files(self, task: Task) -> dict[str, bytes]:
+        return {PROMPT_PATH: self.prompt} if self.prompt is not None else {}
+
+    def env(self, task: Task) -> dict[str, str]:
+        env = {"ORCHESTRA_GENERATION": json.dumps(self.member.generation, sort_keys=True)}
+        if self.member.budget.max_calls is not None:
+            env["ORCHESTRA_MAX_CALLS"] = str(self.member.budget.max_calls)
+        if self.prompt is not None:
+            env["ORCHESTRA_PROMPT_FILE"] = PROMPT_PATH
+        return env
+
+    def command(self, task: Task) -> str | None:
+        return "orchestra-agent"

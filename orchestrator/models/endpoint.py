@@ -1,0 +1,101 @@
+"""Endpoint configs (DESIGN 3.3): a map from endpoint name to where and how to call a model.
+
+They stay outside the manifest hash. API keys are read from the host environment only for
+the endpoints a run uses, and never enter a container: the agent talks to orchestra's
+model proxy with a per-trial token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from orchestrator.errors import InputError
+
+# Variables orchestra itself sets in the agent container; an endpoint may not override them.
+WIRING_PREFIXES = ("ORCHESTRA_",)
+WIRING_NAMES = {"TMPDIR", "OPENAI_BASE_URL", "OPENAI_API_KEY", "PATH", "HOME"}
+
+
+class Endpoint(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    provider: Literal["openai", "replay"] = "openai"
+    base_url: str = ""
+    model: str
+    api_key_env: str | None = None
+    env: dict[str, str] = {}
+    script: str | None = None  # replay: the script file, relative to the config file
+
+    @field_validator("env")
+    @classmethod
+    def _no_wiring(cls, env: dict[str, str]) -> dict[str, str]:
+        bad = sorted(k for k in env if k.startswith(WIRING_PREFIXES) or k in WIRING_NAMES)
+        if bad:
+            raise ValueError(f"may not override orchestra's wiring variables: {', '.join(bad)}")
+        return env
+
+
+class EndpointConfig(BaseModel):
+    endpoints: dict[str, Endpoint]
+    sources: dict[str, Path] = {}  # endpoint name -> the file it came from
+
+    def resolve(self, name: str) -> Endpoint:
+        if name not in self.endpoints:
+            known = ", ".join(sorted(self.endpoints)) or "none"
+            raise InputError(f"endpoint {name!r}: not in the endpoint config (known: {known})")
+        return self.endpoints[name]
+
+    def script_path(self, name: str) -> Path:
+        endpoint = self.resolve(name)
+        if not endpoint.script:
+            raise InputError(f"{self.sources[name]}: field '{name}.script': required for provider replay")
+        return (self.sources[name].parent / endpoint.script).resolve()
+
+    def api_key(self, name: str) -> str | None:
+        """The key from the host environment, or a clear error naming the variable."""
+        endpoint = self.resolve(name)
+        if endpoint.provider == "replay" or not endpoint.api_key_env:
+            return None
+        value = os.environ.get(endpoint.api_key_env)
+        if not value:
+            raise InputError(
+                f"endpoint {name!r} needs the API key in ${endpoint.api_key_env}, which is not set "
+                f"({self.sources[name]}). Export it, or run offline with the replay endpoint "
+                "(manifests/solo-replay.yaml).")
+        return value
+
+
+def load_endpoints(paths: list[Path]) -> EndpointConfig:
+    endpoints: dict[str, Endpoint] = {}
+    sources: dict[str, Path] = {}
+    problems = []
+    for path in paths:
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            problems.append(f"{path}: not readable JSON: {exc}")
+            continue
+        if not isinstance(raw, dict):
+            problems.append(f"{path}: expected a JSON object mapping endpoint names to configs")
+            continue
+        for name, body in raw.items():
+            if name in endpoints:
+                problems.append(f"{path}: endpoint {name!r} is also defined in {sources[name]}")
+                continue
+            try:
+                endpoints[name] = Endpoint.model_validate(body)
+                sources[name] = path.resolve()
+            except ValidationError as exc:
+                problems += [f"{path}: field '{name}.{'.'.join(str(p) for p in e['loc'])}': {e['msg']}"
+                             for e in exc.errors()]
+    if problems:
+        raise InputError(problems)
+    return EndpointConfig(endpoints=endpoints, sources=sources)
+
+
+def default_endpoint_files(root: Path = Path("endpoints")) -> list[Path]:
+    return sorted(root.glob("*.json")) if root.is_dir() else []

@@ -1,0 +1,237 @@
+"""The model proxy: keys stay on the host (DESIGN 3.3, 4).
+
+One per trial, bound to the trial network's gateway. The agent calls it with a per-trial
+token; the proxy forwards to the real endpoint with the API key added, retries 429 and 5xx
+(tenacity: exponential backoff with jitter, never past the trial's deadline), counts tokens
+and cost (prices from the manifest), and refuses calls past the budget with an error the
+agent sees. Error bodies from upstream are scrubbed of the key before they reach the agent.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import structlog
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_random_exponential,
+)
+
+from orchestrator.models.manifest import Budget
+
+log = structlog.get_logger()
+MAX_REQUEST = 8 * 1024 * 1024
+
+
+class Retryable(Exception):
+    def __init__(self, status: int, body: bytes):
+        super().__init__(f"upstream answered {status}")
+        self.status, self.body = status, body
+
+
+@dataclass
+class ProxyStats:
+    calls: int = 0
+    refused_budget: int = 0
+    upstream_errors: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+
+
+class ModelProxy:
+    def __init__(self, host: str, upstream: str, model: str, api_key: str | None,
+                 budget: Budget, prices: dict[str, float], deadline: float,
+                 max_attempts: int = 6, backoff_max: float = 8.0):
+        self.upstream, self.model, self.api_key = upstream.rstrip("/"), model, api_key
+        self.budget, self.prices, self.deadline = budget, prices, deadline
+        self.max_attempts, self.backoff_max = max_attempts, backoff_max
+        self.token = secrets.token_hex(24)
+        self.stats = ProxyStats()
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):  # noqa: N802
+                status, body = proxy.handle(self.path, self.headers, self.rfile)
+                data = proxy.scrub(json.dumps(body).encode() if isinstance(body, dict) else body)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format, *args):
+                log.debug("proxy.request", line=format % args)
+
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
+        self.httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True, name="model-proxy")
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> ModelProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def scrub(self, data: bytes) -> bytes:
+        if self.api_key:
+            data = data.replace(self.api_key.encode(), b"***")
+        return data
+
+    def env(self) -> dict[str, str]:
+        """What the agent container gets: the proxy's address and a trial token, never a key."""
+        return {"ORCHESTRA_MODEL_URL": self.url, "ORCHESTRA_MODEL_TOKEN": self.token,
+                "ORCHESTRA_MODEL": self.model, "OPENAI_BASE_URL": self.url,
+                "OPENAI_API_KEY": self.token}
+
+    def _over_budget(self) -> str | None:
+        b, s = self.budget, self.stats
+        if b.max_calls is not None and s.calls >= b.max_calls:
+            return f"max_calls={b.max_calls} reached"
+        if b.tokens is not None and s.prompt_tokens + s.completion_tokens >= b.tokens:
+            return f"tokens={b.tokens} reached"
+        if b.cost is not None and s.cost >= b.cost:
+            return f"cost={b.cost} reached"
+        return None
+
+    def handle(self, path: str, headers, rfile) -> tuple[int, dict | bytes]:
+        auth = headers.get("Authorization", "")
+        if not hmac.compare_digest(auth, f"Bearer {self.token}"):
+            return 401, {"error": {"message": "orchestra proxy: bad or missing trial token", "type": "auth"}}
+        if not path.rstrip("/").endswith("/chat/completions"):
+            return 404, {"error": {"message": f"orchestra proxy: no route {path}"}}
+        length = int(headers.get("Content-Length") or 0)
+        if length > MAX_REQUEST:
+            return 413, {"error": {"message": "orchestra proxy: request too large"}}
+        try:
+            request = json.loads(rfile.read(length) or b"{}")
+        except json.JSONDecodeError:
+            return 400, {"error": {"message": "orchestra proxy: body is not JSON"}}
+        with self._lock:
+            refusal = self._over_budget()
+            if refusal:
+                self.stats.refused_budget += 1
+            else:
+                self.stats.calls += 1
+        if refusal:
+            return 402, {"error": {"message": f"orchestra budget exceeded: {refusal}; no more model calls in this trial",
+                                   "type": "budget_exceeded", "code": "budget_exceeded"}}
+        request["model"] = self.model
+        try:
+            status, body = self._forward(json.dumps(request).encode())
+        except RetryError as exc:
+            last = exc.last_attempt.exception()
+            with self._lock:
+                self.stats.upstream_errors += 1
+            message = f"orchestra proxy: endpoint failed after retries ({last})"
+            return 502, {"error": {"message": message, "type": "endpoint_error"}}
+        if status == 200:
+            self._count(body)
+        return status, body
+
+    def _forward(self, data: bytes) -> tuple[int, bytes]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        remaining = max(1.0, self.deadline - time.time())
+        for attempt in Retrying(
+            retry=retry_if_exception_type((Retryable, urllib.error.URLError, TimeoutError)),
+            wait=wait_random_exponential(multiplier=0.25, max=self.backoff_max),
+            stop=stop_after_attempt(self.max_attempts) | stop_before_delay(remaining),
+        ):
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    with self._lock:
+                        self.stats.retries += 1
+                request = urllib.request.Request(self.upstream + "/chat/completions", data=data,
+                                                 headers=headers, method="POST")
+                try:
+                    with urllib.request.urlopen(request, timeout=min(120, remaining)) as response:
+                        return response.status, response.read()
+                except urllib.error.HTTPError as exc:
+                    body = exc.read()
+                    if exc.code == 429 or exc.code >= 500:
+                        raise Retryable(exc.code, body) from None
+                    return exc.code, body
+        raise AssertionError("unreachable")
+
+    def _count(self, body: bytes) -> None:
+        try:
+            usage = json.loads(body).get("usage") or {}
+        except (json.JSONDecodeError, AttributeError):
+            return
+        prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        with self._lock:
+            self.stats.prompt_tokens += prompt
+            self.stats.completion_tokens += completion
+            self.stats.cost += (prompt * self.prices.get("input", 0.0)
+                                + completion * self.prices.get("output", 0.0)) / 1e6
+
+    def summary(self) -> dict:
+        return asdict(self.stats)
+
+
+@dataclass
+class Upstream:
+    """Where one endpoint's calls go from the host: a real base URL, or a replay server."""
+
+    name: str
+    url: str
+    model: str
+    api_key: str | None
+    env: dict
+
+
+class Upstreams:
+    """The endpoints a job uses, resolved once: keys read, replay servers started."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Upstream] = {}
+        self._servers: list = []
+
+    @classmethod
+    def open(cls, names: set[str], config) -> Upstreams:
+        from orchestrator.replay import ReplayServer, load_script
+
+        upstreams = cls()
+        for name in sorted(names):
+            endpoint = config.resolve(name)
+            if endpoint.provider == "replay":
+                server = ReplayServer(load_script(config.script_path(name))).start()
+                upstreams._servers.append(server)
+                url, key = server.url, None
+            else:
+                url, key = endpoint.base_url, config.api_key(name)
+            upstreams.by_name[name] = Upstream(name, url, endpoint.model, key, dict(endpoint.env))
+        return upstreams
+
+    def secrets(self) -> list[str]:
+        return [u.api_key for u in self.by_name.values() if u.api_key]
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.stop()

@@ -1,0 +1,202 @@
+"""The replay endpoint: a real HTTP server speaking OpenAI's chat-completions protocol,
+answering from a script (no model, no network). Used by the tests and `make demo`.
+
+Script (YAML):
+
+    fail_first: {status: 429, times: 2}    # optional: the first N calls fail (retry tests)
+    rules:                                 # tried in order; the first that matches answers
+      - when: {instruction: "hello.txt", turn: 0}      # substring of the first user message;
+                                                       # turn = assistant messages so far
+        extract: {cmd: "make check-fast --tag=MEMKEY-[A-Z0-9]+"}  # regexes over the whole
+                                                       # conversation (group 1 if any);
+                                                       # no match = rule skipped
+        reply:
+          tool_calls: [{name: shell, arguments: {command: "echo '{cmd}' > answer.txt"}}]
+      - when: {instruction: "hello.txt"}
+        reply: {content: "Done."}
+
+`when` also takes `last_tool_output` (substring of the latest tool result). `{name}` in a
+reply is replaced by what `extract` found. `trajectory: PATH` instead of `rules` replays the
+tool calls of a recorded trajectory.jsonl in order, then its last message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import structlog
+import yaml
+
+from orchestrator.errors import InputError
+
+log = structlog.get_logger()
+
+
+def load_script(path: Path) -> dict:
+    try:
+        script = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: replay script not readable: {exc}") from exc
+    if not isinstance(script, dict) or not ("rules" in script or "trajectory" in script):
+        raise InputError(f"{path}: a replay script is a mapping with `rules` (or `trajectory`)")
+    if "trajectory" in script:
+        script["rules"] = _rules_from_trajectory((path.parent / script["trajectory"]).resolve())
+    for index, rule in enumerate(script["rules"]):
+        if not isinstance(rule, dict) or "reply" not in rule:
+            raise InputError(f"{path}: field 'rules.{index}.reply': required")
+        for name, pattern in (rule.get("extract") or {}).items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise InputError(f"{path}: field 'rules.{index}.extract.{name}': bad regex: {exc}") from exc
+    return script
+
+
+def _rules_from_trajectory(path: Path) -> list[dict]:
+    rules, turn, last_text = [], 0, "Done."
+    for line in path.read_text().splitlines():
+        event = json.loads(line).get("event") or {}
+        if event.get("kind") == "tool_dispatch":
+            tool = event["tool"]
+            args = tool["args"] if isinstance(tool["args"], dict) else {"command": tool["args"]}
+            rules.append({"when": {"turn": turn}, "reply": {"tool_calls": [{"name": tool["name"], "arguments": args}]}})
+            turn += 1
+        elif event.get("kind") in ("message", "text") and event.get("text"):
+            last_text = event["text"]
+    rules.append({"when": {}, "reply": {"content": last_text}})
+    return rules
+
+
+def _conversation_text(messages: list[dict]) -> str:
+    parts = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = " ".join(c.get("text", "") for c in content if isinstance(c, dict))
+        parts.append(str(content or ""))
+    return "\n".join(parts)
+
+
+class ReplayEngine:
+    def __init__(self, script: dict):
+        self.script = script
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def answer(self, request: dict) -> tuple[int, dict]:
+        with self._lock:
+            self.calls += 1
+            calls = self.calls
+        fail = self.script.get("fail_first") or {}
+        if calls <= int(fail.get("times", 0)):
+            status = int(fail.get("status", 429))
+            return status, {"error": {"message": f"replay: scripted failure {calls}", "type": "scripted"}}
+        messages = request.get("messages") or []
+        users = [m for m in messages if m.get("role") == "user"]
+        instruction = _conversation_text(users[:1])
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        tools = [m for m in messages if m.get("role") == "tool"]
+        last_tool = _conversation_text(tools[-1:]) if tools else ""
+        text = _conversation_text(messages)
+        for rule in self.script["rules"]:
+            when = rule.get("when") or {}
+            if "instruction" in when and when["instruction"] not in instruction:
+                continue
+            if "turn" in when and when["turn"] != turn:
+                continue
+            if "last_tool_output" in when and when["last_tool_output"] not in last_tool:
+                continue
+            found = {}
+            for name, pattern in (rule.get("extract") or {}).items():
+                match = re.search(pattern, text)
+                if match is None:
+                    break
+                found[name] = match.group(1) if match.groups() else match.group(0)
+            else:
+                return 200, self._completion(request, rule["reply"], found, text)
+        return 200, self._completion(request, {"content": "I have nothing scripted for this."}, {}, text)
+
+    @staticmethod
+    def _fill(value, found: dict):
+        if isinstance(value, str):
+            for name, text in found.items():
+                value = value.replace("{" + name + "}", text)
+            return value
+        if isinstance(value, dict):
+            return {k: ReplayEngine._fill(v, found) for k, v in value.items()}
+        if isinstance(value, list):
+            return [ReplayEngine._fill(v, found) for v in value]
+        return value
+
+    def _completion(self, request: dict, reply: dict, found: dict, prompt: str) -> dict:
+        reply = self._fill(reply, found)
+        message: dict = {"role": "assistant", "content": reply.get("content")}
+        if reply.get("tool_calls"):
+            message["tool_calls"] = [
+                {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                 "function": {"name": call["name"], "arguments": json.dumps(call.get("arguments", {}))}}
+                for call in reply["tool_calls"]]
+        completion_tokens = max(1, len(json.dumps(message)) // 4)
+        return {
+            "id": f"chatcmpl-replay-{uuid.uuid4().hex[:12]}", "object": "chat.completion",
+            "created": int(time.time()), "model": request.get("model", "replay"),
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+            "usage": {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": completion_tokens,
+                      "total_tokens": max(1, len(prompt) // 4) + completion_tokens},
+        }
+
+
+class ReplayServer:
+    """Serves a ReplayEngine on host:port (port 0: any free one)."""
+
+    def __init__(self, script: dict, host: str = "127.0.0.1", port: int = 0):
+        self.engine = ReplayEngine(script)
+        engine = self.engine
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    request = json.loads(self.rfile.read(length) or b"{}")
+                except json.JSONDecodeError:
+                    request = None
+                if not self.path.rstrip("/").endswith("/chat/completions") or not isinstance(request, dict):
+                    status, body = 400, {"error": {"message": "POST a chat completion to /v1/chat/completions"}}
+                else:
+                    status, body = engine.answer(request)
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format, *args):
+                log.debug("replay.request", line=format % args)
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True, name="replay")
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> ReplayServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
