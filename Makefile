@@ -6,6 +6,7 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+DEMO    := $(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: setup docker base-image demo test test-unit test-integration lint bench cleanup
 
@@ -24,7 +25,10 @@ base-image: setup docker
 	$(BIN)/orchestra images bootstrap
 
 demo: base-image
-	$(BIN)/orchestra run --path tasks/examples --manifest manifests/oracle.yaml --n-concurrent 3
+	$(BIN)/orchestra run --path tasks --manifest manifests/oracle.yaml --n-concurrent 4 --job-name demo-oracle-$(DEMO)
+	$(BIN)/orchestra run --path tasks/memorybench --manifest manifests/solo-replay.yaml --n-concurrent 4 --job-name demo-on-$(DEMO) --json jobs/demo-on-$(DEMO).json
+	$(BIN)/orchestra run --path tasks/memorybench --manifest manifests/solo-replay.yaml --policy memory-off --n-concurrent 4 --job-name demo-off-$(DEMO) --json jobs/demo-off-$(DEMO).json
+	$(BIN)/orchestra compare jobs/demo-on-$(DEMO).json jobs/demo-off-$(DEMO).json --markdown jobs/demo-compare-$(DEMO).md
 
 test: base-image
 	$(BIN)/pytest tests -q

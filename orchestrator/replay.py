@@ -87,6 +87,7 @@ class ReplayEngine:
     def __init__(self, script: dict):
         self.script = script
         self.calls = 0
+        self.authorizations: list[str] = []  # what callers sent (tests check the proxy adds keys)
         self._lock = threading.Lock()
 
     def answer(self, request: dict) -> tuple[int, dict]:
@@ -164,6 +165,7 @@ class ReplayServer:
             protocol_version = "HTTP/1.1"
 
             def do_POST(self):  # noqa: N802
+                engine.authorizations.append(self.headers.get("Authorization", ""))
                 length = int(self.headers.get("Content-Length") or 0)
                 try:
                     request = json.loads(self.rfile.read(length) or b"{}")

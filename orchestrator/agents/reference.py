@@ -1,5 +1,6 @@
 """reference: the stdlib LLM agent of the agent stack (`orchestra-agent`), wired to the
-model proxy; generation settings and the call budget come from the manifest."""
+model proxy. Generation settings come from the manifest; its budget is enforced by the
+proxy, whose refusal the agent sees and stops on (exit 4, agent_outcome budget_exceeded)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,6 @@ class ReferenceAgent:
 
     def env(self, task: Task) -> dict[str, str]:
         env = {"ORCHESTRA_GENERATION": json.dumps(self.member.generation, sort_keys=True)}
-        if self.member.budget.max_calls is not None:
-            env["ORCHESTRA_MAX_CALLS"] = str(self.member.budget.max_calls)
         if self.prompt is not None:
             env["ORCHESTRA_PROMPT_FILE"] = PROMPT_PATH
         return env

@@ -5,7 +5,8 @@ Instruction: the latest user message mentioning this agent on the relay, else
 system prompt and the user turn carries a recall block (BM25 over the fact files, top-k,
 size-capped), recorded as a memory_recall record; with the flag set nothing is injected or
 recalled. It stops calling the model before ORCHESTRA_DEADLINE and honours the manifest's
-generation settings (ORCHESTRA_GENERATION, JSON) and call budget (ORCHESTRA_MAX_CALLS).
+generation settings (ORCHESTRA_GENERATION, JSON; max_turns bounds its loop) and stops when
+the proxy refuses a call past the budget.
 It always writes the trajectory of DESIGN 3.6.
 """
 
@@ -133,7 +134,7 @@ def main():
     generation = json.loads(os.environ.get("ORCHESTRA_GENERATION") or "{}")
     if "max_output_tokens" in generation:
         generation["max_tokens"] = generation.pop("max_output_tokens")
-    max_calls = int(os.environ.get("ORCHESTRA_MAX_CALLS") or 50)
+    max_turns = int(generation.pop("max_turns", 50))
     no_memory = os.environ.get("ORCHESTRA_NO_MEMORY") == "1"
     instruction = instruction_from_relay()
     if instruction is None:
@@ -152,7 +153,7 @@ def main():
             user = "<recall>\n%s\n</recall>\n\n%s" % (block, instruction)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     trajectory.event("message", instruction)
-    for _call in range(max_calls):
+    for _turn in range(max_turns):
         if time.time() > deadline - DEADLINE_MARGIN:
             trajectory.event("text", "stopped: deadline near")
             return 3
@@ -181,5 +182,5 @@ def main():
             trajectory.event("tool_result", tool=dict(tool, output=output, err="" if code == 0 else "exit %d" % code,
                                                       exit_code=code))
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
-    trajectory.event("text", "stopped: max_calls reached")
+    trajectory.event("text", "stopped: max_turns reached")
     return 4

@@ -1,0 +1,187 @@
+"""The reference agent, the model proxy and command agents in real trials."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, make_task
+
+from orchestrator.job import JobOptions, run_job
+from orchestrator.models.endpoint import load_endpoints
+from orchestrator.models.manifest import Manifest, load_manifest
+from orchestrator.models.result import TrialResult
+from orchestrator.replay import ReplayServer
+from orchestrator.tasks import load_tasks
+
+ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
+ENDPOINTS = [ROOT / "endpoints/replay.json", ROOT / "endpoints/openai-live.json"]
+
+
+def run_with(runtime, path, jobs, manifest: Manifest, endpoints=ENDPOINTS, **kw):
+    options = JobOptions(job_name=f"ref-{uuid.uuid4().hex[:8]}", jobs_dir=jobs, n_concurrent=3,
+                         endpoints=load_endpoints(endpoints), **kw)
+    job = run_job(runtime, load_tasks(path), manifest, options)
+    trials = {}
+    for folder in (jobs / options.job_name / "trials").iterdir():
+        r = TrialResult.model_validate_json((folder / "result.json").read_text())
+        trials[r.task.split("/")[-1]] = (r, folder)
+    return job, trials
+
+
+def test_the_reference_agent_on_replay_solves_examples_and_memory_retrieval(runtime, tmp_path):
+    import shutil
+    ds = tmp_path / "ds"
+    shutil.copytree(ROOT / "tasks/examples", ds / "examples")
+    shutil.copytree(ROOT / "tasks/relay-native/memory-retrieval", ds / "relay-native/memory-retrieval")
+    _, trials = run_with(runtime, ds, tmp_path / "jobs", load_manifest(ROOT / "manifests/solo-replay.yaml"))
+    assert {n: r.reward["reward"] for n, (r, _) in trials.items()} == {
+        "hello-file": 1.0, "artifact-report": 1.0, "multi-metric": 1.0, "memory-retrieval": 1.0}
+    for name, (result, folder) in trials.items():
+        lines = (folder / "agent/trajectory.jsonl").read_text().splitlines()
+        kinds = [json.loads(line).get("event", {}).get("kind") for line in lines]
+        assert "tool_dispatch" in kinds and "tool_result" in kinds, name
+        assert result.agent_outcome == "ok" and result.model["calls"] >= 2 and result.tokens > 0
+    # memory-retrieval runs with its no-memory flag: nothing recalled, it used mem itself
+    mr_lines = [json.loads(x) for x in (trials["memory-retrieval"][1] / "agent/trajectory.jsonl").read_text().splitlines()]
+    assert not any("memory_recall" in x for x in mr_lines)
+    assert [x["event"]["tool"]["name"] for x in mr_lines if x.get("event", {}).get("kind") == "tool_dispatch"] == [
+        "mem_ls", "mem_get", "chan_reply"]
+
+
+def script_endpoint(tmp_path, script: dict, name="scripted") -> Path:
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(script))
+    path = tmp_path / "endpoints.json"
+    path.write_text(json.dumps({name: {"provider": "replay", "model": "m", "script": "script.yaml"}}))
+    return path
+
+
+def manifest(endpoint: str, **member) -> Manifest:
+    return Manifest.model_validate({"condition": "t", "roster": [
+        {"id": "lead", "kind": "orchestrator", "agent": "reference", "endpoint": endpoint, **member}]})
+
+
+SHELL_FOREVER = {"rules": [{"when": {}, "reply": {"tool_calls": [{"name": "shell", "arguments": {"command": "touch /app/ok"}}]}}]}
+
+
+def test_a_budget_of_two_calls_stops_the_third_and_the_agent_sees_why(runtime, tmp_path):
+    make_task(tmp_path / "ds", "loop")
+    endpoints = script_endpoint(tmp_path, SHELL_FOREVER)
+    _, trials = run_with(runtime, tmp_path / "ds", tmp_path / "jobs",
+                         manifest("scripted", budget={"max_calls": 2}), endpoints=[endpoints])
+    result, folder = trials["loop"]
+    assert result.model["calls"] == 2 and result.model["refused_budget"] == 1
+    assert result.agent_outcome == "budget_exceeded" and result.agent_exit_code == 4
+    assert "budget exceeded: max_calls=2" in (folder / "agent/trajectory.jsonl").read_text()
+    assert result.reward == {"reward": 1.0}  # the work it did before still counts
+
+
+def test_429_twice_then_200_is_retried_and_the_trial_succeeds(runtime, tmp_path):
+    make_task(tmp_path / "ds", "flaky")
+    script = {"fail_first": {"status": 429, "times": 2}, "rules": [
+        {"when": {"turn": 0}, "reply": {"tool_calls": [{"name": "shell", "arguments": {"command": "touch /app/ok"}}]}},
+        {"when": {}, "reply": {"content": "done"}}]}
+    _, trials = run_with(runtime, tmp_path / "ds", tmp_path / "jobs", manifest("scripted"),
+                         endpoints=[script_endpoint(tmp_path, script)])
+    result, _ = trials["flaky"]
+    assert result.reward == {"reward": 1.0} and result.model["retries"] == 2
+    assert result.agent_outcome == "ok"
+
+
+def test_the_api_key_appears_nowhere_in_the_job_folder_or_the_containers(runtime, tmp_path, monkeypatch):
+    key = "sk-fake-" + uuid.uuid4().hex
+    monkeypatch.setenv("ORCH_FAKE_KEY", key)
+    upstream = ReplayServer({"rules": [
+        {"when": {"turn": 0}, "reply": {"tool_calls": [{"name": "shell", "arguments": {"command": "env; touch /app/ok"}}]}},
+        {"when": {}, "reply": {"content": "done"}}]}).start()
+    endpoints = tmp_path / "live.json"
+    endpoints.write_text(json.dumps({"live": {"provider": "openai", "base_url": upstream.url, "model": "gpt-test",
+                                              "api_key_env": "ORCH_FAKE_KEY"}}))
+    make_task(tmp_path / "ds", "secret", toml="[verifier]\nenvironment_mode = 'shared'\n")
+    inspected: list[str] = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            for row in runtime.api.containers(all=True, filters={"label": "orchestra.kind"}):
+                try:
+                    inspected.append(json.dumps(runtime.api.inspect_container(row["Id"])))
+                except Exception:
+                    pass
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        _, trials = run_with(runtime, tmp_path / "ds", tmp_path / "jobs", manifest("live"), endpoints=[endpoints])
+    finally:
+        stop.set()
+        watcher.join()
+        upstream.stop()
+    result, _ = trials["secret"]
+    assert result.reward == {"reward": 1.0}
+    assert upstream.engine.authorizations[0] == f"Bearer {key}"  # the proxy did add it upstream
+    kinds = {json.loads(i)["Config"]["Labels"]["orchestra.kind"] for i in inspected}
+    assert {"agent", "verifier"} <= kinds
+    assert not any(key in blob for blob in inspected)
+    for path in (tmp_path / "jobs").rglob("*"):
+        if path.is_file():
+            assert key not in path.read_text(errors="replace"), path
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("roster:\n  - {id: a, kind: orchestrator, agent: reference, endpoint: replay}\n"
+     "  - {id: b, kind: orchestrator, agent: nop}\n", "exactly one member"),
+    ("roster:\n  - {id: a, kind: orchestrator, agent: reference, endpoint: no-such}\n", "'no-such'"),
+    ("roster:\n  - {id: a, kind: orchestrator, agent: reference, endpoint: replay,\n"
+     "     prompt: {path: p.md, sha256: '0000'}}\n", "roster.a.prompt.sha256"),
+    ("roster:\n  - {id: a, kind: orchestrator, agent: reference, endpoint: openai-live}\n", "$OPENAI_API_KEY"),
+])
+def test_bad_manifests_and_missing_keys_exit_2(tmp_path, text, fragment):
+    make_task(tmp_path / "ds", "t")
+    (tmp_path / "p.md").write_text("You are careful.\n")
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OPENAI_API_KEY"}
+    proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--manifest", str(path),
+                           "--jobs-dir", str(tmp_path / "jobs"), "--endpoints", str(ENDPOINTS[0]),
+                           "--endpoints", str(ENDPOINTS[1])],
+                          capture_output=True, text=True, env={**env, "COLUMNS": "200"})
+    assert proc.returncode == 2, proc.stderr
+    assert fragment in proc.stderr, proc.stderr
+    assert not (tmp_path / "jobs").exists() or not list((tmp_path / "jobs").rglob("result.json"))
+
+
+def test_a_command_agent_installs_once_into_a_cached_layer_and_runs_its_template(runtime, tmp_path):
+    make_task(tmp_path / "ds", "cli")
+    install = """
+cat > /usr/local/bin/tiny-agent <<'PY'
+#!/usr/bin/env python3
+import json, sys
+instruction, workdir, deadline = sys.argv[1], sys.argv[2], int(sys.argv[3])
+text = open(instruction).read()
+open(workdir + "/ok", "w").write("done")
+with open("/logs/agent/trajectory.jsonl", "a") as t:
+    t.write(json.dumps({"seq": 0, "event": {"kind": "message", "text": "did: " + text.strip()}}) + "\\n")
+print("tiny-agent finished before", deadline)
+PY
+chmod +x /usr/local/bin/tiny-agent
+"""
+    lineup = Manifest.model_validate({"condition": "cli", "roster": [
+        {"id": "lead", "kind": "orchestrator", "agent": "command", "install": install,
+         "command": "tiny-agent {instruction_file} {workdir} {deadline}"}]})
+    job1, trials = run_with(runtime, tmp_path / "ds", tmp_path / "jobs", lineup)
+    result, folder = trials["cli"]
+    assert result.reward == {"reward": 1.0} and result.agent_outcome == "ok"
+    assert "tiny-agent finished before" in (folder / "agent/stdout.txt").read_text()
+    assert "did: Do the cli thing." in (folder / "agent/trajectory.jsonl").read_text()
+    assert result.image.endswith("-install-" + __import__("hashlib").sha256(install.encode()).hexdigest()[:12])
+    job2, _ = run_with(runtime, tmp_path / "ds", tmp_path / "jobs", lineup)
+    assert job2.images_built == 0

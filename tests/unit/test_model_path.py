@@ -1,0 +1,145 @@
+"""Replay endpoint, model proxy and endpoint configs over real HTTP on loopback."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from orchestrator.errors import InputError
+from orchestrator.models.endpoint import load_endpoints
+from orchestrator.models.manifest import Budget
+from orchestrator.proxy import ModelProxy
+from orchestrator.replay import ReplayEngine, ReplayServer, load_script
+
+SCRIPT = {"rules": [
+    {"when": {"instruction": "fast-check", "turn": 0}, "extract": {"cmd": "make check-fast --tag=MEMKEY-[A-Z0-9]+"},
+     "reply": {"tool_calls": [{"name": "shell", "arguments": {"command": "echo '{cmd}'"}}]}},
+    {"when": {"instruction": "fast-check", "turn": 0}, "reply": {"content": "guess: make check"}},
+    {"when": {}, "reply": {"content": "Done."}},
+]}
+
+
+def ask(text: str, turn: int = 0) -> dict:
+    messages = [{"role": "user", "content": text}] + [{"role": "assistant", "content": "x"}] * turn
+    return {"model": "m", "messages": messages}
+
+
+def test_replay_uses_a_fact_only_when_the_conversation_holds_it():
+    engine = ReplayEngine(SCRIPT)
+    _, with_fact = engine.answer(ask("<recall>make check-fast --tag=MEMKEY-EXACT7Q</recall> fast-check?"))
+    call = with_fact["choices"][0]["message"]["tool_calls"][0]
+    assert json.loads(call["function"]["arguments"]) == {"command": "echo 'make check-fast --tag=MEMKEY-EXACT7Q'"}
+    assert with_fact["choices"][0]["finish_reason"] == "tool_calls" and with_fact["usage"]["total_tokens"] > 0
+    _, without = engine.answer(ask("fast-check?"))
+    assert without["choices"][0]["message"]["content"] == "guess: make check"
+    _, later = engine.answer(ask("fast-check?", turn=1))
+    assert later["choices"][0]["message"]["content"] == "Done."
+
+
+def test_replay_scripts_are_validated(tmp_path):
+    bad = tmp_path / "s.yaml"
+    bad.write_text("rules:\n  - when: {}\n")
+    with pytest.raises(InputError, match="rules.0.reply"):
+        load_script(bad)
+    bad.write_text("rules:\n  - reply: {content: x}\n    extract: {a: '('}\n")
+    with pytest.raises(InputError, match="bad regex"):
+        load_script(bad)
+
+
+def post(url: str, token: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(url + "/chat/completions", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.fixture()
+def upstream():
+    servers = []
+
+    def start(script: dict) -> ReplayServer:
+        server = ReplayServer(script).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def proxy_for(server, budget=Budget(), key="sk-test-SECRET-123"):
+    return ModelProxy("127.0.0.1", server.url, "replay-model", key, budget,
+                      {"input": 1.0, "output": 2.0}, deadline=time.time() + 60, backoff_max=0.2).start()
+
+
+def test_the_proxy_adds_the_key_upstream_and_the_agent_never_needs_it(upstream):
+    server = upstream(SCRIPT)
+    proxy = proxy_for(server)
+    try:
+        status, body = post(proxy.url, proxy.token, ask("hello"))
+        assert status == 200 and body["choices"][0]["message"]["content"] == "Done."
+        assert server.engine.authorizations == ["Bearer sk-test-SECRET-123"]
+        assert "sk-test-SECRET-123" not in json.dumps(proxy.env())
+        status, body = post(proxy.url, "not-the-token", ask("hello"))
+        assert status == 401
+        assert proxy.stats.calls == 1 and proxy.stats.prompt_tokens > 0
+        assert proxy.stats.cost == pytest.approx((proxy.stats.prompt_tokens * 1 + proxy.stats.completion_tokens * 2) / 1e6)
+    finally:
+        proxy.stop()
+
+
+def test_a_budget_of_two_calls_refuses_the_third_with_an_error_the_agent_sees(upstream):
+    proxy = proxy_for(upstream(SCRIPT), budget=Budget(max_calls=2))
+    try:
+        codes = [post(proxy.url, proxy.token, ask("hello"))[0] for _ in range(2)]
+        status, body = post(proxy.url, proxy.token, ask("hello"))
+        assert codes == [200, 200] and status == 402
+        assert "budget exceeded: max_calls=2" in body["error"]["message"]
+        assert proxy.stats.refused_budget == 1
+    finally:
+        proxy.stop()
+
+
+def test_429_twice_then_200_is_retried_and_succeeds(upstream):
+    server = upstream({**SCRIPT, "fail_first": {"status": 429, "times": 2}})
+    proxy = proxy_for(server)
+    try:
+        status, body = post(proxy.url, proxy.token, ask("hello"))
+        assert status == 200 and proxy.stats.retries == 2 and server.engine.calls == 3
+    finally:
+        proxy.stop()
+
+
+def test_an_endpoint_that_keeps_failing_is_an_endpoint_error_without_the_key(upstream):
+    server = upstream({**SCRIPT, "fail_first": {"status": 503, "times": 100}})
+    proxy = ModelProxy("127.0.0.1", server.url, "m", "sk-test-SECRET-123", Budget(), {},
+                       deadline=time.time() + 60, max_attempts=3, backoff_max=0.1).start()
+    try:
+        status, body = post(proxy.url, proxy.token, ask("hello"))
+        assert status == 502 and body["error"]["type"] == "endpoint_error"
+        assert "SECRET" not in json.dumps(body) and proxy.stats.upstream_errors == 1
+    finally:
+        proxy.stop()
+
+
+def test_endpoint_configs_refuse_wiring_overrides_and_name_a_missing_key(tmp_path, monkeypatch):
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps({"x": {"model": "m", "env": {"ORCHESTRA_RELAY_URL": "evil"}}}))
+    with pytest.raises(InputError, match="wiring variables: ORCHESTRA_RELAY_URL"):
+        load_endpoints([path])
+    path.write_text(json.dumps({"live": {"base_url": "https://example.invalid/v1", "model": "m",
+                                         "api_key_env": "ORCH_TEST_KEY"}}))
+    monkeypatch.delenv("ORCH_TEST_KEY", raising=False)
+    config = load_endpoints([path])
+    with pytest.raises(InputError) as info:
+        config.api_key("live")
+    assert "$ORCH_TEST_KEY" in str(info.value) and "replay" in str(info.value)
+    with pytest.raises(InputError, match="not in the endpoint config"):
+        config.resolve("nope")
