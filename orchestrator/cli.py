@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -47,61 +49,100 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
 
 @app.command()
 def run(
-    path: Annotated[Path, typer.Option("--path", "-p", help="Task folder or dataset to run.")],
+    path: Annotated[Path | None, typer.Option("--path", "-p", help="Task folder or dataset to run.")] = None,
     manifest: Annotated[Path | None, typer.Option(help="Agent lineup (YAML).")] = None,
     agent: Annotated[str | None, typer.Option(help="Override the orchestrator's agent: oracle | nop | reference | command.")] = None,
     n_concurrent: Annotated[int, typer.Option("--n-concurrent", "-n", min=1, help="Trials at a time.")] = 4,
-    k: Annotated[int, typer.Option("-k", min=1, help="Attempts per task.")] = 1,
+    k: Annotated[int | None, typer.Option("-k", min=1, help="Attempts per task (default: per layer, regression 1, workflow 3).")] = None,
+    layer: Annotated[str | None, typer.Option(help="Only tasks of this [metadata] evaluation_layer: regression | workflow.")] = None,
     jobs_dir: Annotated[Path, typer.Option(help="Where job folders go.")] = Path("jobs"),
     job_name: Annotated[str | None, typer.Option(help="Job folder name (default: a timestamp).")] = None,
+    resume: Annotated[Path | None, typer.Option(help="Resume this job folder: run only trials without a complete result.")] = None,
     policy: Annotated[str, typer.Option(help="memory-on | memory-off")] = "memory-on",
     endpoints: Annotated[list[Path] | None, typer.Option(
         "--endpoints", help="Endpoint config JSON (repeatable; default: every endpoints/*.json).")] = None,
+    max_retries: Annotated[int, typer.Option(min=0, help="Retries of infrastructure failures per trial.")] = 2,
+    max_cpus: Annotated[float | None, typer.Option(help="Admission budget in cpus (default: the engine's).")] = None,
+    max_memory_mb: Annotated[int | None, typer.Option(help="Admission budget in MB (default: the engine's).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the job result here.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain progress lines, no live display.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
 ):
     """Run every task under PATH k times with the manifest's agents; grade each trial.
 
     Exit codes: 0 the job completed (whatever the rewards), 2 bad input (nothing
     started), 3 Docker unreachable or another failure before any trial ran, 4 an answer
-    leak was found (the suite stopped; see the trial's error).
+    leak was found (the suite stopped), 130 cancelled (Ctrl-C / SIGTERM; results kept).
     """
     from orchestrator.job import JobOptions, run_job
     from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
-    from orchestrator.models.manifest import default_manifest, load_manifest
+    from orchestrator.models.manifest import Manifest, default_manifest, load_manifest
+    from orchestrator.report.progress import Progress
     from orchestrator.report.summary import render_job
     from orchestrator.runtime.docker import DockerRuntime
     from orchestrator.tasks import load_tasks
     from orchestrator.util import write_json_atomic
 
-    name = job_name or dt.datetime.now().strftime("%Y-%m-%d__%H-%M-%S")
+    resumed_manifest_dir = None
     try:
+        if resume is not None:
+            config_file = resume / "config.json"
+            if not config_file.is_file():
+                raise InputError(f"{config_file}: not a job folder (no config.json)")
+            config = json.loads(config_file.read_text())
+            source = config.get("source") or {}
+            path = Path(source["path"]) if source.get("path") else path
+            jobs_dir, job_name = resume.parent, resume.name
+            lineup = Manifest.model_validate(config["manifest"])
+            policy, k, layer = config.get("policy", policy), config.get("k"), source.get("layer")
+            endpoints = [Path(p) for p in source.get("endpoints", [])] or endpoints
+            resumed_manifest_dir = source.get("manifest_dir")
+        if path is None:
+            raise InputError("--path: required (a task folder or a dataset)")
+        name = job_name or dt.datetime.now().strftime("%Y-%m-%d__%H-%M-%S")
         if policy not in ("memory-on", "memory-off"):
             raise InputError(f"--policy: {policy!r} is not memory-on or memory-off")
         if agent is not None and agent not in ("oracle", "nop", "reference", "command"):
             raise InputError(f"--agent: {agent!r} is not one of oracle, nop, reference, command")
-        if (jobs_dir / name / "result.json").exists():
-            raise InputError(f"{jobs_dir / name}: a finished job is already there; "
-                             "choose another --job-name (nothing was overwritten)")
+        if layer is not None and layer not in ("regression", "workflow"):
+            raise InputError(f"--layer: {layer!r} is not regression or workflow")
+        if resume is None and (jobs_dir / name / "result.json").exists():
+            raise InputError(f"{jobs_dir / name}: a finished job is already there; choose another "
+                             "--job-name or --resume it (nothing was overwritten)")
         tasks = load_tasks(path)
-        lineup = load_manifest(manifest) if manifest else default_manifest(agent or "oracle")
+        if layer is not None:
+            tasks = [t for t in tasks if t.config.metadata.evaluation_layer == layer]
+            if not tasks:
+                raise InputError(f"{path}: no task has [metadata] evaluation_layer = {layer!r}")
+        if resume is None:
+            lineup = load_manifest(manifest) if manifest else default_manifest(agent or "oracle")
         if agent:
             lineup = lineup.with_agent(agent)
+        endpoint_files = [p.resolve() for p in (endpoints or default_endpoint_files())]
+        if resume is not None:
+            manifest_dir = Path(resumed_manifest_dir) if resumed_manifest_dir else None
+        else:
+            manifest_dir = manifest.parent.resolve() if manifest else None
+        options = JobOptions(
+            job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=k, policy=policy,
+            manifest_dir=manifest_dir, max_retries=max_retries, max_cpus=max_cpus,
+            max_memory_mb=max_memory_mb, resume=resume is not None,
+            endpoints=load_endpoints(endpoint_files) if endpoint_files else None,
+            source={"path": str(path.resolve()), "layer": layer,
+                    "endpoints": [str(p) for p in endpoint_files],
+                    "manifest_dir": str(manifest_dir) if manifest_dir else None})
         logsetup.configure(verbose, jobs_dir / name / "events.jsonl")
         runtime = DockerRuntime(max_pool_size=n_concurrent * 3 + 8)
-        endpoint_files = endpoints or default_endpoint_files()
-        options = JobOptions(job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent,
-                             k=k, policy=policy, manifest_dir=manifest.parent if manifest else None,
-                             endpoints=load_endpoints(endpoint_files) if endpoint_files else None)
-
-        def progress(result, done, total):
-            reward = "-" if result.reward is None else f"{result.headline:g}"
-            err.print(f"[{done}/{total}] {result.task}#{result.attempt}: reward {reward} "
-                      f"({result.failure_mode.value})", highlight=False)
-
-        job = run_job(runtime, tasks, lineup, options, on_trial_done=progress)
+        _terminate_as_interrupt()
+        with Progress(err, live=False if quiet or verbose else None) as progress:
+            job = run_job(runtime, tasks, lineup, options, on_trial_done=progress.trial_done,
+                          on_phase=progress.phase)
     except (InputError, InfraError) as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        err.print(f"[yellow]cancelled[/]: unfinished trials are marked cancelled; resume with "
+                  f"`orchestra run --resume {jobs_dir / name}`")
+        raise typer.Exit(130) from None
     from orchestrator.models.result import TrialResult
 
     trials = [TrialResult.model_validate_json(p.read_text())
@@ -115,6 +156,20 @@ def run(
         err.print(f"[bold red]answer leak[/] in {leaks} trial(s): the agent read a task's memory "
                   "source files; the suite was stopped and its results are void.")
         raise typer.Exit(4)
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM cancels like Ctrl-C; a second signal during clean-up is noted, not obeyed."""
+    state = {"count": 0}
+
+    def handler(signum, frame):
+        state["count"] += 1
+        if state["count"] == 1:
+            raise KeyboardInterrupt
+        err.print("[yellow]still cleaning up; orchestra removes its containers before it exits[/]")
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
 
 
 @app.command("compare")
@@ -161,10 +216,13 @@ def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if p
 
 
 @app.command()
-def cleanup(images: Annotated[bool, typer.Option("--images", help="Also remove orchestra's images.")] = False):
-    """Remove every container, network and volume (and with --images, image) that carries
-    orchestra's labels, and the loop disks behind them."""
-    from orchestrator.job import reap
+def cleanup(
+    images: Annotated[bool, typer.Option("--images", help="Also prune orchestra's task images.")] = False,
+    keep_gb: Annotated[float | None, typer.Option(help="With --images: keep the most recently used up to this size.")] = None,
+):
+    """Remove every container, network and volume orchestra labelled (and the loop disks
+    behind them); with --images also task/agent images, least recently used first."""
+    from orchestrator.cleanup import prune_images, reap
     from orchestrator.runtime.base import LABEL_KIND
     from orchestrator.runtime.docker import DockerRuntime
 
@@ -175,11 +233,7 @@ def cleanup(images: Annotated[bool, typer.Option("--images", help="Also remove o
         _fail(exc)
     removed = reap(runtime, LABEL_KIND)
     if images:
-        refs = [i["Id"] for i in runtime.api.images(filters={"label": LABEL_KIND})
-                if (i.get("Labels") or {}).get(LABEL_KIND) != "base"]
-        for ref in refs:
-            runtime.remove_image(ref)
-        removed["images"] = len(refs)
+        removed["images"] = len(prune_images(runtime, keep_gb))
     console.print(", ".join(f"{n} {what}" for what, n in removed.items()) + " removed")
 
 

@@ -1,7 +1,6 @@
-"""Many trials: concurrency, k attempts, the disk watchdog, clean-up, the job result.
-
-Data flows one way: cli -> job -> trial -> runtime; results come back as pydantic objects
-and are written once, atomically.
+"""Many trials: which ones (tasks x attempts, layers, resume), how (scheduler), and the
+job result. Data flows one way: cli -> job -> trial -> runtime; results come back as
+pydantic objects and are written once, atomically.
 """
 
 from __future__ import annotations
@@ -9,27 +8,30 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
+from pydantic import ValidationError
 
 from orchestrator.agents import agent_for
+from orchestrator.cleanup import reap, reap_orphans, touch_images
 from orchestrator.errors import InputError
 from orchestrator.images import TaskImages, ensure_task_images
 from orchestrator.models.manifest import Manifest
 from orchestrator.models.result import ERRORED, FailureMode, JobResult, TrialResult, TrialSummary
 from orchestrator.proxy import Upstreams
-from orchestrator.runtime import disk
 from orchestrator.runtime.base import LABEL_JOB
 from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.sandbox import NetworkPool
+from orchestrator.scheduler import Admission, Item, Scheduler
 from orchestrator.tasks import Task
-from orchestrator.trial import TrialContext, run_trial
+from orchestrator.trial import TrialContext, cancelled_result, run_trial, trial_dir, trial_id
 from orchestrator.util import write_json_atomic
 
 log = structlog.get_logger()
+LAYER_DEFAULT_K = {"regression": 1, "workflow": 3}
 
 
 @dataclass
@@ -37,63 +39,16 @@ class JobOptions:
     job_name: str
     jobs_dir: Path
     n_concurrent: int = 4
-    k: int = 1
+    k: int | None = 1  # None: each task's layer default (regression 1, workflow 3, else 1)
     policy: str = "memory-on"
     manifest_dir: Path | None = None
     endpoints: object = None  # models.endpoint.EndpointConfig
-
-
-class DiskWatchdog:
-    """One thread per job polls the writable-layer size of the job's running containers
-    (one API call for all of them) and kills any container past its storage quota."""
-
-    def __init__(self, runtime: DockerRuntime, job: str, interval: float = 1.0):
-        self.runtime, self.job, self.interval = runtime, job, interval
-        self._limits: dict[str, int] = {}
-        self._tripped: set[str] = set()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="disk-watchdog", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def register(self, container: str, storage_mb: int) -> None:
-        with self._lock:
-            self._limits[container] = storage_mb * 1024 * 1024
-
-    def unregister(self, container: str) -> None:
-        with self._lock:
-            self._limits.pop(container, None)
-
-    def tripped(self, container: str) -> bool:
-        with self._lock:
-            return container in self._tripped
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            with self._lock:
-                if not self._limits:
-                    continue
-            try:
-                sizes = self.runtime.writable_layer_bytes(self.job)
-            except Exception as exc:
-                log.warning("watchdog.poll_failed", error=str(exc))
-                continue
-            for container, size in sizes.items():
-                with self._lock:
-                    limit = self._limits.get(container)
-                    over = limit is not None and size > limit and container not in self._tripped
-                    if over:
-                        self._tripped.add(container)
-                if over:
-                    log.warning("watchdog.disk_limit", container=container[:12], bytes=size,
-                                limit=limit)
-                    self.runtime.kill(container)
+    max_retries: int = 2
+    backoff_multiplier: float = 1.0
+    max_cpus: float | None = None  # default: what the engine reports
+    max_memory_mb: int | None = None
+    resume: bool = False
+    source: dict = field(default_factory=dict)  # how to rebuild this job (for --resume)
 
 
 class ImageCache:
@@ -115,14 +70,22 @@ class ImageCache:
                 with self._guard:
                     self.built += images.built
                 self._done[task.name] = images
+                touch_images([images.task_image, images.agent_image])
             return self._done[task.name]
 
 
-def preflight(tasks: list[Task], manifest: Manifest, endpoints=None) -> set[str]:
+def attempts_for(task: Task, k: int | None) -> int:
+    return k if k is not None else LAYER_DEFAULT_K.get(task.config.metadata.evaluation_layer or "", 1)
+
+
+def preflight(tasks: list[Task], manifest: Manifest, endpoints=None, admission=None) -> set[str]:
     """Refuse, before any container starts, what cannot run. Returns the endpoints in use."""
     problems = []
     lead = manifest.orchestrator
     in_use = {m.endpoint for m in manifest.roster if m.endpoint}
+    if lead.agent == "oracle":
+        problems += [f"{t.path / 'solution/solve.sh'}: missing (the oracle agent needs it)"
+                     for t in tasks if not t.has_solution]
     if lead.agent == "reference" and not lead.endpoint:
         problems.append(f"roster.{lead.id}.endpoint: required for agent: reference")
     if in_use and endpoints is None:
@@ -132,44 +95,65 @@ def preflight(tasks: list[Task], manifest: Manifest, endpoints=None) -> set[str]
             endpoints.resolve(name)
         except InputError as exc:
             problems.extend(exc.problems)
-    if lead.agent == "oracle":
-        problems += [f"{t.path / 'solution/solve.sh'}: missing (the oracle agent needs it)"
-                     for t in tasks if not t.has_solution]
+    if admission is not None:
+        problems += [
+            f"{t.path / 'task.toml'}: [environment] cpus={t.config.environment.cpus:g}, "
+            f"memory_mb={t.config.environment.memory_mb} can never fit the host budget "
+            f"(--max-cpus {admission.max_cpus:g}, --max-memory-mb {admission.max_memory_mb})"
+            for t in tasks if not admission.fits_ever(t)]
     if problems:
         raise InputError(problems)
     return in_use
 
 
-def reap(runtime: DockerRuntime, label: str) -> dict[str, int]:
-    """Remove containers, volumes, networks (and their loop disks) carrying a label."""
-    containers, networks, volumes = runtime.labelled(label)
-    for container in containers:
-        runtime.remove(container)
-    for volume in volumes:
-        runtime.remove_volume(volume)
-    job = label.partition("=")[2] or None
-    disks = disk.reap_loop_disks(job)
-    for network in networks:
-        runtime.remove_network(network)
-    return {"containers": len(containers), "networks": len(networks), "volumes": len(volumes),
-            "disks": disks}
+def load_finished(job_dir: Path, tasks: list[Task]) -> dict[str, TrialResult]:
+    """Complete results already in the job folder (a truncated or unreadable one, or a
+    cancelled trial, counts as missing). A trial of a task whose content changed is an error."""
+    finished: dict[str, TrialResult] = {}
+    hashes = {t.name: t.content_hash for t in tasks}
+    changed = set()
+    for path in sorted((job_dir / "trials").glob("*/result.json")):
+        try:
+            result = TrialResult.model_validate_json(path.read_text())
+        except (ValidationError, ValueError, OSError):
+            log.warning("resume.unreadable_result", path=str(path))
+            continue
+        if result.failure_mode == FailureMode.CANCELLED or not result.finished_at:
+            continue
+        if result.task in hashes and hashes[result.task] != result.content_hash:
+            changed.add(result.task)
+            continue
+        finished[result.trial_id] = result
+    if changed:
+        raise InputError([f"{job_dir}: task {name!r} changed since this job ran (content hash "
+                          "differs); resume would mix two versions. Start a new job instead."
+                          for name in sorted(changed)])
+    return finished
 
 
 def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
-            options: JobOptions, on_trial_done=None) -> JobResult:
-    in_use = preflight(tasks, manifest, options.endpoints)
+            options: JobOptions, on_trial_done=None, on_phase=None) -> JobResult:
+    info = runtime.api.info()
+    admission_cancel = threading.Event()
+    admission = Admission(options.max_cpus or float(info.get("NCPU") or 1),
+                          options.max_memory_mb or int((info.get("MemTotal") or 2**31) // 2**20),
+                          admission_cancel)
+    in_use = preflight(tasks, manifest, options.endpoints, admission)
     lead = manifest.orchestrator
     agent = agent_for(lead, options.manifest_dir)  # re-hashes the prompt before any spend
-    upstreams = Upstreams.open(in_use, options.endpoints) if in_use else None  # keys: exit 2
     job_dir = options.jobs_dir / options.job_name
+    finished = load_finished(job_dir, tasks) if options.resume else {}
+    upstreams = Upstreams.open(in_use, options.endpoints) if in_use else None  # keys: exit 2
+    reap_orphans(runtime)
     write_json_atomic(job_dir / "config.json", {
         "job": options.job_name, "manifest": manifest.model_dump(mode="json"),
         "condition_hash": manifest.condition_hash(), "k": options.k,
         "n_concurrent": options.n_concurrent, "policy": options.policy,
+        "source": options.source,
         "tasks": [{"name": t.name, "path": str(t.path), "content_hash": t.content_hash}
                   for t in tasks],
     })
-    cancel = threading.Event()
+    cancel = admission_cancel
     images = ImageCache(runtime, options.job_name, lead.install if lead.agent == "command" else None)
     watchdog = DiskWatchdog(runtime, options.job_name)
     networks = NetworkPool(runtime, options.job_name)
@@ -177,32 +161,47 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
         runtime=runtime, job=options.job_name, job_dir=job_dir, condition=manifest.condition,
         condition_hash=manifest.condition_hash(), agent_id=lead.id, agent=agent,
         policy=options.policy, images_for=images, cancel=cancel, watchdog=watchdog,
-        networks=networks, manifest=manifest, upstreams=upstreams, timeout_override=manifest.trial_budget.timeout_seconds,
+        networks=networks, manifest=manifest, upstreams=upstreams, on_phase=on_phase,
+        timeout_override=manifest.trial_budget.timeout_seconds,
     )
+    items = [Item(task, attempt) for task in tasks for attempt in range(attempts_for(task, options.k))]
+    todo = [i for i in items if trial_id(ctx.job, i.task, ctx.agent_id, i.attempt) not in finished]
+    if finished:
+        log.info("resume.skipping", finished=len(finished), remaining=len(todo))
     started = time.time()
-    results: list[TrialResult] = []
+    results: list[TrialResult] = list(finished.values())
+    total = len(items)
+
+    def done(result: TrialResult) -> None:
+        results.append(result)
+        if result.failure_mode == FailureMode.ANSWER_LEAK and not cancel.is_set():
+            log.error("job.answer_leak", trial=result.trial_id[:12], task=result.task, error=result.error)
+            cancel.set()  # a leak stops the suite: no further trial starts
+        if on_trial_done:
+            on_trial_done(result, len(results), total)
+
+    scheduler = Scheduler(options.n_concurrent, admission, cancel, options.max_retries,
+                          options.backoff_multiplier)
     watchdog.start()
-    pool = ThreadPoolExecutor(max_workers=options.n_concurrent, thread_name_prefix="trial")
+    interrupted = False
     try:
-        futures = [pool.submit(run_trial, ctx, task, attempt)
-                   for attempt in range(options.k) for task in tasks]
-        for future in as_completed(futures):
-            result = future.result()
-            results.append(result)
-            if result.failure_mode == FailureMode.ANSWER_LEAK and not cancel.is_set():
-                log.error("job.answer_leak", trial=result.trial_id[:12], task=result.task,
-                          error=result.error)
-                cancel.set()  # a leak stops the suite: no further trial starts
-            if on_trial_done:
-                on_trial_done(result, len(results), len(futures))
+        scheduler.run(todo, lambda item: run_trial(ctx, item.task, item.attempt, item.retries),
+                      lambda item: cancelled_result(ctx, item.task, item.attempt, item.retries), done)
     except KeyboardInterrupt:
+        interrupted = True
         log.warning("job.cancelling", job=options.job_name)
         cancel.set()
-        reap(runtime, f"{LABEL_JOB}={options.job_name}")  # running trials fail fast
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
+        for container in runtime.labelled(f"{LABEL_JOB}={options.job_name}")[0]:
+            runtime.kill(container)  # running trials stop now and clean up after themselves
     finally:
-        pool.shutdown(wait=True)
+        scheduler.stop(timeout=15.0 if interrupted else 3600.0)
+        for _item, result in scheduler.drain():
+            if result.trial_id not in {r.trial_id for r in results}:
+                results.append(result)
+        seen = {r.trial_id for r in results}
+        for item in todo:  # anything that never reached a final result
+            if trial_id(ctx.job, item.task, ctx.agent_id, item.attempt) not in seen:
+                results.append(cancelled_result(ctx, item.task, item.attempt, item.retries))
         watchdog.stop()
         networks.close()
         if upstreams is not None:
@@ -210,19 +209,21 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
         leftovers = reap(runtime, f"{LABEL_JOB}={options.job_name}")
         if any(leftovers.values()):
             log.warning("job.reaped_leftovers", **leftovers)
-    job = summarize(options, manifest, lead.agent, results, images.built, started)
-    write_json_atomic(job_dir / "result.json", job)
+        job = summarize(options, manifest, lead.agent, results, images.built, started, admission)
+        write_json_atomic(job_dir / "result.json", job)
+    if interrupted:
+        raise KeyboardInterrupt
     return job
 
 
-def summarize(options: JobOptions, manifest: Manifest, agent: str,
-              results: list[TrialResult], images_built: int, started: float) -> JobResult:
+def summarize(options: JobOptions, manifest: Manifest, agent: str, results: list[TrialResult],
+              images_built: int, started: float, admission: Admission | None = None) -> JobResult:
     results = sorted(results, key=lambda r: (r.task, r.attempt))
     counts = Counter(r.failure_mode.value for r in results)
     by_task: dict[str, list[float]] = {}
     for r in results:
         by_task.setdefault(r.task, []).append(r.headline)
-    k = options.k
+    k = max((len(v) for v in by_task.values()), default=options.k or 1)
     return JobResult(
         job=options.job_name, condition=manifest.condition,
         condition_hash=manifest.condition_hash(), agent=agent, policy=options.policy, k=k,
@@ -232,12 +233,15 @@ def summarize(options: JobOptions, manifest: Manifest, agent: str,
         pass_at_k=_mean([float(any(v >= 1.0 for v in vs)) for vs in by_task.values()]) if k > 1 else None,
         pass_hat_k=_mean([float(all(v >= 1.0 for v in vs)) for vs in by_task.values()]) if k > 1 else None,
         images_built=images_built, started_at=started, finished_at=time.time(),
+        peak_cpus=admission.peak_cpus if admission else None,
+        peak_memory_mb=admission.peak_memory_mb if admission else None,
+        retried=sum(1 for r in results if r.retries),
         trials=[TrialSummary(trial_id=r.trial_id, task=r.task, attempt=r.attempt,
                              reward=r.reward.get("reward") if r.reward else None,
                              failure_mode=r.failure_mode, scenario_class=r.scenario_class,
                              layer=r.layer, recall_events=r.memory.get("recall_events", 0),
                              injected_chars=r.memory.get("injected_chars", 0),
-                             audit_complete=r.memory.get("complete", True))
+                             audit_complete=r.memory.get("complete", True), retries=len(r.retries))
                 for r in results],
     )
 
@@ -246,4 +250,4 @@ def _mean(values: list[float]) -> float | None:
     return round(sum(values) / len(values), 6) if values else None
 
 
-__all__ = ["JobOptions", "run_job", "reap", "FailureMode"]
+__all__ = ["JobOptions", "run_job", "reap", "FailureMode", "trial_dir"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import structlog
 
 from orchestrator.archive import tar_files
+from orchestrator.cleanup import owner_labels
 from orchestrator.models.result import AppliedLimits
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, LOGS, VERIFIER_LOGS
 from orchestrator.runtime import disk
@@ -49,7 +50,8 @@ class Sandbox:
     networks: NetworkPool | None = None
 
     def labels(self, kind: str) -> dict[str, str]:
-        return {LABEL_JOB: self.job, LABEL_TRIAL: self.trial_id, LABEL_KIND: kind}
+        return {LABEL_JOB: self.job, LABEL_TRIAL: self.trial_id, LABEL_KIND: kind,
+                **owner_labels()}
 
 
 class NetworkPool:
@@ -71,7 +73,7 @@ class NetworkPool:
         name = f"orchestra-{disk.job_key(self.job)[:10]}-{index}-{'int' if internal else 'pub'}"
         network = self.runtime.create_network(
             f"{name}-{uuid.uuid4().hex[:6]}", internal=internal,
-            labels={LABEL_JOB: self.job, LABEL_KIND: "network"})
+            labels={LABEL_JOB: self.job, LABEL_KIND: "network", **owner_labels()})
         with self._lock:
             self._all.append(network)
         return network

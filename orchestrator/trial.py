@@ -71,6 +71,7 @@ class TrialContext:
     networks: NetworkPool
     manifest: Manifest
     upstreams: Upstreams | None = None
+    on_phase: Callable[[str, str, str], None] | None = None  # (trial id, task, phase)
     timeout_override: float | None = None
 
 
@@ -92,6 +93,8 @@ def phase(result: TrialResult, name: str, ctx: TrialContext):
         raise Cancelled()
     started = time.monotonic()
     log.info("trial.phase", trial=result.trial_id[:12], task=result.task, phase=name)
+    if ctx.on_phase is not None:
+        ctx.on_phase(result.trial_id, f"{result.task}#{result.attempt}", name)
     try:
         yield
     except Exception as exc:
@@ -101,10 +104,8 @@ def phase(result: TrialResult, name: str, ctx: TrialContext):
         setattr(result.timings, name, round(time.monotonic() - started, 3))
 
 
-def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
-    tid = trial_id(ctx.job, task, ctx.agent_id, attempt)
-    paths = trial_dir(ctx, task, tid)
-    result = TrialResult(
+def new_result(ctx: TrialContext, task: Task, attempt: int, tid: str) -> TrialResult:
+    return TrialResult(
         trial_id=tid, job=ctx.job, task=task.name, task_path=str(task.path),
         content_hash=task.content_hash, condition=ctx.condition,
         condition_hash=ctx.condition_hash, agent=ctx.agent.name, policy=ctx.policy,
@@ -113,6 +114,26 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
         layer=task.config.metadata.evaluation_layer,
         started_at=time.time(),
     )
+
+
+def cancelled_result(ctx: TrialContext, task: Task, attempt: int,
+                     retries: list[str] | None = None) -> TrialResult:
+    """The result of a trial the job gave up on before it could finish."""
+    tid = trial_id(ctx.job, task, ctx.agent_id, attempt)
+    result = new_result(ctx, task, attempt, tid)
+    result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
+    result.retries = list(retries or [])
+    result.finished_at = time.time()
+    write_json_atomic(trial_dir(ctx, task, tid).result, result)
+    return result
+
+
+def run_trial(ctx: TrialContext, task: Task, attempt: int,
+              retries: list[str] | None = None) -> TrialResult:
+    tid = trial_id(ctx.job, task, ctx.agent_id, attempt)
+    paths = trial_dir(ctx, task, tid)
+    result = new_result(ctx, task, attempt, tid)
+    result.retries = list(retries or [])
     box: Sandbox | None = None
     relay: TrialRelay | None = None
     proxy: ModelProxy | None = None
@@ -175,30 +196,40 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int) -> TrialResult:
     except BuildFailed as exc:
         result.failure_mode, result.error = FailureMode.BUILD_ERROR, str(exc)[-4000:]
     except Exception as exc:  # the engine failed, or orchestra did: never lose the result
+        if ctx.cancel.is_set():
+            result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
+            return _finish(ctx, result, paths, box, relay, proxy)
         launching = getattr(exc, "orchestra_phase", "") in ("start", "seed")
         mode = FailureMode.LAUNCH_ERROR if launching else FailureMode.INFRA_ERROR
         result.failure_mode, result.error = mode, f"{exc.__class__.__name__}: {exc}"
         log.error("trial.error", trial=tid[:12], task=task.name, error=result.error,
                   traceback=traceback.format_exc(limit=8))
-    finally:
-        if proxy is not None:
-            proxy.stop()
-            result.tokens = proxy.stats.prompt_tokens + proxy.stats.completion_tokens
-            result.cost = round(proxy.stats.cost, 6)
-            result.model = proxy.summary()
-            result.agent_outcome = classify_agent(result, proxy)
-        elif result.agent_outcome is None and result.agent_exit_code is not None:
-            result.agent_outcome = classify_agent(result, None)
-        if relay is not None:
-            result.relay["rejections"] = list(relay.server.rejections[:20])
-            relay.stop()
-        if box is not None:
-            ctx.watchdog.unregister(box.agent_container)
-            result.timings.cleanup = round(close_sandbox(ctx.runtime, box), 3)
-        result.finished_at = time.time()
-        write_json_atomic(paths.result, result)
-        log.info("trial.done", trial=tid[:12], task=task.name, attempt=attempt,
-                 reward=result.reward, failure_mode=result.failure_mode.value)
+    return _finish(ctx, result, paths, box, relay, proxy)
+
+
+def _finish(ctx: TrialContext, result: TrialResult, paths: TrialDir, box: Sandbox | None,
+            relay: TrialRelay | None, proxy: ModelProxy | None) -> TrialResult:
+    """Stop the trial's services, remove its sandbox, write result.json (always)."""
+    if ctx.cancel.is_set() and result.failure_mode == FailureMode.NONE and result.reward is None:
+        result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
+    if proxy is not None:
+        proxy.stop()
+        result.tokens = proxy.stats.prompt_tokens + proxy.stats.completion_tokens
+        result.cost = round(proxy.stats.cost, 6)
+        result.model = proxy.summary()
+        result.agent_outcome = classify_agent(result, proxy)
+    elif result.agent_outcome is None and result.agent_exit_code is not None:
+        result.agent_outcome = classify_agent(result, None)
+    if relay is not None:
+        result.relay["rejections"] = list(relay.server.rejections[:20])
+        relay.stop()
+    if box is not None:
+        ctx.watchdog.unregister(box.agent_container)
+        result.timings.cleanup = round(close_sandbox(ctx.runtime, box), 3)
+    result.finished_at = time.time()
+    write_json_atomic(paths.result, result)
+    log.info("trial.done", trial=result.trial_id[:12], task=result.task, attempt=result.attempt,
+             reward=result.reward, failure_mode=result.failure_mode.value)
     return result
 
 
@@ -260,8 +291,10 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult) 
                "ORCHESTRA_DEADLINE": str(int(deadline)), "ORCHESTRA_AGENT_ID": ctx.agent_id,
                **(task.config.solution.env if ctx.agent.name == "oracle" else {})}
         outcome = runtime.exec(container, ["sh", "-c", wrapped], env=env, workdir=box.workdir,
-                               user=task.config.agent.user,
+                               user=task.config.agent.user, stop=ctx.cancel,
                                deadline=deadline + KILL_AFTER_SEC + WATCHDOG_GRACE_SEC)
+        if ctx.cancel.is_set():
+            raise Cancelled()
         elapsed = time.time() - started
         result.agent_exit_code = outcome.exit_code
         if ctx.watchdog.tripped(container):

@@ -112,6 +112,7 @@ class TrialSummary(BaseModel):
     recall_events: int = 0
     injected_chars: int = 0
     audit_complete: bool = True
+    retries: int = 0
 
 
 class JobResult(BaseModel):
@@ -128,6 +129,9 @@ class JobResult(BaseModel):
     pass_at_k: float | None = None
     pass_hat_k: float | None = None
     images_built: int = 0
+    peak_cpus: float | None = None
+    peak_memory_mb: int | None = None
+    retried: int = 0
     started_at: float = 0.0
     finished_at: float = 0.0
     trials: list[TrialSummary] = []

@@ -55,8 +55,10 @@ def job_key(job: str) -> str:
 
 
 def create_loop_disk(job: str, name: str, size_mb: int) -> LoopDisk:
-    base = DISK_ROOT / job_key(job) / name
+    group = DISK_ROOT / job_key(job)
+    base = group / name
     base.mkdir(parents=True, exist_ok=True)
+    (group / "owner.pid").write_text(str(os.getpid()))
     disk = LoopDisk(image=base / "disk.img", mountpoint=base / "mnt")
     disk.mountpoint.mkdir(exist_ok=True)
     with open(disk.image, "wb") as handle:
@@ -90,7 +92,28 @@ def reap_loop_disks(job: str | None = None) -> int:
         if not group.is_dir():
             continue
         for base in group.iterdir():
-            remove_loop_disk(LoopDisk(image=base / "disk.img", mountpoint=base / "mnt"))
-            removed += 1
+            if base.is_dir():
+                remove_loop_disk(LoopDisk(image=base / "disk.img", mountpoint=base / "mnt"))
+                removed += 1
+        shutil.rmtree(group, ignore_errors=True)
+    return removed
+
+
+def reap_dead_owner_disks(alive) -> int:
+    """Disks of jobs whose owning process (owner.pid) is gone."""
+    removed = 0
+    if not DISK_ROOT.is_dir():
+        return 0
+    for group in DISK_ROOT.iterdir():
+        try:
+            pid = int((group / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if alive(pid):
+            continue
+        for base in group.iterdir():
+            if base.is_dir():
+                remove_loop_disk(LoopDisk(image=base / "disk.img", mountpoint=base / "mnt"))
+                removed += 1
         shutil.rmtree(group, ignore_errors=True)
     return removed

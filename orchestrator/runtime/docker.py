@@ -189,7 +189,7 @@ class DockerRuntime:
 
     def exec(self, container: str, command: list[str], *, deadline: float,
              env: dict[str, str] | None = None, workdir: str | None = None,
-             user: str | None = None) -> ExecResult:
+             user: str | None = None, stop: threading.Event | None = None) -> ExecResult:
         """Run a command and wait for it until `deadline` (time.time()); poll, do not block.
 
         Output is not streamed back: agent commands write their own logs to /logs/agent,
@@ -205,6 +205,8 @@ class DockerRuntime:
                 return ExecResult(exit_code=state["ExitCode"], timed_out=False)
             if time.time() >= deadline:
                 return ExecResult(exit_code=None, timed_out=True)
+            if stop is not None and stop.is_set():
+                return ExecResult(exit_code=None, timed_out=False)
             polls += 1
             if polls % 10 == 0 and not self.is_running(container):  # killed by a watchdog
                 return ExecResult(exit_code=None, timed_out=False)

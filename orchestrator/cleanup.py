@@ -1,0 +1,116 @@
+"""Removing what orchestra made: a job's objects, orphans of hard-killed jobs, old images.
+
+Every container, network and volume carries orchestra.job, orchestra.pid and
+orchestra.host labels. At start a job reaps objects whose owning process on this host is
+gone (a SIGKILLed orchestrator), and says what it removed; live jobs are left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import structlog
+
+from orchestrator.runtime import disk
+from orchestrator.runtime.base import LABEL_JOB, LABEL_KIND
+from orchestrator.runtime.docker import DockerRuntime
+
+log = structlog.get_logger()
+LABEL_PID = "orchestra.pid"
+LABEL_HOST = "orchestra.host"
+USAGE_FILE = Path(os.environ.get("ORCHESTRA_LOCK_DIR", "/var/tmp/orchestra-locks")) / "image-usage.json"
+
+
+def owner_labels() -> dict[str, str]:
+    return {LABEL_PID: str(os.getpid()), LABEL_HOST: socket.gethostname()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def reap(runtime: DockerRuntime, label: str) -> dict[str, int]:
+    """Remove containers, volumes, networks (and their loop disks) carrying a label."""
+    containers, networks, volumes = runtime.labelled(label)
+    for container in containers:
+        runtime.remove(container)
+    for volume in volumes:
+        runtime.remove_volume(volume)
+    job = label.partition("=")[2] if label.startswith(LABEL_JOB + "=") else None
+    disks = disk.reap_loop_disks(job) if job or label == LABEL_KIND else 0
+    for network in networks:
+        runtime.remove_network(network)
+    return {"containers": len(containers), "networks": len(networks), "volumes": len(volumes),
+            "disks": disks}
+
+
+def reap_orphans(runtime: DockerRuntime) -> dict[str, int]:
+    """Objects of jobs whose orchestrator process on this host no longer exists."""
+    host = socket.gethostname()
+    dead_jobs: set[str] = set()
+    rows = runtime.api.containers(all=True, filters={"label": LABEL_PID})
+    rows += runtime.api.networks(filters={"label": LABEL_PID})
+    rows += runtime.api.volumes(filters={"label": LABEL_PID}).get("Volumes") or []
+    for row in rows:
+        labels = row.get("Labels") or {}
+        if labels.get(LABEL_HOST) == host and not _alive(int(labels.get(LABEL_PID, "0") or 0)):
+            dead_jobs.add(labels.get(LABEL_JOB, ""))
+    totals = {"containers": 0, "networks": 0, "volumes": 0, "disks": 0}
+    for job in sorted(j for j in dead_jobs if j):
+        for key, value in reap(runtime, f"{LABEL_JOB}={job}").items():
+            totals[key] += value
+    totals["disks"] += disk.reap_dead_owner_disks(_alive)
+    if any(totals.values()):
+        log.warning("reaper.removed_orphans", jobs=sorted(dead_jobs), **totals)
+    return totals
+
+
+def touch_images(refs: list[str]) -> None:
+    """Record when images were last used, for `cleanup --images --keep-gb`."""
+    USAGE_FILE.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        usage = json.loads(USAGE_FILE.read_text())
+    except (OSError, json.JSONDecodeError):
+        usage = {}
+    now = time.time()
+    usage.update({ref: now for ref in refs})
+    tmp = USAGE_FILE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(usage))
+    tmp.replace(USAGE_FILE)
+
+
+def prune_images(runtime: DockerRuntime, keep_gb: float | None) -> list[str]:
+    """Remove orchestra's task and agent images, least recently used first, until what is
+    left fits keep_gb (all of them when keep_gb is None). The offline base is kept."""
+    try:
+        usage = json.loads(USAGE_FILE.read_text())
+    except (OSError, json.JSONDecodeError):
+        usage = {}
+    images = [i for i in runtime.api.images(filters={"label": LABEL_KIND})
+              if (i.get("Labels") or {}).get(LABEL_KIND) in ("task-image", "agent-image", "snapshot")]
+
+    def last_used(image: dict) -> float:
+        tags = image.get("RepoTags") or []
+        return max([usage.get(t, 0.0) for t in tags] + [float(image.get("Created", 0))])
+
+    images.sort(key=last_used)
+    total = sum(i.get("Size", 0) for i in images)
+    budget = None if keep_gb is None else keep_gb * 1024 ** 3
+    removed = []
+    for image in images:
+        if budget is not None and total <= budget:
+            break
+        runtime.remove_image(image["Id"])
+        total -= image.get("Size", 0)
+        removed.append((image.get("RepoTags") or [image["Id"]])[0])
+    return removed

@@ -1,0 +1,168 @@
+"""Running many trials: a pool of n slots, resource-aware admission, infrastructure-only
+retries with backoff that never hold a slot, and prompt cancellation.
+
+- Admission: a trial starts only when the running trials' declared cpus and memory_mb plus
+  its own fit the host budget (--max-cpus, --max-memory-mb), so a quota is never noise.
+- Retries: infra_error and launch_error results are retried up to max_retries times after
+  a tenacity exponential-with-jitter wait, spent on a timer thread, not in a pool slot.
+  Agent failures (timeouts, OOM, low reward) never are.
+- Cancel: `cancel` set -> nothing new starts, waiting trials give up, running ones stop at
+  their next phase.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import structlog
+from tenacity import RetryCallState, wait_random_exponential
+
+from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.tasks import Task
+
+log = structlog.get_logger()
+RETRYABLE = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR}
+
+
+class AdmissionCancelled(Exception):
+    pass
+
+
+class Admission:
+    """Declared cpus and memory of running trials, held under the host budget."""
+
+    def __init__(self, max_cpus: float, max_memory_mb: int, cancel: threading.Event):
+        self.max_cpus, self.max_memory_mb, self.cancel = max_cpus, max_memory_mb, cancel
+        self.cpus = 0.0
+        self.memory_mb = 0
+        self.peak_cpus = 0.0
+        self.peak_memory_mb = 0
+        self._cond = threading.Condition()
+
+    def fits_ever(self, task: Task) -> bool:
+        env = task.config.environment
+        return env.cpus <= self.max_cpus and env.memory_mb <= self.max_memory_mb
+
+    def acquire(self, task: Task) -> None:
+        env = task.config.environment
+        with self._cond:
+            while (self.cpus + env.cpus > self.max_cpus + 1e-9
+                   or self.memory_mb + env.memory_mb > self.max_memory_mb):
+                if self.cancel.is_set():
+                    raise AdmissionCancelled()
+                self._cond.wait(timeout=0.5)
+            if self.cancel.is_set():
+                raise AdmissionCancelled()
+            self.cpus += env.cpus
+            self.memory_mb += env.memory_mb
+            self.peak_cpus = max(self.peak_cpus, self.cpus)
+            self.peak_memory_mb = max(self.peak_memory_mb, self.memory_mb)
+
+    def release(self, task: Task) -> None:
+        env = task.config.environment
+        with self._cond:
+            self.cpus -= env.cpus
+            self.memory_mb -= env.memory_mb
+            self._cond.notify_all()
+
+
+@dataclass
+class Item:
+    task: Task
+    attempt: int
+    retries: list[str] = field(default_factory=list)
+
+
+def backoff_seconds(retry_number: int, multiplier: float = 1.0, maximum: float = 30.0) -> float:
+    """tenacity's exponential backoff with full jitter, for the n-th retry (1-based)."""
+    state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})
+    state.attempt_number = retry_number
+    return wait_random_exponential(multiplier=multiplier, max=maximum)(state)
+
+
+class Scheduler:
+    def __init__(self, n_concurrent: int, admission: Admission, cancel: threading.Event,
+                 max_retries: int = 2, backoff_multiplier: float = 1.0):
+        self.pool = ThreadPoolExecutor(max_workers=n_concurrent, thread_name_prefix="trial")
+        self.admission, self.cancel = admission, cancel
+        self.max_retries, self.backoff_multiplier = max_retries, backoff_multiplier
+        self._results: queue.Queue = queue.Queue()
+        self._timers: list[threading.Timer] = []
+        self._outstanding = 0
+        self._lock = threading.Lock()
+        self.unstarted: list[Item] = []  # items given up on by a cancel
+
+    def _attempt(self, item: Item, run_one: Callable[[Item], TrialResult],
+                 on_cancelled: Callable[[Item], TrialResult]) -> None:
+        try:
+            if self.cancel.is_set():
+                raise AdmissionCancelled()
+            self.admission.acquire(item.task)
+        except AdmissionCancelled:
+            self._results.put((item, on_cancelled(item)))
+            return
+        try:
+            result = run_one(item)
+        except BaseException as exc:  # never lose an item: report it as infrastructure
+            log.error("scheduler.attempt_crashed", task=item.task.name, error=str(exc))
+            result = on_cancelled(item) if self.cancel.is_set() else None
+            if result is None:
+                raise
+        finally:
+            self.admission.release(item.task)
+        self._results.put((item, result))
+
+    def _submit(self, item: Item, run_one, on_cancelled) -> None:
+        self.pool.submit(self._attempt, item, run_one, on_cancelled)
+
+    def run(self, items: list[Item], run_one: Callable[[Item], TrialResult],
+            on_cancelled: Callable[[Item], TrialResult],
+            on_done: Callable[[TrialResult], None]) -> list[TrialResult]:
+        finals: list[TrialResult] = []
+        self._outstanding = len(items)
+        for item in items:
+            self._submit(item, run_one, on_cancelled)
+        while self._outstanding:
+            try:
+                item, result = self._results.get(timeout=0.25)
+            except queue.Empty:
+                continue
+            if (result.failure_mode in RETRYABLE and len(item.retries) < self.max_retries
+                    and not self.cancel.is_set()):
+                item.retries.append(f"{result.failure_mode.value}: {result.error}")
+                delay = backoff_seconds(len(item.retries), self.backoff_multiplier)
+                log.warning("trial.retry", task=item.task.name, attempt=item.attempt,
+                            retry=len(item.retries), delay=round(delay, 2), error=result.error)
+                timer = threading.Timer(delay, self._submit, (item, run_one, on_cancelled))
+                timer.daemon = True
+                with self._lock:
+                    self._timers.append(timer)
+                timer.start()
+                continue
+            self._outstanding -= 1
+            finals.append(result)
+            on_done(result)
+        return finals
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """After a cancel: drop pending retries, wait (bounded) for running attempts."""
+        with self._lock:
+            for timer in self._timers:
+                timer.cancel()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout
+        for thread in list(getattr(self.pool, "_threads", [])):
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    def drain(self) -> list[tuple[Item, TrialResult]]:
+        out = []
+        while True:
+            try:
+                out.append(self._results.get_nowait())
+            except queue.Empty:
+                return out
