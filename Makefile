@@ -8,7 +8,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DEMO    := $(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup docker base-image demo test test-unit test-integration lint bench cleanup
+.PHONY: setup docker browser base-image demo test test-unit test-integration lint bench cleanup
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,7 +30,10 @@ demo: base-image
 	$(BIN)/orchestra run --path tasks/memorybench --manifest manifests/solo-replay.yaml --policy memory-off --n-concurrent 4 --job-name demo-off-$(DEMO) --json jobs/demo-off-$(DEMO).json
 	$(BIN)/orchestra compare jobs/demo-on-$(DEMO).json jobs/demo-off-$(DEMO).json --markdown jobs/demo-compare-$(DEMO).md
 
-test: base-image
+browser:
+	./scripts/ensure-chromium.sh
+
+test: base-image browser
 	$(BIN)/pytest tests -q
 
 test-unit: setup

@@ -88,7 +88,8 @@ def main() -> None:
               f"of {seconds:.3f} s = {100 * timings.build / seconds:.1f}% (target < 5%)")
         print("phases (s): " + ", ".join(f"{k} {v:.3f}" for k, v in timings.model_dump().items()))
 
-        sleeper = make_task(Path(tmp) / "ds", "sleeper", solve="sleep 5\ntouch /app/ok\n")
+        sleeper = make_task(Path(tmp) / "ds", "sleeper", solve="sleep 5\ntouch /app/ok\n",
+                            toml="[environment]\ncpus = 0.1\nmemory_mb = 128\nstorage_mb = 64\n")
         one, _ = orchestra_trials(runtime, sleeper, 1, 1, jobs)
         for n in (4, 8):
             many, job = orchestra_trials(runtime, sleeper, n, n, jobs)

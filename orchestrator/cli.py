@@ -172,6 +172,49 @@ def _terminate_as_interrupt() -> None:
     signal.signal(signal.SIGINT, handler)
 
 
+@app.command()
+def report(
+    job_dir: Annotated[Path, typer.Argument(help="A job folder.")],
+    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML here.")] = None,
+    fail_under: Annotated[float | None, typer.Option(help="Exit 1 when the mean reward is below this.")] = None,
+):
+    """Summarise a job: tables per task, layer, class and failure mode, pass@k, tokens and
+    cost, phase timings; writes report.md and a self-contained report.html into the job."""
+    from orchestrator.report.load import load_job_result, load_trials
+    from orchestrator.report.render import sections, to_html, to_markdown
+    from orchestrator.report.tables import tables
+
+    try:
+        job = load_job_result(job_dir)
+        trials = load_trials(job_dir)
+    except InputError as exc:
+        _fail(exc)
+    aggregate = tables(trials)
+    compare = next((json.loads(p.read_text()) for p in sorted(job_dir.glob("compare*.json"))), None)
+    from rich.table import Table
+
+    console.print(f"[bold]job {job.job}[/]: {job.n_trials} trials, mean reward {job.mean_reward:.3f}, "
+                  f"tokens {aggregate.tokens}, cost {aggregate.cost:.4f}")
+    for title, header, rows in sections(job, aggregate):
+        table = Table(title=title, title_justify="left")
+        for column in header:
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    (job_dir / "report.md").write_text(to_markdown(job, aggregate, compare))
+    (job_dir / "report.html").write_text(to_html(job, aggregate, compare))
+    console.print(f"wrote {job_dir / 'report.md'} and {job_dir / 'report.html'}")
+    if junit:
+        from orchestrator.report.junit import write_junit
+
+        write_junit(job.job, job_dir, trials, junit)
+        console.print(f"wrote {junit}")
+    if fail_under is not None and job.mean_reward < fail_under:
+        err.print(f"mean reward {job.mean_reward:.3f} is below --fail-under {fail_under}")
+        raise typer.Exit(1)
+
+
 @app.command("compare")
 def compare_cmd(
     first: Annotated[Path, typer.Argument(help="A job result.json (or job folder).")],

@@ -48,6 +48,7 @@ class Sandbox:
     agent_container: str | None = None
     storage_enforcement: str = "watchdog"
     networks: NetworkPool | None = None
+    name: str = ""
 
     def labels(self, kind: str) -> dict[str, str]:
         return {LABEL_JOB: self.job, LABEL_TRIAL: self.trial_id, LABEL_KIND: kind,
@@ -105,15 +106,27 @@ def open_sandbox(runtime: DockerRuntime, networks: NetworkPool, task: Task, imag
 
     `services(network)` starts what listens on the network's gateway (the relay) before the
     container exists, and returns the variables that wire the agent to it."""
-    environment = task.config.environment
     box = Sandbox(trial_id=trial_id, job=job, workdir=workdir)
-    name = f"orchestra-{trial_id[:16]}"
+    # A fresh suffix per attempt: a retried trial never collides with what a failed one left.
+    name = f"orchestra-{trial_id[:16]}-{uuid.uuid4().hex[:4]}"
+    try:
+        _build(runtime, networks, task, image, box, name, env, services)
+    except BaseException:
+        close_sandbox(runtime, box)  # a half-made sandbox is unmade here, not leaked
+        raise
+    return box
+
+
+def _build(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str, box: Sandbox,
+           name: str, env: dict[str, str], services) -> None:
+    environment = task.config.environment
+    box.name = name
     box.network = networks.acquire(internal=environment.network_mode == "none")
     box.networks = networks
     if services is not None:
         env = {**env, **services(box.network)}
     if disk.loop_disks_available():
-        box.loop_disk = disk.create_loop_disk(job, name, environment.storage_mb)
+        box.loop_disk = disk.create_loop_disk(box.job, name, environment.storage_mb)
         box.storage_enforcement = "loop-volume+watchdog"
         for part, target in (("work", box.workdir), ("logs", LOGS)):
             volume = runtime.create_bind_volume(f"{name}-{part}",
@@ -137,7 +150,6 @@ def open_sandbox(runtime: DockerRuntime, networks: NetworkPool, task: Task, imag
     if box.loop_disk is None:
         runtime.put_archive(box.agent_container, "/", tar_files(
             {}, dirs=[p.lstrip("/") for p in (LOGS, AGENT_LOGS, ARTIFACTS)]))
-    return box
 
 
 def applied_limits(runtime: DockerRuntime, box: Sandbox, task: Task) -> AppliedLimits:

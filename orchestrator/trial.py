@@ -12,6 +12,7 @@ import shlex
 import threading
 import time
 import traceback
+import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -356,7 +357,7 @@ def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
     environment = task.config.environment
     if verifier.environment_mode == "shared":
         image = runtime.commit(box.agent_container, f"orchestra/snapshot/{box.trial_id[:16]}",
-                               "latest", box.labels("snapshot"),
+                               uuid.uuid4().hex[:8], box.labels("snapshot"),
                                env=runtime.image_env(images.agent_image))
         box.images.append(image)
         mounts = box.volumes
@@ -370,7 +371,7 @@ def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
         f"bash {TESTS}/test.sh >{VERIFIER_LOGS}/test-stdout.txt 2>&1"
     )
     spec = SandboxSpec(
-        image=image, name=f"orchestra-{box.trial_id[:16]}-verifier", labels=box.labels("verifier"),
+        image=image, name=f"{box.name}-verifier", labels=box.labels("verifier"),
         command=["sh", "-c", script], cpus=environment.cpus, memory_mb=environment.memory_mb,
         pids_limit=environment.pids_limit, network="none", workdir=None, env=verifier.env,
         user=verifier.user, mounts=mounts,

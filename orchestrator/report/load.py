@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.errors import InputError
-from orchestrator.models.result import JobResult
+from orchestrator.models.result import JobResult, TrialResult
 
 
 def load_job_result(path: Path) -> JobResult:
@@ -18,3 +18,15 @@ def load_job_result(path: Path) -> JobResult:
         return JobResult.model_validate_json(file.read_text())
     except (ValidationError, ValueError) as exc:
         raise InputError(f"{file}: not a job result ({str(exc).splitlines()[0]})") from exc
+
+
+def load_trials(job_dir: Path) -> list[TrialResult]:
+    trials, problems = [], []
+    for path in sorted((job_dir / "trials").glob("*/result.json")):
+        try:
+            trials.append(TrialResult.model_validate_json(path.read_text()))
+        except (ValidationError, ValueError) as exc:
+            problems.append(f"{path}: unreadable trial result ({str(exc).splitlines()[0]})")
+    if problems:
+        raise InputError(problems)
+    return trials

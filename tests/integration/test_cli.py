@@ -94,8 +94,10 @@ def test_run_writes_the_job_folder_and_leaves_nothing_even_when_trials_fail(runt
 
 
 def test_forty_concurrent_trials_all_complete(runtime, tmp_path):
+    # small declared cpus, so admission (2 engine cpus) lets all 40 run at once
     make_task(tmp_path / "ds", "quick", solve="touch /app/ok", toml="""
         [environment]
+        cpus = 0.05
         memory_mb = 128
         storage_mb = 64
     """)

@@ -1,0 +1,81 @@
+"""Aggregates of a job's trial results: per task, layer, class, failure mode, timings.
+Pure functions over TrialResult lists, shared by the terminal, Markdown and HTML reports."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from orchestrator.models.result import TrialResult
+
+PHASES = ("build", "start", "seed", "agent", "collect", "verify", "cleanup")
+
+
+@dataclass
+class Group:
+    name: str
+    n: int = 0
+    passed: int = 0
+    reward_sum: float = 0.0
+    attempts: dict[str, list[bool]] = field(default_factory=dict)
+
+    @property
+    def mean_reward(self) -> float:
+        return self.reward_sum / self.n if self.n else 0.0
+
+    @property
+    def pass_at_k(self) -> float:
+        return sum(any(v) for v in self.attempts.values()) / len(self.attempts) if self.attempts else 0.0
+
+    @property
+    def pass_hat_k(self) -> float:
+        return sum(all(v) for v in self.attempts.values()) / len(self.attempts) if self.attempts else 0.0
+
+
+def group_by(trials: list[TrialResult], key) -> list[Group]:
+    groups: dict[str, Group] = {}
+    for t in trials:
+        name = key(t) or "-"
+        g = groups.setdefault(name, Group(name))
+        g.n += 1
+        g.reward_sum += t.headline
+        g.passed += t.headline >= 1.0
+        g.attempts.setdefault(t.task, []).append(t.headline >= 1.0)
+    return [groups[k] for k in sorted(groups)]
+
+
+@dataclass
+class JobTables:
+    by_task: list[Group]
+    by_layer: list[Group]
+    by_class: list[Group]
+    failure_modes: dict[str, int]
+    phase_means: dict[str, float]
+    tokens: int
+    cost: float
+    k: int
+    regression_behaviours: list[tuple[str, str, str]]  # (task, verdict, failure mode)
+
+
+def tables(trials: list[TrialResult]) -> JobTables:
+    phases = defaultdict(float)
+    for t in trials:
+        for phase in PHASES:
+            phases[phase] += getattr(t.timings, phase)
+    n = len(trials) or 1
+    per_task = Counter(t.task for t in trials)
+    regression = []
+    for t in sorted(trials, key=lambda t: (t.task, t.attempt)):
+        if t.layer == "regression":
+            verdict = "kept" if t.headline >= 1.0 else ("error" if t.reward is None else "broken")
+            regression.append((f"{t.task}#{t.attempt}", verdict, t.failure_mode.value))
+    return JobTables(
+        by_task=group_by(trials, lambda t: t.task),
+        by_layer=group_by(trials, lambda t: t.layer),
+        by_class=group_by(trials, lambda t: t.scenario_class),
+        failure_modes=dict(sorted(Counter(t.failure_mode.value for t in trials).items())),
+        phase_means={p: round(phases[p] / n, 3) for p in PHASES},
+        tokens=sum(t.tokens for t in trials), cost=round(sum(t.cost for t in trials), 6),
+        k=max(per_task.values(), default=1),
+        regression_behaviours=regression,
+    )
