@@ -46,7 +46,7 @@ lint: setup
 	$(BIN)/ruff check orchestrator tests bench
 
 bench: base-image
-	$(BIN)/python bench/trial_overhead.py
+	$(BIN)/python bench/run.py
 
 cleanup: setup
 	$(BIN)/orchestra cleanup

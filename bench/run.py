@@ -1,0 +1,154 @@
+"""Benchmarks (DESIGN 7): `name=value` lines, each a ratio or count measured in this run.
+Not a test: these machines are noisy, so nothing here asserts a time.
+
+  overhead_ratio        orchestra's per-trial wall time (k trials in one job, hello-file,
+                        oracle) over the docker-py floor for the same containers by hand
+  warm_images_built     images built by a second run of the same tasks (target 0)
+  warm_image_phase_pct  share of that run's time in the image phase (target < 5)
+  concurrency_ratio_N   wall time of N concurrent sleeping trials over one (target <= 1.3)
+  peak_rss_mb_16        orchestrator (orchestra run) peak RSS at N = 16 (target < 300)
+  report_10k_seconds    aggregate + Markdown + HTML + JUnit for 10,000 synthetic trials
+  report_10k_peak_mb    peak Python heap while doing it
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import tracemalloc
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from conftest import make_task  # noqa: E402
+
+from orchestrator import log as logsetup  # noqa: E402
+from orchestrator.archive import tar_directory, tar_files  # noqa: E402
+from orchestrator.images import ensure_task_images  # noqa: E402
+from orchestrator.job import JobOptions, run_job, summarize  # noqa: E402
+from orchestrator.models.manifest import default_manifest  # noqa: E402
+from orchestrator.models.result import FailureMode, TrialResult  # noqa: E402
+from orchestrator.report.junit import write_junit  # noqa: E402
+from orchestrator.report.render import to_html, to_markdown  # noqa: E402
+from orchestrator.report.tables import tables  # noqa: E402
+from orchestrator.runtime.docker import DockerRuntime  # noqa: E402
+from orchestrator.tasks import load_task  # noqa: E402
+
+REPEATS = 5
+ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
+
+
+def emit(name: str, value) -> None:
+    print(f"{name}={value}", flush=True)
+
+
+def raw_floor(runtime: DockerRuntime, image: str, task_dir: Path) -> float:
+    """The same work by hand: agent container, exec, commit, verifier container, copy out."""
+    api = runtime.api
+    started = time.perf_counter()
+    agent = api.create_container(image, ["sleep", "infinity"], working_dir="/app", host_config=api.create_host_config(
+        init=True, mem_limit="512m", nano_cpus=10**9))["Id"]
+    api.start(agent)
+    api.put_archive(agent, "/", tar_directory(task_dir / "solution", "solution"))
+    exec_id = api.exec_create(agent, ["bash", "/solution/solve.sh"])["Id"]
+    api.exec_start(exec_id)
+    api.kill(agent)
+    snapshot = api.commit(agent, repository="bench/snap", tag=uuid.uuid4().hex[:8])["Id"]
+    api.remove_container(agent, force=True)
+    verifier = api.create_container(snapshot, ["bash", "/tests/test.sh"],
+                                    host_config=api.create_host_config(network_mode="none"))["Id"]
+    api.put_archive(verifier, "/", tar_directory(task_dir / "tests", "tests"))
+    api.put_archive(verifier, "/", tar_files({}, dirs=["logs", "logs/verifier"]))
+    api.start(verifier)
+    api.wait(verifier)
+    stream, _ = api.get_archive(verifier, "/logs/verifier")
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        assert any(m.name.endswith("reward.txt") for m in tar)
+    api.remove_container(verifier, force=True)
+    api.remove_image(snapshot, force=True)
+    return time.perf_counter() - started
+
+
+def job_seconds(runtime, path: Path, n: int, k: int, jobs: Path):
+    options = JobOptions(job_name=f"bench-{uuid.uuid4().hex[:8]}", jobs_dir=jobs, n_concurrent=n, k=k)
+    started = time.perf_counter()
+    job = run_job(runtime, [load_task(path)], default_manifest("oracle"), options)
+    return time.perf_counter() - started, job
+
+
+def report_10k(tmp: Path) -> None:
+    template = TrialResult(trial_id="x", job="synthetic", task="ds/t", task_path="/t", content_hash="h",
+                           condition="c", condition_hash="h", agent="oracle", attempt=0)
+    trials = []
+    for i in range(10_000):
+        t = template.model_copy(deep=True)
+        t.trial_id, t.task, t.attempt = f"{i:064x}", f"ds/task-{i % 500:03d}", i // 500
+        t.reward = {"reward": float(i % 3 == 0)}
+        t.failure_mode = FailureMode.NONE if i % 7 else FailureMode.AGENT_TIMEOUT
+        t.layer, t.scenario_class = ("regression", "exact") if i % 2 else ("workflow", "stale")
+        t.started_at, t.finished_at = 0.0, 1.0
+        trials.append(t)
+    tracemalloc.start()
+    started = time.perf_counter()
+    from orchestrator.job import JobOptions as Options
+    job = summarize(Options(job_name="synthetic", jobs_dir=tmp, k=20), default_manifest("oracle"), "oracle",
+                    trials, 0, 0.0)
+    aggregate = tables(trials)
+    to_markdown(job, aggregate)
+    to_html(job, aggregate)
+    write_junit("synthetic", tmp, trials, tmp / "junit.xml")
+    seconds = time.perf_counter() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    emit("report_10k_seconds", round(seconds, 2))
+    emit("report_10k_peak_mb", round(peak / 2**20, 1))
+
+
+def main() -> None:
+    logsetup.configure()
+    runtime = DockerRuntime(max_pool_size=64)
+    hello = ROOT / "tasks/examples/hello-file"
+    images = ensure_task_images(runtime, load_task(hello), "bench")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        jobs = tmp / "jobs"
+        floor = statistics.median(raw_floor(runtime, images.agent_image, hello) for _ in range(REPEATS))
+        ours = job_seconds(runtime, hello, 1, REPEATS, jobs)[0] / REPEATS
+        emit("floor_seconds_per_trial", round(floor, 3))
+        emit("orchestra_seconds_per_trial", round(ours, 3))
+        emit("overhead_ratio", round(ours / floor, 2))
+
+        seconds, job = job_seconds(runtime, hello, 1, 1, jobs)
+        trial = TrialResult.model_validate_json(next((jobs / job.job / "trials").glob("*/result.json")).read_text())
+        emit("warm_images_built", job.images_built)
+        emit("warm_image_phase_pct", round(100 * trial.timings.build / seconds, 2))
+
+        sleeper = make_task(tmp / "ds", "sleeper", solve="sleep 5\ntouch /app/ok\n",
+                            toml="[environment]\ncpus = 0.1\nmemory_mb = 128\nstorage_mb = 64\n")
+        job_seconds(runtime, sleeper, 1, 1, jobs)  # build once
+        one = job_seconds(runtime, sleeper, 1, 1, jobs)[0]
+        emit("concurrency_one_seconds", round(one, 2))
+        for n in (4, 16):
+            many, job = job_seconds(runtime, sleeper, n, n, jobs)
+            assert job.mean_reward == 1.0, job.counts
+            emit(f"concurrency_ratio_{n}", round(many / one, 2))
+        proc = subprocess.Popen([ORCHESTRA, "run", "--path", str(sleeper), "--agent", "oracle", "-k", "16",
+                                 "-n", "16", "-q", "--jobs-dir", str(jobs), "--job-name", "rss16"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        emit("peak_rss_mb_16", round(usage.ru_maxrss / 1024, 1))
+        report_10k(tmp)
+    emit("bench_rss_mb", round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
+
+
+if __name__ == "__main__":
+    main()
