@@ -8,7 +8,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DEMO    := $(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup docker browser base-image demo test test-unit test-integration lint bench cleanup
+.PHONY: setup docker browser base-image demo test test-hostile test-unit test-integration lint bench cleanup
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,9 @@ browser:
 
 test: base-image browser
 	$(BIN)/pytest tests -q
+
+test-hostile: base-image
+	$(BIN)/pytest tests/hostile -q
 
 test-unit: setup
 	$(BIN)/pytest tests/unit -q

@@ -51,8 +51,9 @@ def _inside(root: Path, candidate: Path) -> bool:
 
 
 def safe_extract(chunks: Iterable[bytes], dest: Path, cap_bytes: int = DEFAULT_CAP_BYTES,
-                 strip_prefix: str = "") -> ExtractReport:
-    """Extract a tar stream under dest, treating every member as hostile."""
+                 strip_prefix: str = "", file_cap_bytes: int | None = None) -> ExtractReport:
+    """Extract a tar stream under dest, treating every member as hostile. Files past the
+    byte cap are cut (or skipped once the cap is spent); `file_cap_bytes` bounds each file."""
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
     report = ExtractReport()
@@ -83,20 +84,27 @@ def safe_extract(chunks: Iterable[bytes], dest: Path, cap_bytes: int = DEFAULT_C
             if not member.isfile():
                 report.rejected.append(f"{member.name}: not a regular file")
                 continue
-            if report.bytes + member.size > cap_bytes:
+            room = cap_bytes - report.bytes
+            if room <= 0:
                 report.truncated = True
                 report.rejected.append(f"{member.name}: over the {cap_bytes} byte cap")
                 continue
+            keep = min(member.size, room, file_cap_bytes or room)
+            if keep < member.size:
+                report.truncated = True
+                report.rejected.append(f"{member.name}: cut to {keep} of {member.size} bytes (cap)")
             source = archive.extractfile(member)
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.is_symlink():
                 target.unlink()
             with open(target, "wb") as out:
-                while chunk := source.read(1024 * 1024):
+                left = keep
+                while left > 0 and (chunk := source.read(min(1024 * 1024, left))):
                     out.write(chunk)
+                    left -= len(chunk)
             os.chmod(target, 0o644 | (0o111 if member.mode & 0o100 else 0))
             report.files += 1
-            report.bytes += member.size
+            report.bytes += keep
     return report
 
 

@@ -7,9 +7,12 @@ gone (a SIGKILLed orchestrator), and says what it removed; live jobs are left al
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -75,18 +78,27 @@ def reap_orphans(runtime: DockerRuntime) -> dict[str, int]:
     return totals
 
 
+_usage_lock = threading.Lock()
+
+
 def touch_images(refs: list[str]) -> None:
-    """Record when images were last used, for `cleanup --images --keep-gb`."""
-    USAGE_FILE.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        usage = json.loads(USAGE_FILE.read_text())
-    except (OSError, json.JSONDecodeError):
-        usage = {}
-    now = time.time()
-    usage.update({ref: now for ref in refs})
-    tmp = USAGE_FILE.with_suffix(".tmp")
-    tmp.write_text(json.dumps(usage))
-    tmp.replace(USAGE_FILE)
+    """Record when images were last used, for `cleanup --images --keep-gb` (best effort)."""
+    with _usage_lock:
+        try:
+            USAGE_FILE.parent.mkdir(parents=True, exist_ok=True)
+            with open(USAGE_FILE.with_suffix(".lock"), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    usage = json.loads(USAGE_FILE.read_text())
+                except (OSError, json.JSONDecodeError):
+                    usage = {}
+                usage.update(dict.fromkeys(refs, time.time()))
+                fd, tmp = tempfile.mkstemp(dir=USAGE_FILE.parent, suffix=".tmp")
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(json.dumps(usage))
+                os.replace(tmp, USAGE_FILE)
+        except OSError as exc:
+            log.warning("images.usage_not_recorded", error=str(exc))
 
 
 def prune_images(runtime: DockerRuntime, keep_gb: float | None) -> list[str]:

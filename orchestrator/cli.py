@@ -64,6 +64,7 @@ def run(
     max_retries: Annotated[int, typer.Option(min=0, help="Retries of infrastructure failures per trial.")] = 2,
     max_cpus: Annotated[float | None, typer.Option(help="Admission budget in cpus (default: the engine's).")] = None,
     max_memory_mb: Annotated[int | None, typer.Option(help="Admission budget in MB (default: the engine's).")] = None,
+    oci_runtime: Annotated[str | None, typer.Option("--runtime", help="OCI runtime for agent containers, e.g. runsc (gVisor).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the job result here.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain progress lines, no live display.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
@@ -126,7 +127,7 @@ def run(
         options = JobOptions(
             job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=k, policy=policy,
             manifest_dir=manifest_dir, max_retries=max_retries, max_cpus=max_cpus,
-            max_memory_mb=max_memory_mb, resume=resume is not None,
+            max_memory_mb=max_memory_mb, resume=resume is not None, oci_runtime=oci_runtime,
             endpoints=load_endpoints(endpoint_files) if endpoint_files else None,
             source={"path": str(path.resolve()), "layer": layer,
                     "endpoints": [str(p) for p in endpoint_files],
@@ -281,11 +282,17 @@ def cleanup(
 
 
 def main() -> None:
+    import requests
+    from docker.errors import DockerException
+
     try:
         app()
     except KeyboardInterrupt:
         err.print("cancelled")
         sys.exit(130)
+    except (requests.RequestException, DockerException) as exc:
+        err.print(f"[red]the Docker engine failed[/]: {exc.__class__.__name__}: {exc}")
+        sys.exit(3)
 
 
 if __name__ == "__main__":

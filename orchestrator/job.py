@@ -48,6 +48,7 @@ class JobOptions:
     max_cpus: float | None = None  # default: what the engine reports
     max_memory_mb: int | None = None
     resume: bool = False
+    oci_runtime: str | None = None  # --runtime, e.g. runsc
     source: dict = field(default_factory=dict)  # how to rebuild this job (for --resume)
 
 
@@ -139,6 +140,10 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
                           options.max_memory_mb or int((info.get("MemTotal") or 2**31) // 2**20),
                           admission_cancel)
     in_use = preflight(tasks, manifest, options.endpoints, admission)
+    if options.oci_runtime and options.oci_runtime not in (info.get("Runtimes") or {}):
+        raise InputError(f"--runtime {options.oci_runtime}: the Docker engine has no such runtime "
+                         f"(it has: {', '.join(sorted(info.get('Runtimes') or {}))}); install it "
+                         "(gVisor: https://gvisor.dev/docs/user_guide/install/) and register it in daemon.json")
     lead = manifest.orchestrator
     agent = agent_for(lead, options.manifest_dir)  # re-hashes the prompt before any spend
     job_dir = options.jobs_dir / options.job_name
@@ -162,7 +167,7 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
         condition_hash=manifest.condition_hash(), agent_id=lead.id, agent=agent,
         policy=options.policy, images_for=images, cancel=cancel, watchdog=watchdog,
         networks=networks, manifest=manifest, upstreams=upstreams, on_phase=on_phase,
-        timeout_override=manifest.trial_budget.timeout_seconds,
+        timeout_override=manifest.trial_budget.timeout_seconds, oci_runtime=options.oci_runtime,
     )
     items = [Item(task, attempt) for task in tasks for attempt in range(attempts_for(task, options.k))]
     todo = [i for i in items if trial_id(ctx.job, i.task, ctx.agent_id, i.attempt) not in finished]
@@ -210,7 +215,10 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
         if any(leftovers.values()):
             log.warning("job.reaped_leftovers", **leftovers)
         job = summarize(options, manifest, lead.agent, results, images.built, started, admission)
-        write_json_atomic(job_dir / "result.json", job)
+        try:
+            write_json_atomic(job_dir / "result.json", job)
+        except OSError as exc:  # e.g. the disk is full: the trial results already written stay
+            log.error("job.result_not_written", error=str(exc))
     if interrupted:
         raise KeyboardInterrupt
     return job

@@ -205,12 +205,12 @@ class SeedRecord:
 
 
 def seed_engrams(runtime, container: str, seeds: tuple[EngramSeed, ...],
-                 user: str | None = None) -> list[SeedRecord]:
+                 user: str | None = None, env: dict[str, str] | None = None) -> list[SeedRecord]:
     records = []
     for seed in seeds:
         started = time.monotonic()
         code, output = runtime.exec_stdin(container, [MEM, "set", seed.slug, "-"],
-                                          seed.value.encode(), user=user)
+                                          seed.value.encode(), user=user, env=env)
         records.append(SeedRecord(slug=seed.slug, exit_code=code,
                                   seconds=round(time.monotonic() - started, 4)))
         if code != 0:

@@ -18,8 +18,9 @@ import structlog
 
 from orchestrator.archive import tar_files
 from orchestrator.cleanup import owner_labels
+from orchestrator.images import AGENT_STACK as AGENT_STACK_DIR
 from orchestrator.models.result import AppliedLimits
-from orchestrator.paths import AGENT_LOGS, ARTIFACTS, LOGS, VERIFIER_LOGS
+from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, LOGS, VERIFIER_LOGS
 from orchestrator.runtime import disk
 from orchestrator.runtime.base import (
     LABEL_JOB,
@@ -33,6 +34,7 @@ from orchestrator.runtime.docker import DockerRuntime
 from orchestrator.tasks import Task
 
 log = structlog.get_logger()
+SECRET_VARS = {"ORCHESTRA_PRIVATE_KEY", "ORCHESTRA_AUTH_TAG", "ORCHESTRA_MODEL_TOKEN", "OPENAI_API_KEY"}
 
 
 @dataclass
@@ -49,6 +51,8 @@ class Sandbox:
     storage_enforcement: str = "watchdog"
     networks: NetworkPool | None = None
     name: str = ""
+    collected: dict = field(default_factory=dict)  # what collect() copied out, per path
+    exec_env: dict[str, str] = field(default_factory=dict)  # secrets, for the agent's execs only
 
     def labels(self, kind: str) -> dict[str, str]:
         return {LABEL_JOB: self.job, LABEL_TRIAL: self.trial_id, LABEL_KIND: kind,
@@ -101,7 +105,8 @@ def resolve_workdir(runtime: DockerRuntime, task: Task, image: str) -> str:
 
 def open_sandbox(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str,
                  job: str, trial_id: str, env: dict[str, str], workdir: str,
-                 services: Callable[[Network], dict[str, str]] | None = None) -> Sandbox:
+                 services: Callable[[Network], dict[str, str]] | None = None,
+                 oci_runtime: str | None = None) -> Sandbox:
     """Create network, disk and container, start it; the caller must close_sandbox().
 
     `services(network)` starts what listens on the network's gateway (the relay) before the
@@ -110,7 +115,7 @@ def open_sandbox(runtime: DockerRuntime, networks: NetworkPool, task: Task, imag
     # A fresh suffix per attempt: a retried trial never collides with what a failed one left.
     name = f"orchestra-{trial_id[:16]}-{uuid.uuid4().hex[:4]}"
     try:
-        _build(runtime, networks, task, image, box, name, env, services)
+        _build(runtime, networks, task, image, box, name, env, services, oci_runtime)
     except BaseException:
         close_sandbox(runtime, box)  # a half-made sandbox is unmade here, not leaked
         raise
@@ -118,13 +123,17 @@ def open_sandbox(runtime: DockerRuntime, networks: NetworkPool, task: Task, imag
 
 
 def _build(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str, box: Sandbox,
-           name: str, env: dict[str, str], services) -> None:
+           name: str, env: dict[str, str], services, oci_runtime: str | None) -> None:
     environment = task.config.environment
     box.name = name
     box.network = networks.acquire(internal=environment.network_mode == "none")
     box.networks = networks
     if services is not None:
-        env = {**env, **services(box.network)}
+        wired = services(box.network)
+        # Secrets never enter the container's config (docker inspect, a shared-mode commit,
+        # the verifier): they go to the agent's own processes through exec only.
+        box.exec_env = {k: v for k, v in wired.items() if k in SECRET_VARS}
+        env = {**env, **{k: v for k, v in wired.items() if k not in SECRET_VARS}}
     if disk.loop_disks_available():
         box.loop_disk = disk.create_loop_disk(box.job, name, environment.storage_mb)
         box.storage_enforcement = "loop-volume+watchdog"
@@ -138,6 +147,7 @@ def _build(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str
         command=["sleep", "infinity"], cpus=environment.cpus, memory_mb=environment.memory_mb,
         pids_limit=environment.pids_limit, network=box.network.name, workdir=box.workdir,
         env=env, drop_all_capabilities=environment.drop_all_capabilities, mounts=box.volumes,
+        read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK}, runtime=oci_runtime,
     )
     box.agent_container = runtime.create(spec)
     box.containers.append(box.agent_container)

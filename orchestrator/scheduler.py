@@ -12,6 +12,7 @@ retries with backoff that never hold a slot, and prompt cancellation.
 
 from __future__ import annotations
 
+import errno
 import queue
 import threading
 import time
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 import structlog
 from tenacity import RetryCallState, wait_random_exponential
 
+from orchestrator.errors import InfraError
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.tasks import Task
 
@@ -31,6 +33,10 @@ RETRYABLE = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR}
 
 class AdmissionCancelled(Exception):
     pass
+
+
+class JobDiskFull(InfraError):
+    """The job folder's filesystem is full: stop cleanly, keep what was written."""
 
 
 class Admission:
@@ -108,11 +114,10 @@ class Scheduler:
             return
         try:
             result = run_one(item)
-        except BaseException as exc:  # never lose an item: report it as infrastructure
-            log.error("scheduler.attempt_crashed", task=item.task.name, error=str(exc))
-            result = on_cancelled(item) if self.cancel.is_set() else None
-            if result is None:
-                raise
+        except BaseException as exc:  # orchestra itself failed (e.g. the job folder's disk is
+            log.error("scheduler.attempt_crashed", task=item.task.name, error=str(exc))  # full)
+            self._results.put((item, exc))
+            return
         finally:
             self.admission.release(item.task)
         self._results.put((item, result))
@@ -132,6 +137,14 @@ class Scheduler:
                 item, result = self._results.get(timeout=0.25)
             except queue.Empty:
                 continue
+            if isinstance(result, BaseException):
+                self.cancel.set()  # nothing new starts; the job stops cleanly
+                if isinstance(result, OSError) and result.errno == errno.ENOSPC:
+                    raise JobDiskFull(
+                        f"no space left where the job writes ({result.filename or 'job folder'}); "
+                        "the job stopped. Results already written are intact: free space and "
+                        "resume with `orchestra run --resume JOB_DIR`.") from result
+                raise InfraError(f"orchestra failed running {item.task.name}: {result}") from result
             if (result.failure_mode in RETRYABLE and len(item.retries) < self.max_retries
                     and not self.cancel.is_set()):
                 item.retries.append(f"{result.failure_mode.value}: {result.error}")

@@ -15,6 +15,7 @@ from orchestrator.memory import load_engram_seeds, load_fact_files
 from orchestrator.models.task import TaskConfig
 
 REQUIRED_FILES = ("task.toml", "instruction.md", "tests/test.sh")
+MAX_INSTRUCTION_BYTES = 1024 * 1024
 _NAME = re.compile(r"[^a-z0-9._-]+")
 
 
@@ -102,6 +103,13 @@ def load_task(path: Path) -> Task:
                 f"{path / 'environment/Dockerfile'}: missing "
                 "(add one or set [environment] docker_image)"
             )
+    instruction = path / "instruction.md"
+    if instruction.is_file():
+        size = instruction.stat().st_size
+        limit = 65_535 if config is not None and config.relay.enabled else MAX_INSTRUCTION_BYTES
+        if size > limit:
+            problems.append(f"{instruction}: {size} bytes; the limit is {limit} "
+                            f"({'a relay message' if limit == 65_535 else 'an instruction'})")
     seeds: tuple = ()
     facts: tuple = ()
     try:

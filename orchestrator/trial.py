@@ -6,6 +6,7 @@ This file reads top to bottom like the lifecycle. It never builds docker-py argu
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import shlex
@@ -49,7 +50,9 @@ log = structlog.get_logger()
 
 KILL_AFTER_SEC = 5  # `timeout -k`: SIGTERM at the deadline, SIGKILL this much later
 WATCHDOG_GRACE_SEC = 3  # the host kills the container this long after that
-COLLECT_CAP_BYTES = 256 * 1024 * 1024
+COLLECT_CAP_BYTES = 256 * 1024 * 1024  # everything one trial copies out
+AGENT_LOG_CAP_BYTES = 32 * 1024 * 1024  # /logs/agent (stdout/stderr floods stop here)
+AGENT_LOG_FILE_CAP_BYTES = 8 * 1024 * 1024  # ... and any one file in it
 STAGED_TESTS = "/.orchestra-tests"
 EVIDENCE_NAME = "relay-evidence.json"
 
@@ -74,6 +77,7 @@ class TrialContext:
     upstreams: Upstreams | None = None
     on_phase: Callable[[str, str, str], None] | None = None  # (trial id, task, phase)
     timeout_override: float | None = None
+    oci_runtime: str | None = None  # e.g. runsc (gVisor) for agent containers
 
 
 def trial_id(job: str, task: Task, agent_id: str, attempt: int) -> str:
@@ -166,14 +170,15 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             workdir = resolve_workdir(ctx.runtime, task, images.agent_image)
             env = {**task.config.environment.env, **agent_flags(ctx, task), **roots.env(workdir)}
             box = open_sandbox(ctx.runtime, ctx.networks, task, images.agent_image, ctx.job,
-                               tid, env=env, workdir=workdir, services=start_services)
+                               tid, env=env, workdir=workdir, services=start_services,
+                               oci_runtime=ctx.oci_runtime)
             result.limits = applied_limits(ctx.runtime, box, task)
             ctx.watchdog.register(box.agent_container, task.config.environment.storage_mb)
         with phase(result, "seed", ctx):
             seed_files(ctx, task, box, roots, result)
             if ctx.policy == "memory-on" and task.seeds:
                 records = seed_engrams(ctx.runtime, box.agent_container, task.seeds,
-                                       user=task.config.agent.user)
+                                       user=task.config.agent.user, env=box.exec_env)
                 result.memory["engram_seeds"] = [asdict(r) for r in records]
         with phase(result, "agent", ctx):
             if relay is not None:
@@ -181,6 +186,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             run_agent(ctx, task, box, result)
         with phase(result, "collect", ctx):
             collect(ctx.runtime, task, box, paths)
+            result.collected = dict(box.collected)
             if relay is not None:
                 export_evidence(relay, paths, result)
             audit = audit_trajectory(paths.agent / "trajectory.jsonl", task.facts,
@@ -197,6 +203,13 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
     except BuildFailed as exc:
         result.failure_mode, result.error = FailureMode.BUILD_ERROR, str(exc)[-4000:]
     except Exception as exc:  # the engine failed, or orchestra did: never lose the result
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:  # the host is full: stop the
+            result.failure_mode, result.error = FailureMode.INFRA_ERROR, f"host disk full: {exc}"
+            try:  # job (scheduler), after removing this trial's sandbox
+                _finish(ctx, result, paths, box, relay, proxy)
+            except OSError:
+                pass
+            raise
         if ctx.cancel.is_set():
             result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
             return _finish(ctx, result, paths, box, relay, proxy)
@@ -276,6 +289,9 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult) 
     files = {INSTRUCTION: task.instruction.encode(), **ctx.agent.files(task)}
     runtime.put_archive(container, "/", tar_files({p.lstrip("/"): c for p, c in files.items()}))
     command = ctx.agent.command(task)
+    user = task.config.agent.user
+    if command is not None and user:  # a non-root agent owns its workdir and logs
+        runtime.exec_output(container, ["chown", "-R", user, box.workdir, AGENT_LOGS, ARTIFACTS])
     if command is not None:
         started = time.time()
         deadline = started + timeout
@@ -288,7 +304,7 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult) 
             f"else exec sh -c {shlex.quote(command)}; fi "
             f">{AGENT_LOGS}/stdout.txt 2>{AGENT_LOGS}/stderr.txt"
         )
-        env = {**ctx.manifest.orchestrator.env, **ctx.agent.env(task),
+        env = {**ctx.manifest.orchestrator.env, **ctx.agent.env(task), **box.exec_env,
                "ORCHESTRA_DEADLINE": str(int(deadline)), "ORCHESTRA_AGENT_ID": ctx.agent_id,
                **(task.config.solution.env if ctx.agent.name == "oracle" else {})}
         outcome = runtime.exec(container, ["sh", "-c", wrapped], env=env, workdir=box.workdir,
@@ -318,6 +334,7 @@ def collect(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir) -
     container = box.agent_container
     budget = COLLECT_CAP_BYTES
     wanted = [(AGENT_LOGS, paths.agent, "agent"), (ARTIFACTS, paths.artifacts, "artifacts")]
+    caps = {AGENT_LOGS: AGENT_LOG_CAP_BYTES}
     for path in task.config.artifacts:
         parent = paths.files / Path(path).parent.relative_to("/")
         wanted.append((path, parent, ""))
@@ -326,8 +343,17 @@ def collect(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir) -
         if stream is None:
             log.info("collect.missing", trial=box.trial_id[:12], path=source)
             continue
-        report = safe_extract(stream, dest, cap_bytes=max(budget, 0), strip_prefix=strip)
+        cap = min(budget, caps.get(source, budget))
+        try:
+            report = safe_extract(stream, dest, cap_bytes=max(cap, 0), strip_prefix=strip,
+                                  file_cap_bytes=AGENT_LOG_FILE_CAP_BYTES if source == AGENT_LOGS else None)
+        finally:
+            stream.close()
         budget -= report.bytes
+        collected = getattr(box, "collected", {})
+        collected[source] = {"files": report.files, "bytes": report.bytes, "truncated": report.truncated,
+                             "rejected": len(report.rejected)}
+        box.collected = collected
         if report.rejected:
             log.warning("collect.rejected", trial=box.trial_id[:12], path=source,
                         rejected=report.rejected[:20], truncated=report.truncated)
@@ -397,7 +423,10 @@ def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
     result.verifier_exit_code = exit_code
     stream = runtime.get_archive(container, VERIFIER_LOGS)
     if stream is not None:
-        safe_extract(stream, paths.verifier, cap_bytes=64 * 1024 * 1024, strip_prefix="verifier")
+        try:
+            safe_extract(stream, paths.verifier, cap_bytes=64 * 1024 * 1024, strip_prefix="verifier")
+        finally:
+            stream.close()
     if exit_code is None:
         return
     try:

@@ -89,6 +89,7 @@ class TrialResult(BaseModel):
     agent_outcome: str | None = None  # ok | timeout | budget_exceeded | endpoint_error | crashed
     memory: dict = {}
     relay: dict = {}
+    collected: dict = {}  # per copied-out path: files, bytes, truncated, rejected
     retries: list[str] = []
     started_at: float = 0.0
     finished_at: float = 0.0

@@ -41,6 +41,8 @@ class SandboxSpec:
     user: str | None = None
     drop_all_capabilities: bool = False
     mounts: list[VolumeMount] = field(default_factory=list)
+    read_only_binds: dict[str, str] = field(default_factory=dict)  # host path -> container path
+    runtime: str | None = None  # OCI runtime, e.g. runsc (gVisor); None: the engine default
     log_max_size: str = "10m"
 
 

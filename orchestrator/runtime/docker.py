@@ -171,8 +171,10 @@ class DockerRuntime:
             log_config=LogConfig(type="json-file",
                                  config={"max-size": spec.log_max_size, "max-file": "1"}),
             network_mode=spec.network,
-            mounts=[Mount(target=m.target, source=m.source, type="volume")
-                    for m in spec.mounts],
+            mounts=[Mount(target=m.target, source=m.source, type="volume") for m in spec.mounts]
+            + [Mount(target=target, source=source, type="bind", read_only=True)
+               for source, target in spec.read_only_binds.items()],
+            runtime=spec.runtime,
         )
         try:
             created = self.api.create_container(
@@ -292,11 +294,26 @@ class DockerRuntime:
             raise RuntimeFault(f"copy into {path} failed")
 
     def get_archive(self, container: str, path: str) -> Iterator[bytes] | None:
-        try:
-            stream, _stat = self.api.get_archive(container, path, chunk_size=1024 * 1024)
-            return stream
-        except NotFound:
+        """A tar stream of `path`, or None if it does not exist. Close the iterator when not
+        reading it to the end: an abandoned copy holds the container and blocks its removal."""
+        url = self.api._url("/containers/{0}/archive", container)
+        response = self.api._get(url, params={"path": path}, stream=True)
+        if response.status_code == 404:
+            response.close()
             return None
+        try:
+            self.api._raise_for_status(response)
+        except APIError:
+            response.close()
+            raise
+
+        def chunks() -> Iterator[bytes]:
+            try:
+                yield from response.iter_content(chunk_size=1024 * 1024)
+            finally:
+                response.close()
+
+        return chunks()
 
     def inspect(self, container: str) -> dict:
         return self.api.inspect_container(container)

@@ -95,7 +95,8 @@ def test_hostile_archives_write_nothing_outside_the_destination(tmp_path):
     report = safe_extract([_hostile_tar()], dest, cap_bytes=1000, strip_prefix="out")
     written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
     # the link itself is refused, so "rel/owned" lands in a plain folder inside dest
-    assert written == ["dest", "dest/ok.txt", "dest/rel", "dest/rel/owned"]
+    assert written == ["dest", "dest/big", "dest/ok.txt", "dest/rel", "dest/rel/owned"]
+    assert (dest / "big").stat().st_size == 1000 - len("fine") - len("through the link")  # cut at the cap
     assert not (tmp_path.parent / "evil").exists()
     assert (dest / "ok.txt").read_text() == "fine"
     assert not (dest / "link").exists() and not (dest / "link").is_symlink()
