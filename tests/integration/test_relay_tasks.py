@@ -30,7 +30,12 @@ def _watch_agent_env(runtime, seen: dict, stop: threading.Event) -> None:
         time.sleep(0.1)
 
 
-def test_memory_retrieval_runs_with_the_no_memory_flag_and_seeds_written_by_mem_set(runtime, tmp_path):
+def test_memory_retrieval_runs_with_the_no_memory_flag_and_seeds_written_by_mem_set(runtime, tmp_path, monkeypatch):
+    from orchestrator.relay import auth
+
+    keys: list[str] = []
+    real_new_key = auth.new_private_key
+    monkeypatch.setattr(auth, "new_private_key", lambda: keys.append(real_new_key()) or keys[-1])
     seen: dict = {}
     stop = threading.Event()
     watcher = threading.Thread(target=_watch_agent_env, args=(runtime, seen, stop), daemon=True)
@@ -53,9 +58,12 @@ def test_memory_retrieval_runs_with_the_no_memory_flag_and_seeds_written_by_mem_
     writes = json.loads((folder / "relay-engrams.json").read_text())
     assert [(w["owner"], w["slug"], w["client"]) for w in writes] == [
         ("lead", f"mem/{s['slug']}", "mem set -") for s in seeds]  # the value came on stdin
-    # No secret anywhere in the job folder.
+    # No secret in the container's config (they reach the agent through exec only) ...
+    assert "ORCHESTRA_PRIVATE_KEY" not in env and "ORCHESTRA_AUTH_TAG" not in env
+    # ... and none anywhere in the job folder.
+    assert len(keys) == 2  # the orchestrator's and the user's
     blob = "".join(p.read_text(errors="replace") for p in (tmp_path / "jobs").rglob("*") if p.is_file())
-    assert env["ORCHESTRA_PRIVATE_KEY"] not in blob and env["ORCHESTRA_AUTH_TAG"] not in blob
+    assert not any(key in blob for key in keys)
     evidence = json.loads((folder / "artifacts" / "relay-evidence.json").read_text())
     assert evidence["task_name"] == "memory-retrieval"
     assert evidence["identities"]["lead"]["role"] == "orchestrator"
