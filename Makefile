@@ -8,7 +8,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DEMO    := $(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup docker browser base-image demo test test-hostile test-unit test-integration lint bench cleanup
+.PHONY: setup docker browser base-image demo test test-hostile test-ray test-unit test-integration lint bench cleanup
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,9 @@ test: base-image browser
 test-hostile: base-image
 	$(BIN)/pytest tests/hostile -q
 
+test-ray: base-image
+	$(BIN)/pytest tests/ray -q
+
 test-unit: setup
 	$(BIN)/pytest tests/unit -q
 
@@ -50,6 +53,7 @@ lint: setup
 
 bench: base-image
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/ray_throughput.py
 
 cleanup: setup
 	$(BIN)/orchestra cleanup

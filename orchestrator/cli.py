@@ -64,6 +64,8 @@ def run(
     max_retries: Annotated[int, typer.Option(min=0, help="Retries of infrastructure failures per trial.")] = 2,
     max_cpus: Annotated[float | None, typer.Option(help="Admission budget in cpus (default: the engine's).")] = None,
     max_memory_mb: Annotated[int | None, typer.Option(help="Admission budget in MB (default: the engine's).")] = None,
+    backend: Annotated[str, typer.Option(help="Where trials run: local | ray (each trial a Ray task).")] = "local",
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: auto, i.e. RAY_ADDRESS or a local cluster).")] = None,
     oci_runtime: Annotated[str | None, typer.Option("--runtime", help="OCI runtime for agent containers, e.g. runsc (gVisor).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the job result here.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain progress lines, no live display.")] = False,
@@ -105,6 +107,13 @@ def run(
             raise InputError(f"--policy: {policy!r} is not memory-on or memory-off")
         if agent is not None and agent not in ("oracle", "nop", "reference", "command"):
             raise InputError(f"--agent: {agent!r} is not one of oracle, nop, reference, command")
+        if backend not in ("local", "ray"):
+            raise InputError(f"--backend: {backend!r} is not local or ray")
+        if backend == "ray":
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                raise InputError("--backend ray: Ray is not installed (pip install 'orchestra[ray]')") from None
         if layer is not None and layer not in ("regression", "workflow"):
             raise InputError(f"--layer: {layer!r} is not regression or workflow")
         if resume is None and (jobs_dir / name / "result.json").exists():
@@ -128,6 +137,7 @@ def run(
             job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=k, policy=policy,
             manifest_dir=manifest_dir, max_retries=max_retries, max_cpus=max_cpus,
             max_memory_mb=max_memory_mb, resume=resume is not None, oci_runtime=oci_runtime,
+            backend=backend, ray_address=ray_address,
             endpoints=load_endpoints(endpoint_files) if endpoint_files else None,
             source={"path": str(path.resolve()), "layer": layer,
                     "endpoints": [str(p) for p in endpoint_files],

@@ -27,7 +27,14 @@ from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.sandbox import NetworkPool
 from orchestrator.scheduler import Admission, Item, Scheduler
 from orchestrator.tasks import Task
-from orchestrator.trial import TrialContext, cancelled_result, run_trial, trial_dir, trial_id
+from orchestrator.trial import (
+    TrialContext,
+    cancelled_result,
+    new_result,
+    run_trial,
+    trial_dir,
+    trial_id,
+)
 from orchestrator.util import write_json_atomic
 
 log = structlog.get_logger()
@@ -49,6 +56,8 @@ class JobOptions:
     max_memory_mb: int | None = None
     resume: bool = False
     oci_runtime: str | None = None  # --runtime, e.g. runsc
+    backend: str = "local"  # local | ray
+    ray_address: str | None = None
     source: dict = field(default_factory=dict)  # how to rebuild this job (for --resume)
 
 
@@ -136,8 +145,16 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
             options: JobOptions, on_trial_done=None, on_phase=None) -> JobResult:
     info = runtime.api.info()
     admission_cancel = threading.Event()
-    admission = Admission(options.max_cpus or float(info.get("NCPU") or 1),
-                          options.max_memory_mb or int((info.get("MemTotal") or 2**31) // 2**20),
+    backend = None
+    if options.backend == "ray":
+        from orchestrator.runtime.ray import RayBackend
+
+        backend = RayBackend(options.ray_address)
+        capacity_cpus, capacity_mb = backend.capacity()
+    else:
+        capacity_cpus = float(info.get("NCPU") or 1)
+        capacity_mb = int((info.get("MemTotal") or 2**31) // 2**20)
+    admission = Admission(options.max_cpus or capacity_cpus, options.max_memory_mb or capacity_mb,
                           admission_cancel)
     in_use = preflight(tasks, manifest, options.endpoints, admission)
     if options.oci_runtime and options.oci_runtime not in (info.get("Runtimes") or {}):
@@ -187,10 +204,11 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
 
     scheduler = Scheduler(options.n_concurrent, admission, cancel, options.max_retries,
                           options.backoff_multiplier)
+    run_one = make_runner(ctx, backend, options, upstreams)
     watchdog.start()
     interrupted = False
     try:
-        scheduler.run(todo, lambda item: run_trial(ctx, item.task, item.attempt, item.retries),
+        scheduler.run(todo, run_one,
                       lambda item: cancelled_result(ctx, item.task, item.attempt, item.retries), done)
     except KeyboardInterrupt:
         interrupted = True
@@ -211,6 +229,9 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
         networks.close()
         if upstreams is not None:
             upstreams.close()
+        if backend is not None:
+            backend.reap(f"{LABEL_JOB}={options.job_name}")
+            backend.close()
         leftovers = reap(runtime, f"{LABEL_JOB}={options.job_name}")
         if any(leftovers.values()):
             log.warning("job.reaped_leftovers", **leftovers)
@@ -222,6 +243,28 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
     if interrupted:
         raise KeyboardInterrupt
     return job
+
+
+def make_runner(ctx: TrialContext, backend, options: JobOptions, upstreams):
+    """How one scheduler item becomes a TrialResult: here, or as a Ray task on some node."""
+    if backend is None:
+        return lambda item: run_trial(ctx, item.task, item.attempt, item.retries)
+    base = {"job": options.job_name, "manifest": ctx.manifest.model_dump(mode="json"),
+            "manifest_dir": str(options.manifest_dir) if options.manifest_dir else None,
+            "policy": options.policy, "upstreams": upstreams.by_name if upstreams else {}}
+
+    def run_remote(item: Item) -> TrialResult:
+        tid = trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)
+        fallback = new_result(ctx, item.task, item.attempt, tid)
+        fallback.retries = list(item.retries)
+        result = backend.run(item.task, item.attempt, item.retries, base, ctx.job_dir, ctx.cancel,
+                             fallback)
+        if result is fallback:  # lost on its node: the driver writes what it knows
+            fallback.finished_at = time.time()
+            write_json_atomic(trial_dir(ctx, item.task, tid).result, fallback)
+        return result
+
+    return run_remote
 
 
 def summarize(options: JobOptions, manifest: Manifest, agent: str, results: list[TrialResult],
@@ -249,7 +292,8 @@ def summarize(options: JobOptions, manifest: Manifest, agent: str, results: list
                              failure_mode=r.failure_mode, scenario_class=r.scenario_class,
                              layer=r.layer, recall_events=r.memory.get("recall_events", 0),
                              injected_chars=r.memory.get("injected_chars", 0),
-                             audit_complete=r.memory.get("complete", True), retries=len(r.retries))
+                             audit_complete=r.memory.get("complete", True), retries=len(r.retries),
+                             node=r.node)
                 for r in results],
     )
 

@@ -90,6 +90,7 @@ class TrialResult(BaseModel):
     memory: dict = {}
     relay: dict = {}
     collected: dict = {}  # per copied-out path: files, bytes, truncated, rejected
+    node: str | None = None  # the Ray node that ran it (backend ray)
     retries: list[str] = []
     started_at: float = 0.0
     finished_at: float = 0.0
@@ -114,6 +115,7 @@ class TrialSummary(BaseModel):
     injected_chars: int = 0
     audit_complete: bool = True
     retries: int = 0
+    node: str | None = None
 
 
 class JobResult(BaseModel):

@@ -6,7 +6,9 @@ here carries orchestra's labels, so `cleanup` and the reaper find them.
 
 from __future__ import annotations
 
+import fcntl
 import io
+import os
 import socket
 import struct
 import threading
@@ -31,6 +33,7 @@ from orchestrator.runtime.base import (
 from orchestrator.runtime.subnets import SubnetPool
 
 log = structlog.get_logger()
+SUBNET_LOCK = Path(os.environ.get("ORCHESTRA_LOCK_DIR", "/var/tmp/orchestra-locks")) / "subnets.lock"
 
 
 class RuntimeFault(Exception):
@@ -120,6 +123,18 @@ class DockerRuntime:
         return used
 
     def create_network(self, name: str, internal: bool, labels: dict[str, str]) -> Network:
+        """A bridge on a /28 that no network on the engine uses. Choosing and creating happen
+        under a host-wide file lock, so orchestra processes on one engine (Ray workers, two
+        jobs) never race for the same block."""
+        SUBNET_LOCK.parent.mkdir(parents=True, exist_ok=True)
+        with open(SUBNET_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return self._create_network(name, internal, labels)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _create_network(self, name: str, internal: bool, labels: dict[str, str]) -> Network:
         for _ in range(5):
             block = self.subnets.acquire(self._subnets_in_use())
             gateway = str(next(block.hosts()))

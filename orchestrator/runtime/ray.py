@@ -1,0 +1,197 @@
+"""The Ray backend (DESIGN 6): each trial is a Ray task with `num_cpus` and `memory` from
+the task's quotas, so Ray's scheduler places it; the trial runs end to end on that node,
+against that node's Docker engine (images cached per node by content hash, one builder per
+image per node), with its relay and model proxy on that node.
+
+Task folders travel through Ray's object store (a tar per task, put once), never through a
+shared filesystem. The trial's folder comes back to the driver as a tar with its result,
+and the driver alone writes the job directory, so resume, reports and compare are unchanged.
+A lost node surfaces as an infrastructure failure, retried by orchestra's own policy
+(Ray's task retries are off, so nothing is counted twice).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import structlog
+
+from orchestrator.archive import safe_extract, tar_directory
+from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.tasks import Task
+
+log = structlog.get_logger()
+NODE_CACHE = Path(os.environ.get("ORCHESTRA_RAY_CACHE", "/var/tmp/orchestra-ray"))
+
+# ---- on the node ---------------------------------------------------------------------------
+_node_state: dict = {}
+_node_lock = threading.Lock()
+
+
+def _node_runtime():
+    from orchestrator.runtime.docker import DockerRuntime
+
+    with _node_lock:
+        if "runtime" not in _node_state:
+            _node_state["runtime"] = DockerRuntime(max_pool_size=32)
+        return _node_state["runtime"]
+
+
+def _unpack_task(payload: dict, task_tar: bytes) -> Path:
+    """The task folder on this node, keyed by content hash (unpacked once per node)."""
+    dataset, _, name = payload["task_name"].rpartition("/")
+    root = NODE_CACHE / "tasks" / payload["content_hash"]
+    target = root / (dataset or "tasks") / name
+    if not (target / "task.toml").is_file():
+        tmp = Path(tempfile.mkdtemp(dir=NODE_CACHE, prefix="unpack-"))
+        with tarfile.open(fileobj=io.BytesIO(task_tar)) as archive:
+            archive.extractall(tmp / "t", filter="data")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(tmp / "t", target)
+        except OSError:
+            pass  # another worker of this node unpacked it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def run_on_node(payload: dict, task_tar: bytes) -> dict:
+    """One whole trial on this node; returns its result and its folder as a tar. The task
+    folder arrives as a top-level argument, so Ray resolves it from the object store."""
+    import ray
+
+    from orchestrator.agents import agent_for
+    from orchestrator.job import ImageCache
+    from orchestrator.models.manifest import Manifest
+    from orchestrator.proxy import Upstreams
+    from orchestrator.runtime.watchdog import DiskWatchdog
+    from orchestrator.sandbox import NetworkPool
+    from orchestrator.tasks import load_task
+    from orchestrator.trial import TrialContext, run_trial, trial_dir
+
+    NODE_CACHE.mkdir(parents=True, exist_ok=True)
+    task = load_task(_unpack_task(payload, task_tar))
+    runtime = _node_runtime()
+    manifest = Manifest.model_validate(payload["manifest"])
+    lead = manifest.orchestrator
+    job = payload["job"]
+    with _node_lock:
+        images = _node_state.setdefault(("images", job), ImageCache(
+            runtime, job, lead.install if lead.agent == "command" else None))
+    upstreams = None
+    if payload["upstreams"]:
+        upstreams = Upstreams()
+        upstreams.by_name = payload["upstreams"]
+    work = Path(tempfile.mkdtemp(dir=NODE_CACHE, prefix="job-"))
+    watchdog = DiskWatchdog(runtime, job)
+    networks = NetworkPool(runtime, job)
+    watchdog.start()
+    try:
+        ctx = TrialContext(
+            runtime=runtime, job=job, job_dir=work, condition=manifest.condition,
+            condition_hash=manifest.condition_hash(), agent_id=lead.id,
+            agent=agent_for(lead, Path(payload["manifest_dir"]) if payload["manifest_dir"] else None),
+            policy=payload["policy"], images_for=images, cancel=threading.Event(),
+            watchdog=watchdog, networks=networks, manifest=manifest, upstreams=upstreams,
+            timeout_override=manifest.trial_budget.timeout_seconds)
+        result = run_trial(ctx, task, payload["attempt"], payload["retries"])
+        result.node = ray.get_runtime_context().get_node_id()
+        folder = trial_dir(ctx, task, result.trial_id).root
+        return {"result": result.model_dump_json(), "folder": folder.name,
+                "tar": tar_directory(folder, ".")}
+    finally:
+        watchdog.stop()
+        networks.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def reap_on_node(label: str) -> dict:
+    from orchestrator.cleanup import reap
+
+    return reap(_node_runtime(), label)
+
+
+# ---- on the driver -----------------------------------------------------------------------
+class RayBackend:
+    def __init__(self, address: str | None):
+        import ray
+
+        self.ray = ray
+        host = (address or "").rpartition(":")[0]
+        loopback = {"_node_ip_address": "127.0.0.1"} if host in ("127.0.0.1", "localhost") else {}
+        ray.init(address=address or "auto", ignore_reinit_error=True, log_to_driver=False,
+                 logging_level="ERROR", **loopback)
+        self._task_refs: dict[str, object] = {}
+        self._remote = ray.remote(max_retries=0)(run_on_node)
+        self._reaper = ray.remote(num_cpus=0, max_retries=0)(reap_on_node)
+        self._lock = threading.Lock()
+
+    def capacity(self) -> tuple[float, int]:
+        resources = self.ray.cluster_resources()
+        return float(resources.get("CPU", 1)), int(resources.get("memory", 2**31) // 2**20)
+
+    def _task_ref(self, task: Task):
+        with self._lock:
+            if task.content_hash not in self._task_refs:
+                self._task_refs[task.content_hash] = self.ray.put(tar_directory(task.path, "."))
+            return self._task_refs[task.content_hash]
+
+    def run(self, task: Task, attempt: int, retries: list[str], base: dict, job_dir: Path,
+            cancel: threading.Event, fallback: TrialResult) -> TrialResult:
+        env = task.config.environment
+        payload = {**base, "task_name": task.name, "content_hash": task.content_hash,
+                   "attempt": attempt, "retries": list(retries)}
+        ref = self._remote.options(num_cpus=env.cpus, memory=env.memory_mb * 2**20).remote(
+            payload, self._task_ref(task))
+        while True:
+            ready, _ = self.ray.wait([ref], timeout=0.5)
+            if ready:
+                break
+            if cancel.is_set():
+                self.ray.cancel(ref, force=True)
+                fallback.failure_mode, fallback.error = FailureMode.CANCELLED, "job cancelled"
+                return fallback
+        try:
+            out = self.ray.get(ref)
+        except Exception as exc:  # node died, worker crashed, object lost: infrastructure
+            fallback.failure_mode = FailureMode.INFRA_ERROR
+            text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()
+            fallback.error = f"ray: {exc.__class__.__name__}: {(text[-1] if text else '')[:500]}"
+            log.warning("ray.trial_lost", task=task.name, attempt=attempt, error=fallback.error)
+            return fallback
+        result = TrialResult.model_validate_json(out["result"])
+        result.task_path = str(task.path)
+        folder = job_dir / "trials" / out["folder"]
+        shutil.rmtree(folder, ignore_errors=True)
+        safe_extract([out["tar"]], folder)
+        from orchestrator.util import write_json_atomic
+
+        write_json_atomic(folder / "result.json", result)
+        return result
+
+    def reap(self, label: str) -> None:
+        """Remove a job's leftovers on every alive node (e.g. after a cancel)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        refs = [self._reaper.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    node_id=node["NodeID"], soft=False)).remote(label)
+                for node in self.ray.nodes() if node.get("Alive")]
+        try:
+            self.ray.get(refs, timeout=60)
+        except Exception as exc:
+            log.warning("ray.reap_failed", error=str(exc))
+
+    def close(self) -> None:
+        self.ray.shutdown()
+
+
+def wait_seconds(seconds: float) -> None:  # for tests that pace node loss
+    time.sleep(seconds)

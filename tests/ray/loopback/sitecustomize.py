@@ -1,0 +1,31 @@
+"""Keeps every Ray process of the test cluster on loopback.
+
+Ray 2.x replaces --node-ip-address=127.0.0.1 (and a driver's _node_ip_address) with the
+address it sees towards the outside (`resolve_ip_for_localhost` -> the interface of the
+default route). The tests must never bind to the machine's other addresses, so every
+process started with this folder on PYTHONPATH (nodes, their workers, drivers) answers
+127.0.0.1 instead.
+"""
+
+import importlib.abc
+import importlib.util
+import sys
+
+
+class _PinLoopback(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "ray._private.services":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        original = spec.loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            module.node_ip_address_from_perspective = lambda *args, **kwargs: "127.0.0.1"
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _PinLoopback())
