@@ -17,7 +17,6 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import structlog
 from tenacity import (
@@ -29,6 +28,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from orchestrator.httpserve import BackgroundServer, JsonHandler
 from orchestrator.models.manifest import Budget
 
 log = structlog.get_logger()
@@ -64,38 +64,25 @@ class ModelProxy:
         self._lock = threading.Lock()
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        class Handler(JsonHandler):
+            event = "proxy.request"
 
             def do_POST(self):  # noqa: N802
                 status, body = proxy.handle(self.path, self.headers, self.rfile)
-                data = proxy.scrub(json.dumps(body).encode() if isinstance(body, dict) else body)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.reply(status, proxy.scrub(json.dumps(body).encode() if isinstance(body, dict) else body))
 
-            def log_message(self, format, *args):
-                log.debug("proxy.request", line=format % args)
-
-        self.httpd = ThreadingHTTPServer((host, 0), Handler)
-        self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True, name="model-proxy")
+        self.server = BackgroundServer(Handler, host, name="model-proxy", path="/v1")
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return self.server.url
 
     def start(self) -> ModelProxy:
-        self._thread.start()
+        self.server.start()
         return self
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.stop()
 
     def scrub(self, data: bytes) -> bytes:
         if self.api_key:

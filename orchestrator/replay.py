@@ -27,13 +27,13 @@ import re
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import structlog
 import yaml
 
 from orchestrator.errors import InputError
+from orchestrator.httpserve import BackgroundServer, JsonHandler
 
 log = structlog.get_logger()
 
@@ -154,15 +154,15 @@ class ReplayEngine:
         }
 
 
-class ReplayServer:
+class ReplayServer(BackgroundServer):
     """Serves a ReplayEngine on host:port (port 0: any free one)."""
 
     def __init__(self, script: dict, host: str = "127.0.0.1", port: int = 0):
         self.engine = ReplayEngine(script)
         engine = self.engine
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        class Handler(JsonHandler):
+            event = "replay.request"
 
             def do_POST(self):  # noqa: N802
                 engine.authorizations.append(self.headers.get("Authorization", ""))
@@ -172,33 +172,8 @@ class ReplayServer:
                 except json.JSONDecodeError:
                     request = None
                 if not self.path.rstrip("/").endswith("/chat/completions") or not isinstance(request, dict):
-                    status, body = 400, {"error": {"message": "POST a chat completion to /v1/chat/completions"}}
+                    self.reply(400, {"error": {"message": "POST a chat completion to /v1/chat/completions"}})
                 else:
-                    status, body = engine.answer(request)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                    self.reply(*engine.answer(request))
 
-            def log_message(self, format, *args):
-                log.debug("replay.request", line=format % args)
-
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True, name="replay")
-
-    @property
-    def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def start(self) -> ReplayServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, host, port, name="replay", path="/v1")

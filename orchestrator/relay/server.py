@@ -10,11 +10,11 @@ import hmac
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
 
+from orchestrator.httpserve import BackgroundServer, JsonHandler
 from orchestrator.relay import auth
 from orchestrator.relay.slugs import MAX_VALUE_BYTES, SlugError
 from orchestrator.relay.store import Identity, RelayError, RelayStore, _message_json, value_hash
@@ -30,24 +30,18 @@ class RelayServer:
         self._nonce_lock = threading.Lock()
         self.rejections: list[str] = []
         handler = type("Handler", (_Handler,), {"relay": self})
-        self.httpd = ThreadingHTTPServer((host, 0), handler)
-        self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="relay", daemon=True)
+        self.server = BackgroundServer(handler, host, name="relay")
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return self.server.url
 
     def start(self) -> RelayServer:
-        self._thread.start()
+        self.server.start()
         return self
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join(timeout=5)
+        self.server.stop()
 
     def tag_for(self, identity: Identity) -> str:
         return auth.auth_tag(self.secret, identity.pubkey)
@@ -141,9 +135,9 @@ def _json_body(body: bytes) -> dict:
     return data
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     relay: RelayServer
-    protocol_version = "HTTP/1.1"
+    event = "relay.request"
 
     def _serve(self) -> None:
         try:
@@ -161,14 +155,6 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # a bug must not kill the relay thread
             log.error("relay.error", error=str(exc))
             status, payload = 500, {"error": f"relay error: {exc.__class__.__name__}"}
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self.reply(status, payload)
 
     do_GET = do_POST = do_PUT = do_DELETE = _serve
-
-    def log_message(self, format: str, *args) -> None:  # structlog, not stderr
-        log.debug("relay.request", line=format % args)

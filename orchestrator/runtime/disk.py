@@ -89,13 +89,20 @@ def reap_loop_disks(job: str | None = None) -> int:
     groups = [DISK_ROOT / job_key(job)] if job is not None else (
         list(DISK_ROOT.iterdir()) if DISK_ROOT.is_dir() else [])
     for group in groups:
-        if not group.is_dir():
-            continue
-        for base in group.iterdir():
-            if base.is_dir():
-                remove_loop_disk(LoopDisk(image=base / "disk.img", mountpoint=base / "mnt"))
-                removed += 1
-        shutil.rmtree(group, ignore_errors=True)
+        removed += _remove_group(group)
+    return removed
+
+
+def _remove_group(group: Path) -> int:
+    """Unmount and delete every disk of one job's folder, then the folder."""
+    if not group.is_dir():
+        return 0
+    removed = 0
+    for base in group.iterdir():
+        if base.is_dir():
+            remove_loop_disk(LoopDisk(image=base / "disk.img", mountpoint=base / "mnt"))
+            removed += 1
+    shutil.rmtree(group, ignore_errors=True)
     return removed
 
 
@@ -109,11 +116,6 @@ def reap_dead_owner_disks(alive) -> int:
             pid = int((group / "owner.pid").read_text())
         except (OSError, ValueError):
             continue
-        if alive(pid):
-            continue
-        for base in group.iterdir():
-            if base.is_dir():
-                remove_loop_disk(LoopDisk(image=base / "disk.img", mountpoint=base / "mnt"))
-                removed += 1
-        shutil.rmtree(group, ignore_errors=True)
+        if not alive(pid):
+            removed += _remove_group(group)
     return removed
