@@ -185,6 +185,7 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
         policy=options.policy, images_for=images, cancel=cancel, watchdog=watchdog,
         networks=networks, manifest=manifest, upstreams=upstreams, on_phase=on_phase,
         timeout_override=manifest.trial_budget.timeout_seconds, oci_runtime=options.oci_runtime,
+        manifest_dir=options.manifest_dir,
     )
     items = [Item(task, attempt) for task in tasks for attempt in range(attempts_for(task, options.k))]
     todo = [i for i in items if trial_id(ctx.job, i.task, ctx.agent_id, i.attempt) not in finished]

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import shlex
 import threading
 import time
 import traceback
-import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -22,16 +20,16 @@ from pathlib import Path
 import structlog
 
 from orchestrator.agents.base import Agent
-from orchestrator.archive import safe_extract, tar_directory, tar_files
+from orchestrator.archive import tar_directory, tar_files
+from orchestrator.collect import EVIDENCE_NAME, collect, export_evidence
 from orchestrator.images import TaskImages
 from orchestrator.memory import StateRoots, file_seed_archive, seed_engrams
 from orchestrator.models.manifest import Manifest, flag_env
 from orchestrator.models.result import FailureMode, TrialResult
-from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TESTS, VERIFIER_LOGS, TrialDir
+from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TrialDir
 from orchestrator.proxy import ModelProxy, Upstreams
 from orchestrator.relay.session import TrialRelay, start_relay
 from orchestrator.report.audit import audit_trajectory
-from orchestrator.runtime.base import SandboxSpec
 from orchestrator.runtime.docker import BuildFailed, DockerRuntime
 from orchestrator.sandbox import (
     NetworkPool,
@@ -39,22 +37,17 @@ from orchestrator.sandbox import (
     applied_limits,
     close_sandbox,
     open_sandbox,
-    reset_verifier_logs,
     resolve_workdir,
 )
 from orchestrator.tasks import Task
 from orchestrator.util import write_json_atomic
-from orchestrator.verify import RewardError, read_reward
+from orchestrator.verify import verify
+from orchestrator.workers import start_workers, stop_workers
 
 log = structlog.get_logger()
 
 KILL_AFTER_SEC = 5  # `timeout -k`: SIGTERM at the deadline, SIGKILL this much later
 WATCHDOG_GRACE_SEC = 3  # the host kills the container this long after that
-COLLECT_CAP_BYTES = 256 * 1024 * 1024  # everything one trial copies out
-AGENT_LOG_CAP_BYTES = 32 * 1024 * 1024  # /logs/agent (stdout/stderr floods stop here)
-AGENT_LOG_FILE_CAP_BYTES = 8 * 1024 * 1024  # ... and any one file in it
-STAGED_TESTS = "/.orchestra-tests"
-EVIDENCE_NAME = "relay-evidence.json"
 
 
 @dataclass
@@ -78,6 +71,7 @@ class TrialContext:
     on_phase: Callable[[str, str, str], None] | None = None  # (trial id, task, phase)
     timeout_override: float | None = None
     oci_runtime: str | None = None  # e.g. runsc (gVisor) for agent containers
+    manifest_dir: Path | None = None  # where the manifest's prompt paths are relative to
 
 
 def trial_id(job: str, task: Task, agent_id: str, attempt: int) -> str:
@@ -183,7 +177,13 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
         with phase(result, "agent", ctx):
             if relay is not None:
                 relay.post_instruction()
-            run_agent(ctx, task, box, result)
+            deadline = time.time() + (ctx.timeout_override or task.config.agent.timeout_sec)
+            workers = start_workers(ctx, task, box, relay, images.agent_image, deadline)
+            try:
+                run_agent(ctx, task, box, result)
+            finally:
+                if workers:
+                    result.workers = stop_workers(ctx.runtime, workers, paths)
         with phase(result, "collect", ctx):
             collect(ctx.runtime, task, box, paths)
             result.collected = dict(box.collected)
@@ -326,116 +326,3 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult) 
             result.failure_mode = FailureMode.OOM
             result.error = f"out of memory at memory_mb={task.config.environment.memory_mb}"
     runtime.kill(container)  # kill, not stop: no 10 s wait, no process survives the deadline
-
-
-# ---- collect -------------------------------------------------------------------------
-def collect(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir) -> None:
-    """Copy out /logs/agent, /logs/artifacts and the declared artifacts, safely, capped."""
-    container = box.agent_container
-    budget = COLLECT_CAP_BYTES
-    wanted = [(AGENT_LOGS, paths.agent, "agent"), (ARTIFACTS, paths.artifacts, "artifacts")]
-    caps = {AGENT_LOGS: AGENT_LOG_CAP_BYTES}
-    for path in task.config.artifacts:
-        parent = paths.files / Path(path).parent.relative_to("/")
-        wanted.append((path, parent, ""))
-    for source, dest, strip in wanted:
-        stream = runtime.get_archive(container, source)
-        if stream is None:
-            log.info("collect.missing", trial=box.trial_id[:12], path=source)
-            continue
-        cap = min(budget, caps.get(source, budget))
-        try:
-            report = safe_extract(stream, dest, cap_bytes=max(cap, 0), strip_prefix=strip,
-                                  file_cap_bytes=AGENT_LOG_FILE_CAP_BYTES if source == AGENT_LOGS else None)
-        finally:
-            stream.close()
-        budget -= report.bytes
-        collected = getattr(box, "collected", {})
-        collected[source] = {"files": report.files, "bytes": report.bytes, "truncated": report.truncated,
-                             "rejected": len(report.rejected)}
-        box.collected = collected
-        if report.rejected:
-            log.warning("collect.rejected", trial=box.trial_id[:12], path=source,
-                        rejected=report.rejected[:20], truncated=report.truncated)
-
-
-def export_evidence(relay: TrialRelay, paths: TrialDir, result: TrialResult) -> None:
-    """The relay snapshot replaces whatever the agent left under that name."""
-    started = time.monotonic()
-    evidence = relay.evidence()
-    text = json.dumps(evidence, indent=2)
-    leaked = [s for s in relay.secrets() if s in text]
-    if leaked:  # cannot happen by construction; refuse to write a secret if it ever does
-        raise RuntimeError("relay evidence would contain a private key; not written")
-    paths.artifacts.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(paths.artifacts / EVIDENCE_NAME, evidence)
-    write_json_atomic(paths.root / "relay-engrams.json", relay.store.engram_log())
-    result.relay.update(export_sec=round(time.monotonic() - started, 4),
-                        message_count=evidence["message_count"],
-                        task_event_id=evidence["task_event_id"])
-
-
-# ---- verify --------------------------------------------------------------------------
-def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
-           paths: TrialDir, result: TrialResult, evidence: Path | None = None) -> None:
-    """A fresh verifier container, network none, its own timeout; /tests only now."""
-    verifier = task.config.verifier
-    environment = task.config.environment
-    if verifier.environment_mode == "shared":
-        image = runtime.commit(box.agent_container, f"orchestra/snapshot/{box.trial_id[:16]}",
-                               uuid.uuid4().hex[:8], box.labels("snapshot"),
-                               env=runtime.image_env(images.agent_image))
-        box.images.append(image)
-        mounts = box.volumes
-        reset_verifier_logs(box)
-    else:
-        image, mounts = images.task_image, []
-    runtime.remove(box.agent_container)  # no live agent process exists past this point
-    script = (
-        f"rm -rf {TESTS} {VERIFIER_LOGS} && mv {STAGED_TESTS} {TESTS} && mkdir -p {VERIFIER_LOGS} "
-        f"&& cd {shlex.quote(box.workdir)} 2>/dev/null; "
-        f"bash {TESTS}/test.sh >{VERIFIER_LOGS}/test-stdout.txt 2>&1"
-    )
-    spec = SandboxSpec(
-        image=image, name=f"{box.name}-verifier", labels=box.labels("verifier"),
-        command=["sh", "-c", script], cpus=environment.cpus, memory_mb=environment.memory_mb,
-        pids_limit=environment.pids_limit, network="none", workdir=None, env=verifier.env,
-        user=verifier.user, mounts=mounts,
-    )
-    container = runtime.create(spec)
-    box.containers.append(container)
-    runtime.put_archive(container, "/", tar_directory(task.path / "tests", STAGED_TESTS.lstrip("/")))
-    if verifier.environment_mode == "separate":
-        runtime.put_archive(container, "/", tar_directory(paths.artifacts, ARTIFACTS.lstrip("/"))
-                            if paths.artifacts.is_dir() else tar_files({}, dirs=["logs/artifacts"]))
-        if paths.files.is_dir():
-            runtime.put_archive(container, "/", tar_directory(paths.files, "."))
-    if evidence is not None:
-        runtime.put_archive(container, "/", tar_files(
-            {f"{ARTIFACTS.lstrip('/')}/{EVIDENCE_NAME}": evidence.read_bytes()},
-            dirs=["logs", ARTIFACTS.lstrip("/")]))
-    runtime.start(container)
-    exit_code = runtime.wait(container, verifier.timeout_sec)
-    if exit_code is None:
-        runtime.kill(container)
-        _verifier_failure(result, FailureMode.VERIFIER_TIMEOUT,
-                          f"test.sh ran past verifier.timeout_sec={verifier.timeout_sec:g}")
-    result.verifier_exit_code = exit_code
-    stream = runtime.get_archive(container, VERIFIER_LOGS)
-    if stream is not None:
-        try:
-            safe_extract(stream, paths.verifier, cap_bytes=64 * 1024 * 1024, strip_prefix="verifier")
-        finally:
-            stream.close()
-    if exit_code is None:
-        return
-    try:
-        result.reward = read_reward(paths.verifier)
-    except RewardError as exc:
-        _verifier_failure(result, FailureMode.VERIFIER_ERROR, str(exc))
-
-
-def _verifier_failure(result: TrialResult, mode: FailureMode, message: str) -> None:
-    if result.failure_mode == FailureMode.NONE:
-        result.failure_mode = mode
-    result.error = f"{result.error}; {message}" if result.error else message

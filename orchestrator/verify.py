@@ -1,10 +1,25 @@
-"""Read the verifier's reward: reward.json (flat map of numbers) first, else reward.txt."""
+"""Verify (DESIGN 2 step 8): run tests/test.sh in a fresh verifier container with its own
+timeout, then read the reward: reward.json (flat map of numbers) first, else reward.txt."""
 
 from __future__ import annotations
 
 import json
 import math
+import shlex
+import uuid
 from pathlib import Path
+
+from orchestrator.archive import safe_extract, tar_directory, tar_files
+from orchestrator.images import TaskImages
+from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.paths import ARTIFACTS, TESTS, VERIFIER_LOGS, TrialDir
+from orchestrator.runtime.base import SandboxSpec
+from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.sandbox import Sandbox, reset_verifier_logs
+from orchestrator.tasks import Task
+
+STAGED_TESTS = "/.orchestra-tests"
+EVIDENCE_NAME = "relay-evidence.json"
 
 MAX_REWARD_FILE = 1024 * 1024
 
@@ -47,3 +62,68 @@ def read_reward(verifier_dir: Path) -> dict[str, float]:
                 raise
             raise RewardError(f"reward.txt: {text[:80]!r} is not one number") from exc
     raise RewardError("the verifier wrote neither /logs/verifier/reward.json nor reward.txt")
+
+
+def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
+           paths: TrialDir, result: TrialResult, evidence: Path | None = None) -> None:
+    """A fresh verifier container, network none, its own timeout; /tests only now."""
+    verifier = task.config.verifier
+    environment = task.config.environment
+    if verifier.environment_mode == "shared":
+        image = runtime.commit(box.agent_container, f"orchestra/snapshot/{box.trial_id[:16]}",
+                               uuid.uuid4().hex[:8], box.labels("snapshot"),
+                               env=runtime.image_env(images.agent_image))
+        box.images.append(image)
+        mounts = box.volumes
+        reset_verifier_logs(box)
+    else:
+        image, mounts = images.task_image, []
+    runtime.remove(box.agent_container)  # no live agent process exists past this point
+    script = (
+        f"rm -rf {TESTS} {VERIFIER_LOGS} && mv {STAGED_TESTS} {TESTS} && mkdir -p {VERIFIER_LOGS} "
+        f"&& cd {shlex.quote(box.workdir)} 2>/dev/null; "
+        f"bash {TESTS}/test.sh >{VERIFIER_LOGS}/test-stdout.txt 2>&1"
+    )
+    spec = SandboxSpec(
+        image=image, name=f"{box.name}-verifier", labels=box.labels("verifier"),
+        command=["sh", "-c", script], cpus=environment.cpus, memory_mb=environment.memory_mb,
+        pids_limit=environment.pids_limit, network="none", workdir=None, env=verifier.env,
+        user=verifier.user, mounts=mounts,
+    )
+    container = runtime.create(spec)
+    box.containers.append(container)
+    runtime.put_archive(container, "/", tar_directory(task.path / "tests", STAGED_TESTS.lstrip("/")))
+    if verifier.environment_mode == "separate":
+        runtime.put_archive(container, "/", tar_directory(paths.artifacts, ARTIFACTS.lstrip("/"))
+                            if paths.artifacts.is_dir() else tar_files({}, dirs=["logs/artifacts"]))
+        if paths.files.is_dir():
+            runtime.put_archive(container, "/", tar_directory(paths.files, "."))
+    if evidence is not None:
+        runtime.put_archive(container, "/", tar_files(
+            {f"{ARTIFACTS.lstrip('/')}/{EVIDENCE_NAME}": evidence.read_bytes()},
+            dirs=["logs", ARTIFACTS.lstrip("/")]))
+    runtime.start(container)
+    exit_code = runtime.wait(container, verifier.timeout_sec)
+    if exit_code is None:
+        runtime.kill(container)
+        _verifier_failure(result, FailureMode.VERIFIER_TIMEOUT,
+                          f"test.sh ran past verifier.timeout_sec={verifier.timeout_sec:g}")
+    result.verifier_exit_code = exit_code
+    stream = runtime.get_archive(container, VERIFIER_LOGS)
+    if stream is not None:
+        try:
+            safe_extract(stream, paths.verifier, cap_bytes=64 * 1024 * 1024, strip_prefix="verifier")
+        finally:
+            stream.close()
+    if exit_code is None:
+        return
+    try:
+        result.reward = read_reward(paths.verifier)
+    except RewardError as exc:
+        _verifier_failure(result, FailureMode.VERIFIER_ERROR, str(exc))
+
+
+def _verifier_failure(result: TrialResult, mode: FailureMode, message: str) -> None:
+    if result.failure_mode == FailureMode.NONE:
+        result.failure_mode = mode
+    result.error = f"{result.error}; {message}" if result.error else message

@@ -91,6 +91,7 @@ class TrialResult(BaseModel):
     relay: dict = {}
     collected: dict = {}  # per copied-out path: files, bytes, truncated, rejected
     node: str | None = None  # the Ray node that ran it (backend ray)
+    workers: list[dict] = []  # roster workers: member, name, exit code, model counts
     retries: list[str] = []
     started_at: float = 0.0
     finished_at: float = 0.0

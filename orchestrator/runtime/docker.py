@@ -230,6 +230,20 @@ class DockerRuntime:
             time.sleep(min(delay, max(0.0, deadline - time.time())))
             delay = min(delay * 1.5, 0.5)
 
+    def exec_detached(self, container: str, command: list[str], env: dict[str, str] | None = None,
+                      workdir: str | None = None) -> str:
+        """Start a command and return at once; exec_exit_code() reads how it ended."""
+        exec_id = self.api.exec_create(container, command, environment=env or {}, workdir=workdir)["Id"]
+        self.api.exec_start(exec_id, detach=True)
+        return exec_id
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        try:
+            state = self.api.exec_inspect(exec_id)
+        except APIError:
+            return None
+        return None if state["Running"] else state["ExitCode"]
+
     def exec_output(self, container: str, command: list[str], limit: int = 65536) -> tuple[int, bytes]:
         """A short helper command whose (capped) output we need."""
         exec_id = self.api.exec_create(container, command)["Id"]

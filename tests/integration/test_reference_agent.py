@@ -185,3 +185,22 @@ chmod +x /usr/local/bin/tiny-agent
     assert result.image.endswith("-install-" + __import__("hashlib").sha256(install.encode()).hexdigest()[:12])
     job2, _ = run_with(runtime, tmp_path / "ds", tmp_path / "jobs", lineup)
     assert job2.images_built == 0
+
+
+def test_roster_workers_run_in_their_own_containers_with_their_own_identities(runtime, tmp_path):
+    make_task(tmp_path / "ds", "team", toml="[relay]\nenabled = true\n", solve="sleep 3\ntouch /app/ok\n")
+    lineup = Manifest.model_validate({"condition": "team", "roster": [
+        {"id": "lead", "kind": "orchestrator", "agent": "oracle"},
+        {"id": "helper", "kind": "worker", "role": "researcher", "agent": "command", "count": 2,
+         "command": "chan post \"$(chan whoami | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"name\"])') reporting\""},
+        {"id": "idle", "kind": "worker", "agent": "nop"}]})
+    _, trials = run_with(runtime, tmp_path / "ds", tmp_path / "jobs", lineup)
+    result, folder = trials["team"]
+    assert result.reward == {"reward": 1.0}
+    assert sorted((w["name"], w["exit_code"]) for w in result.workers) == [("helper-1", 0), ("helper-2", 0)]
+    evidence = json.loads((folder / "artifacts/relay-evidence.json").read_text())
+    posts = sorted((m["author"], m["author_role"], m["content"]) for m in evidence["messages"] if m["author"] != "user")
+    assert posts == [("helper-1", "worker", "helper-1 reporting"), ("helper-2", "worker", "helper-2 reporting")]
+    assert {n: i["role"] for n, i in evidence["identities"].items()} == {
+        "lead": "orchestrator", "helper-1": "worker", "helper-2": "worker", "idle": "worker", "user": "user"}
+    assert (folder / "workers/helper-1/stdout.txt").is_file()

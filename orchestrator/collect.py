@@ -1,0 +1,71 @@
+"""Collect (DESIGN 2 step 7): copy the evidence out of the stopped sandbox, safely and
+capped, and export the relay snapshot as relay-evidence.json."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import structlog
+
+from orchestrator.archive import safe_extract
+from orchestrator.models.result import TrialResult
+from orchestrator.paths import AGENT_LOGS, ARTIFACTS, TrialDir
+from orchestrator.relay.session import TrialRelay
+from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.sandbox import Sandbox
+from orchestrator.tasks import Task
+from orchestrator.util import write_json_atomic
+
+log = structlog.get_logger()
+COLLECT_CAP_BYTES = 256 * 1024 * 1024  # everything one trial copies out
+AGENT_LOG_CAP_BYTES = 32 * 1024 * 1024  # /logs/agent (stdout/stderr floods stop here)
+AGENT_LOG_FILE_CAP_BYTES = 8 * 1024 * 1024  # ... and any one file in it
+EVIDENCE_NAME = "relay-evidence.json"
+
+
+def collect(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir) -> None:
+    """Copy out /logs/agent, /logs/artifacts and the declared artifacts, safely, capped."""
+    container = box.agent_container
+    budget = COLLECT_CAP_BYTES
+    wanted = [(AGENT_LOGS, paths.agent, "agent"), (ARTIFACTS, paths.artifacts, "artifacts")]
+    caps = {AGENT_LOGS: AGENT_LOG_CAP_BYTES}
+    for path in task.config.artifacts:
+        parent = paths.files / Path(path).parent.relative_to("/")
+        wanted.append((path, parent, ""))
+    for source, dest, strip in wanted:
+        stream = runtime.get_archive(container, source)
+        if stream is None:
+            log.info("collect.missing", trial=box.trial_id[:12], path=source)
+            continue
+        cap = min(budget, caps.get(source, budget))
+        try:
+            report = safe_extract(stream, dest, cap_bytes=max(cap, 0), strip_prefix=strip,
+                                  file_cap_bytes=AGENT_LOG_FILE_CAP_BYTES if source == AGENT_LOGS else None)
+        finally:
+            stream.close()
+        budget -= report.bytes
+        collected = getattr(box, "collected", {})
+        collected[source] = {"files": report.files, "bytes": report.bytes, "truncated": report.truncated,
+                             "rejected": len(report.rejected)}
+        box.collected = collected
+        if report.rejected:
+            log.warning("collect.rejected", trial=box.trial_id[:12], path=source,
+                        rejected=report.rejected[:20], truncated=report.truncated)
+
+
+def export_evidence(relay: TrialRelay, paths: TrialDir, result: TrialResult) -> None:
+    """The relay snapshot replaces whatever the agent left under that name."""
+    started = time.monotonic()
+    evidence = relay.evidence()
+    text = json.dumps(evidence, indent=2)
+    leaked = [s for s in relay.secrets() if s in text]
+    if leaked:  # cannot happen by construction; refuse to write a secret if it ever does
+        raise RuntimeError("relay evidence would contain a private key; not written")
+    paths.artifacts.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(paths.artifacts / EVIDENCE_NAME, evidence)
+    write_json_atomic(paths.root / "relay-engrams.json", relay.store.engram_log())
+    result.relay.update(export_sec=round(time.monotonic() - started, 4),
+                        message_count=evidence["message_count"],
+                        task_event_id=evidence["task_event_id"])

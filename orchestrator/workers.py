@@ -1,0 +1,103 @@
+"""Roster workers (DESIGN 3.2): every member that is not the orchestrator runs in its own
+container on the trial network, with its own relay identity and its own model proxy, and
+its agent runs beside the orchestrator's until the orchestrator's agent phase ends."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+
+import structlog
+
+from orchestrator.agents import agent_for
+from orchestrator.archive import safe_extract, tar_files
+from orchestrator.images import AGENT_STACK as AGENT_STACK_DIR
+from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, INSTRUCTION, LOGS, TrialDir
+from orchestrator.proxy import ModelProxy
+from orchestrator.runtime.base import SandboxSpec
+from orchestrator.sandbox import Sandbox
+
+log = structlog.get_logger()
+WORKER_LOG_CAP_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class Worker:
+    member: str
+    name: str
+    container: str
+    exec_id: str | None = None
+    proxy: ModelProxy | None = None
+    started: float = field(default_factory=time.time)
+
+
+def start_workers(ctx, task, box: Sandbox, relay, image: str, deadline: float) -> list[Worker]:
+    workers: list[Worker] = []
+    environment = task.config.environment
+    for member in ctx.manifest.roster:
+        if member.kind == "orchestrator" or member.agent == "nop":
+            continue  # a nop worker is an identity in the directory and nothing more
+        agent = agent_for(member, getattr(ctx, "manifest_dir", None))
+        for index in range(member.count):
+            name = member.id if member.count == 1 else f"{member.id}-{index + 1}"
+            spec = SandboxSpec(
+                image=image, name=f"{box.name}-{name}", labels=box.labels("worker"),
+                command=["sleep", "infinity"], cpus=environment.cpus, memory_mb=environment.memory_mb,
+                pids_limit=environment.pids_limit, network=box.network.name, workdir=box.workdir,
+                env={**environment.env, "ORCHESTRA_AGENT_ID": name},
+                drop_all_capabilities=environment.drop_all_capabilities,
+                read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK}, runtime=ctx.oci_runtime)
+            container = ctx.runtime.create(spec)
+            box.containers.append(container)
+            ctx.runtime.start(container)
+            worker = Worker(member=member.id, name=name, container=container)
+            workers.append(worker)
+            files = {INSTRUCTION: task.instruction.encode(), **agent.files(task)}
+            ctx.runtime.put_archive(container, "/", tar_files(
+                {p.lstrip("/"): c for p, c in files.items()},
+                dirs=[d.lstrip("/") for d in (LOGS, AGENT_LOGS, ARTIFACTS)]))
+            secrets = relay.env_for(relay.store.by_name(name)) if relay is not None else {}
+            if member.endpoint and ctx.upstreams is not None:
+                upstream = ctx.upstreams.by_name[member.endpoint]
+                worker.proxy = ModelProxy(box.network.gateway, upstream.url, upstream.model,
+                                          upstream.api_key, member.budget,
+                                          ctx.manifest.prices.get(upstream.model, {}),
+                                          deadline=deadline + 60).start()
+                secrets.update({**upstream.env, **worker.proxy.env()})
+            command = agent.command(task)
+            if command is None:
+                continue
+            for key, value in (("{instruction_file}", INSTRUCTION), ("{workdir}", box.workdir),
+                               ("{deadline}", str(int(deadline)))):
+                command = command.replace(key, value)
+            timeout = max(1, int(deadline - time.time()))
+            wrapped = (f"exec timeout -k 5 {timeout} sh -c {shlex.quote(command)} "
+                       f">{AGENT_LOGS}/stdout.txt 2>{AGENT_LOGS}/stderr.txt")
+            env = {**member.env, **agent.env(task), **secrets, "ORCHESTRA_DEADLINE": str(int(deadline))}
+            worker.exec_id = ctx.runtime.exec_detached(container, ["sh", "-c", wrapped], env=env,
+                                                       workdir=box.workdir)
+            log.info("worker.started", trial=box.trial_id[:12], worker=name, member=member.id)
+    return workers
+
+
+def stop_workers(runtime, workers: list[Worker], paths: TrialDir) -> list[dict]:
+    """Kill the workers (their turn ends with the orchestrator's), copy out their logs."""
+    records = []
+    for worker in workers:
+        exit_code = runtime.exec_exit_code(worker.exec_id) if worker.exec_id else None
+        runtime.kill(worker.container)
+        stream = runtime.get_archive(worker.container, AGENT_LOGS)
+        if stream is not None:
+            try:
+                safe_extract(stream, paths.root / "workers" / worker.name, strip_prefix="agent",
+                             cap_bytes=WORKER_LOG_CAP_BYTES)
+            finally:
+                stream.close()
+        record = {"member": worker.member, "name": worker.name, "exit_code": exit_code,
+                  "seconds": round(time.time() - worker.started, 3)}
+        if worker.proxy is not None:
+            worker.proxy.stop()
+            record["model"] = worker.proxy.summary()
+        records.append(record)
+    return records
