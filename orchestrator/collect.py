@@ -46,10 +46,8 @@ def collect(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir) -
         finally:
             stream.close()
         budget -= report.bytes
-        collected = getattr(box, "collected", {})
-        collected[source] = {"files": report.files, "bytes": report.bytes, "truncated": report.truncated,
-                             "rejected": len(report.rejected)}
-        box.collected = collected
+        box.collected[source] = {"files": report.files, "bytes": report.bytes,
+                                 "truncated": report.truncated, "rejected": len(report.rejected)}
         if report.rejected:
             log.warning("collect.rejected", trial=box.trial_id[:12], path=source,
                         rejected=report.rejected[:20], truncated=report.truncated)

@@ -380,8 +380,3 @@ def _oom_counter(text: str) -> int:
         if key == "oom_kill" and value.strip().isdigit():
             return int(value)
     return 0
-
-
-def wrap_faults(exc: BaseException) -> bool:
-    """Whether an exception is the engine's fault (retryable infrastructure)."""
-    return isinstance(exc, (APIError, RuntimeFault, requests.RequestException, DockerException))

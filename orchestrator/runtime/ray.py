@@ -19,7 +19,6 @@ import shutil
 import tarfile
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import structlog
@@ -191,7 +190,3 @@ class RayBackend:
 
     def close(self) -> None:
         self.ray.shutdown()
-
-
-def wait_seconds(seconds: float) -> None:  # for tests that pace node loss
-    time.sleep(seconds)
