@@ -14,12 +14,14 @@ RELAY_NATIVE = ROOT / "tasks" / "relay-native"
 def test_oracle_scores_one_and_nop_zero_on_relay_native(runtime, tmp_path):
     _, trials = run(runtime, RELAY_NATIVE, tmp_path, agent="oracle", n=2)
     assert {t.task: t.reward["reward"] for t in trials} == {
-        "relay-native/memory-retrieval": 1.0, "relay-native/reply-to-thread": 1.0}
+        f"relay-native/{name}": 1.0 for name in (
+            "memory-retrieval", "reply-to-thread", "user-mention", "multiline-message",
+            "cross-thread-requests", "interleaved-agent-reports")}
     t = by_task(trials)
     assert t["memory-retrieval"].reward == {"answer_correct": 1.0, "threaded_reply": 1.0,
                                             "evidence_complete": 1.0, "reward": 1.0}
     _, trials = run(runtime, RELAY_NATIVE, tmp_path, agent="nop", n=2)
-    assert [t.reward["reward"] for t in trials] == [0.0, 0.0]
+    assert [t.reward["reward"] for t in trials] == [0.0] * 6
 
 
 def _watch_agent_env(runtime, seen: dict, stop: threading.Event) -> None:
