@@ -23,3 +23,15 @@ class InfraError(OrchestraError):
     """The machine cannot run trials (Docker unreachable, no base image...)."""
 
     exit_code = 3
+
+
+def validation_problems(file, error, prefix: str = "", explain_unknown: bool = False) -> list[str]:
+    """A pydantic ValidationError as "FILE: field 'a.b': message" lines (DESIGN 2.1)."""
+    problems = []
+    for item in error.errors():
+        field = prefix + ".".join(str(p) for p in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if explain_unknown and item["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling; see DESIGN 3.1 for the fields)"
+        problems.append(f"{file}: field '{field}': {message}")
+    return problems

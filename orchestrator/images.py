@@ -103,8 +103,7 @@ def resolve_bases(runtime: DockerRuntime, dockerfile: str) -> dict[str, str]:
     used = {}
     for ref in base_references(dockerfile):
         if runtime.image_exists(ref):
-            labels = runtime.api.inspect_image(ref)["Config"].get("Labels") or {}
-            if labels.get(LABEL_KIND) == "base":
+            if _is_base(runtime, ref):
                 used[ref] = BASE_IMAGE
             continue
         source = _alias_source(runtime, ref)

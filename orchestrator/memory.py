@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, validation_problems
 from orchestrator.paths import AGENT_STACK
 from orchestrator.relay.slugs import MAX_VALUE_BYTES, SlugError, normalise
 
@@ -59,8 +59,7 @@ def load_engram_seeds(task_dir: Path) -> tuple[EngramSeed, ...]:
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML: {exc}") from exc
     except ValidationError as exc:
-        raise InputError([f"{path}: field '{'.'.join(str(p) for p in e['loc'])}': {e['msg']}"
-                          for e in exc.errors()]) from exc
+        raise InputError(validation_problems(path, exc)) from exc
     slugs = [normalise(s.slug) for s in parsed.seed]
     if len(set(slugs)) != len(slugs):
         raise InputError(f"{path}: field 'seed': duplicate slugs")
@@ -146,8 +145,7 @@ def load_fact_files(task_dir: Path) -> tuple[FactFile, ...]:
                 problems.append(f"{path}: not UTF-8 text")
                 continue
             except ValidationError as exc:
-                problems.extend(f"{path}: field '{'.'.join(str(p) for p in e['loc'])}': {e['msg']}"
-                                for e in exc.errors())
+                problems.extend(validation_problems(path, exc))
                 continue
             facts.append(FactFile(scope=scope, name=path.name, source=path, text=text,
                                   meta=meta, body=body))

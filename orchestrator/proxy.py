@@ -73,6 +73,13 @@ class ModelProxy:
 
         self.server = BackgroundServer(Handler, host, name="model-proxy", path="/v1")
 
+    @classmethod
+    def for_upstream(cls, host: str, upstream: Upstream, budget: Budget,
+                     prices: dict[str, dict[str, float]], deadline: float) -> ModelProxy:
+        """A started proxy on `host` in front of one of the job's upstreams."""
+        return cls(host, upstream.url, upstream.model, upstream.api_key, budget,
+                   prices.get(upstream.model, {}), deadline=deadline).start()
+
     @property
     def url(self) -> str:
         return self.server.url

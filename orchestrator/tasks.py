@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, validation_problems
 from orchestrator.memory import load_engram_seeds, load_fact_files
 from orchestrator.models.task import TaskConfig
 
@@ -64,17 +64,6 @@ def hash_tree(root: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _format_validation(file: Path, error: ValidationError) -> list[str]:
-    problems = []
-    for item in error.errors():
-        field = ".".join(str(p) for p in item["loc"]) or "(top level)"
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling; see DESIGN 3.1 for the fields)"
-        problems.append(f"{file}: field '{field}': {message}")
-    return problems
-
-
 def _dataset_name(path: Path) -> str:
     return f"{path.parent.name}/{path.name}"
 
@@ -96,7 +85,7 @@ def load_task(path: Path) -> Task:
         except tomllib.TOMLDecodeError as exc:
             problems.append(f"{toml_path}: not valid TOML: {exc}")
         except ValidationError as exc:
-            problems.extend(_format_validation(toml_path, exc))
+            problems.extend(validation_problems(toml_path, exc, explain_unknown=True))
     if config is not None and not config.environment.docker_image:
         if not (path / "environment" / "Dockerfile").is_file():
             problems.append(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import structlog
 
-from orchestrator.agents.base import Agent
+from orchestrator.agents.base import Agent, render_command
 from orchestrator.archive import tar_directory, tar_files
 from orchestrator.collect import EVIDENCE_NAME, collect, export_evidence
 from orchestrator.images import TaskImages
@@ -149,9 +149,8 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
         if lead.endpoint and ctx.upstreams is not None:
             upstream = ctx.upstreams.by_name[lead.endpoint]
             timeout = ctx.timeout_override or task.config.agent.timeout_sec
-            proxy = ModelProxy(network.gateway, upstream.url, upstream.model, upstream.api_key,
-                               lead.budget, ctx.manifest.prices.get(upstream.model, {}),
-                               deadline=time.time() + timeout + 60).start()
+            proxy = ModelProxy.for_upstream(network.gateway, upstream, lead.budget,
+                                            ctx.manifest.prices, time.time() + timeout + 60)
             env.update({**upstream.env, **proxy.env()})
         return env
 
@@ -295,9 +294,7 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult) 
     if command is not None:
         started = time.time()
         deadline = started + timeout
-        for name, value in (("{instruction_file}", INSTRUCTION), ("{workdir}", box.workdir),
-                            ("{deadline}", str(int(deadline)))):
-            command = command.replace(name, value)
+        command = render_command(command, box.workdir, deadline)
         wrapped = (
             f"if command -v timeout >/dev/null 2>&1; "
             f"then exec timeout -k {KILL_AFTER_SEC} {timeout:g} sh -c {shlex.quote(command)}; "

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from orchestrator.agents import agent_for
+from orchestrator.agents.base import render_command
 from orchestrator.archive import safe_extract, tar_files
 from orchestrator.images import AGENT_STACK as AGENT_STACK_DIR
 from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, INSTRUCTION, LOGS, TrialDir
@@ -60,17 +61,13 @@ def start_workers(ctx, task, box: Sandbox, relay, image: str, deadline: float) -
             secrets = relay.env_for(relay.store.by_name(name)) if relay is not None else {}
             if member.endpoint and ctx.upstreams is not None:
                 upstream = ctx.upstreams.by_name[member.endpoint]
-                worker.proxy = ModelProxy(box.network.gateway, upstream.url, upstream.model,
-                                          upstream.api_key, member.budget,
-                                          ctx.manifest.prices.get(upstream.model, {}),
-                                          deadline=deadline + 60).start()
+                worker.proxy = ModelProxy.for_upstream(box.network.gateway, upstream, member.budget,
+                                                       ctx.manifest.prices, deadline + 60)
                 secrets.update({**upstream.env, **worker.proxy.env()})
             command = agent.command(task)
             if command is None:
                 continue
-            for key, value in (("{instruction_file}", INSTRUCTION), ("{workdir}", box.workdir),
-                               ("{deadline}", str(int(deadline)))):
-                command = command.replace(key, value)
+            command = render_command(command, box.workdir, deadline)
             timeout = max(1, int(deadline - time.time()))
             wrapped = (f"exec timeout -k 5 {timeout} sh -c {shlex.quote(command)} "
                        f">{AGENT_LOGS}/stdout.txt 2>{AGENT_LOGS}/stderr.txt")

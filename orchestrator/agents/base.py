@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from orchestrator.paths import INSTRUCTION
 from orchestrator.tasks import Task
 
 
@@ -22,3 +23,11 @@ class Agent(Protocol):
         """The shell command to run in the task workdir, or None to run nothing.
         Placeholders {instruction_file}, {workdir} and {deadline} are filled in at run time."""
         ...
+
+
+def render_command(template: str, workdir: str, deadline: float) -> str:
+    """Fill a command template's {instruction_file}, {workdir} and {deadline}."""
+    for name, value in (("{instruction_file}", INSTRUCTION), ("{workdir}", workdir),
+                        ("{deadline}", str(int(deadline)))):
+        template = template.replace(name, value)
+    return template

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, validation_problems
 
 # Variables orchestra itself sets in the agent container; an endpoint may not override them.
 WIRING_PREFIXES = ("ORCHESTRA_",)
@@ -90,8 +90,7 @@ def load_endpoints(paths: list[Path]) -> EndpointConfig:
                 endpoints[name] = Endpoint.model_validate(body)
                 sources[name] = path.resolve()
             except ValidationError as exc:
-                problems += [f"{path}: field '{name}.{'.'.join(str(p) for p in e['loc'])}': {e['msg']}"
-                             for e in exc.errors()]
+                problems += validation_problems(path, exc, prefix=f"{name}.")
     if problems:
         raise InputError(problems)
     return EndpointConfig(endpoints=endpoints, sources=sources)

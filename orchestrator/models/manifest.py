@@ -10,7 +10,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, validation_problems
 
 AgentKind = Literal["oracle", "nop", "reference", "command"]
 
@@ -120,12 +120,7 @@ def load_manifest(path: Path) -> Manifest:
     try:
         manifest = Manifest.model_validate(raw)
     except ValidationError as exc:
-        raise InputError(
-            [
-                f"{path}: field '{'.'.join(str(p) for p in e['loc']) or '(top level)'}': {e['msg']}"
-                for e in exc.errors()
-            ]
-        ) from exc
+        raise InputError(validation_problems(path, exc)) from exc
     for member in manifest.roster:
         if member.agent == "command" and not member.command:
             raise InputError(f"{path}: field 'roster.{member.id}.command': required for agent: command")
