@@ -43,18 +43,42 @@ def _alive(pid: int) -> bool:
 
 
 def reap(runtime: DockerRuntime, label: str) -> dict[str, int]:
-    """Remove containers, volumes, networks (and their loop disks) carrying a label."""
+    """Remove containers, volumes, networks (and their loop disks) carrying a label.
+
+    Never raises for one object: removal is idempotent (another remover may be at the same
+    object, e.g. a trial's own clean-up or a Ray node's reaper on a shared engine), and an
+    object that cannot be removed is logged by name and left for `remaining()` to report.
+    """
     containers, networks, volumes = runtime.labelled(label)
-    for container in containers:
-        runtime.remove(container)
-    for volume in volumes:
-        runtime.remove_volume(volume)
+    failed = 0
+    for kind, remove, names in (("container", runtime.remove, containers),
+                                ("volume", runtime.remove_volume, volumes)):
+        failed += sum(not _try_remove(kind, remove, name) for name in names)
     job = label.partition("=")[2] if label.startswith(LABEL_JOB + "=") else None
     disks = disk.reap_loop_disks(job) if job or label == LABEL_KIND else 0
-    for network in networks:
-        runtime.remove_network(network)
+    failed += sum(not _try_remove("network", runtime.remove_network, n) for n in networks)
     return {"containers": len(containers), "networks": len(networks), "volumes": len(volumes),
-            "disks": disks}
+            "disks": disks, "failed": failed}
+
+
+def _try_remove(kind: str, remove, name: str) -> bool:
+    try:
+        remove(name)
+        return True
+    except Exception as exc:  # logged with the object; remaining() says what is left
+        log.warning("cleanup.remove_failed", kind=kind, name=name[:64], error=str(exc)[:300])
+        return False
+
+
+def remaining(runtime: DockerRuntime, label: str) -> list[str]:
+    """What still carries `label` (and loop disks of that job): "kind name" lines."""
+    containers, networks, volumes = runtime.labelled(label)
+    left = ([f"container {c[:12]}" for c in containers] + [f"network {n}" for n in networks]
+            + [f"volume {v}" for v in volumes])
+    job = label.partition("=")[2] if label.startswith(LABEL_JOB + "=") else None
+    if job is not None:
+        left += [f"loop disk {d}" for d in disk.mounted_disks(job)]
+    return left
 
 
 def reap_orphans(runtime: DockerRuntime) -> dict[str, int]:
@@ -68,7 +92,7 @@ def reap_orphans(runtime: DockerRuntime) -> dict[str, int]:
         labels = row.get("Labels") or {}
         if labels.get(LABEL_HOST) == host and not _alive(int(labels.get(LABEL_PID, "0") or 0)):
             dead_jobs.add(labels.get(LABEL_JOB, ""))
-    totals = {"containers": 0, "networks": 0, "volumes": 0, "disks": 0}
+    totals = {"containers": 0, "networks": 0, "volumes": 0, "disks": 0, "failed": 0}
     for job in sorted(j for j in dead_jobs if j):
         for key, value in reap(runtime, f"{LABEL_JOB}={job}").items():
             totals[key] += value
@@ -122,7 +146,8 @@ def prune_images(runtime: DockerRuntime, keep_gb: float | None) -> list[str]:
     for image in images:
         if budget is not None and total <= budget:
             break
-        runtime.remove_image(image["Id"])
+        if not _try_remove("image", runtime.remove_image, image["Id"]):
+            continue
         total -= image.get("Size", 0)
         removed.append((image.get("RepoTags") or [image["Id"]])[0])
     return removed

@@ -15,8 +15,8 @@ import structlog
 from pydantic import ValidationError
 
 from orchestrator.agents import agent_for
-from orchestrator.cleanup import reap, reap_orphans, touch_images
-from orchestrator.errors import InputError
+from orchestrator.cleanup import reap, reap_orphans, remaining, touch_images
+from orchestrator.errors import InfraError, InputError
 from orchestrator.images import TaskImages, ensure_task_images
 from orchestrator.models.manifest import Manifest
 from orchestrator.models.result import ERRORED, FailureMode, JobResult, TrialResult, TrialSummary
@@ -220,22 +220,15 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
     finally:
         scheduler.stop(timeout=15.0 if interrupted else 3600.0)
         for _item, result in scheduler.drain():
+            if isinstance(result, BaseException):  # a crashed attempt: cancelled below
+                continue
             if result.trial_id not in {r.trial_id for r in results}:
                 results.append(result)
         seen = {r.trial_id for r in results}
         for item in todo:  # anything that never reached a final result
             if trial_id(ctx.job, item.task, ctx.agent_id, item.attempt) not in seen:
                 results.append(cancelled_result(ctx, item.task, item.attempt, item.retries))
-        watchdog.stop()
-        networks.close()
-        if upstreams is not None:
-            upstreams.close()
-        if backend is not None:
-            backend.reap(f"{LABEL_JOB}={options.job_name}")
-            backend.close()
-        leftovers = reap(runtime, f"{LABEL_JOB}={options.job_name}")
-        if any(leftovers.values()):
-            log.warning("job.reaped_leftovers", **leftovers)
+        left = _clean_up_job(runtime, options.job_name, watchdog, networks, upstreams, backend)
         job = summarize(options, manifest, lead.agent, results, images.built, started, admission)
         try:
             write_json_atomic(job_dir / "result.json", job)
@@ -243,7 +236,43 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
             log.error("job.result_not_written", error=str(exc))
     if interrupted:
         raise KeyboardInterrupt
+    if left:  # the trials finished, but something orchestra made outlived the clean-up
+        raise InfraError(f"job {options.job_name}: results are written, but clean-up could not "
+                         f"remove: {', '.join(left[:10])}{' ...' if len(left) > 10 else ''}; "
+                         "run `orchestra cleanup` and check the engine")
     return job
+
+
+def _clean_up_job(runtime: DockerRuntime, job: str, watchdog: DiskWatchdog,
+                  networks: NetworkPool, upstreams, backend) -> list[str]:
+    """Stop the job's helpers and remove everything it made. Each step is independent and
+    never raises: removal is idempotent and races with trials' own clean-up (or a Ray
+    node's reaper on the same engine) are expected. Returns what is still there."""
+    label = f"{LABEL_JOB}={job}"
+    steps = [("watchdog", watchdog.stop), ("networks", networks.close)]
+    if upstreams is not None:
+        steps.append(("upstreams", upstreams.close))
+    if backend is not None:
+        steps += [("ray_reap", lambda: backend.reap(label)), ("ray_close", backend.close)]
+    steps.append(("reap", lambda: _log_reaped(reap(runtime, label))))
+    for name, step in steps:
+        try:
+            step()
+        except Exception as exc:
+            log.warning("job.cleanup_step_failed", step=name, error=str(exc)[:300])
+    try:
+        left = remaining(runtime, label)
+    except Exception as exc:  # the engine is gone: nothing more can be checked
+        log.error("job.cleanup_unverified", error=str(exc)[:300])
+        return [f"(unverified: {exc.__class__.__name__})"]
+    if left:
+        log.error("job.cleanup_incomplete", job=job, left=left[:20])
+    return left
+
+
+def _log_reaped(counts: dict[str, int]) -> None:
+    if any(counts.values()):
+        log.info("job.reaped_leftovers", **counts)
 
 
 def make_runner(ctx: TrialContext, backend, options: JobOptions, upstreams):

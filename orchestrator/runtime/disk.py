@@ -83,6 +83,14 @@ def remove_loop_disk(disk: LoopDisk) -> None:
     shutil.rmtree(disk.image.parent, ignore_errors=True)
 
 
+def mounted_disks(job: str) -> list[str]:
+    """Loop disks of one job still mounted (what clean-up failed to remove)."""
+    group = DISK_ROOT / job_key(job)
+    if not group.is_dir():
+        return []
+    return [str(base.name) for base in group.iterdir() if os.path.ismount(base / "mnt")]
+
+
 def reap_loop_disks(job: str | None = None) -> int:
     """Unmount and delete disks left behind by one job (or, with None, by every job)."""
     removed = 0

@@ -108,10 +108,10 @@ class DockerRuntime:
         return self.api.commit(container, repository=repository, tag=tag, conf=conf)["Id"]
 
     def remove_image(self, ref: str) -> None:
-        try:
-            self.api.remove_image(ref, force=True)
-        except NotFound:
-            pass
+        """Idempotent: an image already gone is success. A conflict (a child image, a
+        container still using it) is not waited on: it lasts, so it is raised at once."""
+        _removed("image", ref, lambda: self.api.remove_image(ref, force=True),
+                 lambda: self.image_exists(ref), retry=_removal_in_progress)
 
     # ---- networks and volumes ----------------------------------------------------------
     def _subnets_in_use(self) -> list[str]:
@@ -153,10 +153,14 @@ class DockerRuntime:
         raise RuntimeFault("network create failed: every candidate subnet overlapped")
 
     def remove_network(self, name: str) -> None:
+        """Idempotent; waits (bounded) while containers being removed still hold it."""
         try:
-            self.api.remove_network(name)
-        except NotFound:
-            pass
+            _removed("network", name, lambda: self.api.remove_network(name),
+                     lambda: self._exists(self.api.inspect_network, name))
+        finally:
+            self._release_block(name)
+
+    def _release_block(self, name: str) -> None:
         with self._lock:
             block = self._network_blocks.pop(name, None)
         if block is not None:
@@ -168,10 +172,9 @@ class DockerRuntime:
         return name
 
     def remove_volume(self, name: str) -> None:
-        try:
-            self.api.remove_volume(name, force=True)
-        except NotFound:
-            pass
+        """Idempotent; waits (bounded) while a container being removed still uses it."""
+        _removed("volume", name, lambda: self.api.remove_volume(name, force=True),
+                 lambda: self._exists(self.api.inspect_volume, name))
 
     # ---- containers ---------------------------------------------------------------
     def create(self, spec: SandboxSpec) -> str:
@@ -354,10 +357,19 @@ class DockerRuntime:
             pass  # not running, or already gone
 
     def remove(self, container: str) -> None:
+        """Idempotent: "no such container" and "removal already in progress" are success;
+        a remover that loses a race waits (bounded) until the container is gone."""
+        _removed("container", container,
+                 lambda: self.api.remove_container(container, force=True, v=False),
+                 lambda: self._exists(self.api.inspect_container, container))
+
+    @staticmethod
+    def _exists(inspect, name: str) -> bool:
         try:
-            self.api.remove_container(container, force=True, v=False)
+            inspect(name)
+            return True
         except NotFound:
-            pass
+            return False
 
     def writable_layer_bytes(self, job: str) -> dict[str, int]:
         rows = self.api.containers(filters={"label": f"{LABEL_JOB}={job}", "status": "running"},
@@ -372,6 +384,41 @@ class DockerRuntime:
         volumes = [v["Name"] for v in (self.api.volumes(filters={"label": label})
                                        .get("Volumes") or [])]
         return containers, networks, volumes
+
+
+REMOVAL_WAIT_SEC = 30.0
+
+
+def _removal_in_progress(exc: APIError) -> bool:
+    return "in progress" in str(exc).lower()
+
+
+def _removed(kind: str, name: str, remove, exists, retry=lambda exc: True,
+             timeout: float = REMOVAL_WAIT_SEC) -> None:
+    """Remove an engine object so that it is gone when this returns, whoever removed it.
+
+    NotFound is success. Any other engine answer (409 "removal already in progress",
+    "has active endpoints", "volume in use" while a container is still going) is looked
+    at again: if the object is gone meanwhile, that is success; otherwise the removal is
+    retried with backoff until `timeout`, and only then raised as a RuntimeFault naming
+    the object. Two removers racing for one object both return normally.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        try:
+            remove()
+            return
+        except NotFound:
+            return
+        except APIError as exc:
+            if not exists():
+                return
+            if not retry(exc) or time.monotonic() >= deadline:
+                raise RuntimeFault(f"{kind} {name[:64]} could not be removed: {exc}") from exc
+            log.info("runtime.remove_waiting", kind=kind, name=name[:64], error=str(exc)[:200])
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
 
 def _oom_counter(text: str) -> int:
