@@ -6,6 +6,7 @@ files, and stops at a byte cap; everything it writes stays under the destination
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import tarfile
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_CAP_BYTES = 256 * 1024 * 1024
+DEFAULT_CAP_FILES = 20_000  # members per extraction: 200,000 tiny files must not cost minutes
+MAX_NAME_BYTES = 1024  # longer member names are rejected, never handed to the host filesystem
 
 
 @dataclass
@@ -22,6 +25,13 @@ class ExtractReport:
     bytes: int = 0
     rejected: list[str] = field(default_factory=list)
     truncated: bool = False
+    skipped: int = 0  # members past the file cap (counted, not written)
+    n_rejected: int = 0  # all rejections; `rejected` keeps the first 200 reasons
+
+    def reject(self, reason: str) -> None:
+        self.n_rejected += 1
+        if len(self.rejected) < 200:
+            self.rejected.append(reason)
 
 
 class _StreamReader(io.RawIOBase):
@@ -51,61 +61,90 @@ def _inside(root: Path, candidate: Path) -> bool:
 
 
 def safe_extract(chunks: Iterable[bytes], dest: Path, cap_bytes: int = DEFAULT_CAP_BYTES,
-                 strip_prefix: str = "", file_cap_bytes: int | None = None) -> ExtractReport:
+                 strip_prefix: str = "", file_cap_bytes: int | None = None,
+                 cap_files: int = DEFAULT_CAP_FILES) -> ExtractReport:
     """Extract a tar stream under dest, treating every member as hostile. Files past the
-    byte cap are cut (or skipped once the cap is spent); `file_cap_bytes` bounds each file."""
+    byte cap are cut (or skipped once the cap is spent); `file_cap_bytes` bounds each file;
+    after `cap_files` members the rest are counted, not written. A member the host cannot
+    write (a name too long, an invalid name) is rejected alone; only a full host disk
+    (ENOSPC) stops the extraction, as an error of the host."""
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
     report = ExtractReport()
+    seen = 0
     with tarfile.open(fileobj=_StreamReader(iter(chunks)), mode="r|") as archive:
         for member in archive:
-            name = member.name
-            if strip_prefix and (name == strip_prefix or name.startswith(strip_prefix + "/")):
-                name = name[len(strip_prefix):].lstrip("/")
-            if not name:
-                continue
-            if name.startswith("/") or ".." in Path(name).parts:
-                report.rejected.append(f"{member.name}: absolute or '..' path")
-                continue
-            target = (root / name)
-            if not _inside(root, target.parent.resolve()):
-                report.rejected.append(f"{member.name}: parent escapes via a link")
-                continue
-            if member.isdir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            if member.issym() or member.islnk():
-                link = (target.parent / member.linkname) if member.issym() else root / member.linkname
-                if member.linkname.startswith("/") or not _inside(root, Path(os.path.normpath(link))):
-                    report.rejected.append(f"{member.name}: link to {member.linkname} leaves the folder")
-                    continue
-                report.rejected.append(f"{member.name}: link kept out (links are not copied)")
-                continue
-            if not member.isfile():
-                report.rejected.append(f"{member.name}: not a regular file")
-                continue
-            room = cap_bytes - report.bytes
-            if room <= 0:
+            seen += 1
+            if seen > cap_files:
                 report.truncated = True
-                report.rejected.append(f"{member.name}: over the {cap_bytes} byte cap")
+                report.reject(f"{member.name[:200]}: over the {cap_files} file cap")
+                report.skipped += 1
                 continue
-            keep = min(member.size, room, file_cap_bytes or room)
-            if keep < member.size:
-                report.truncated = True
-                report.rejected.append(f"{member.name}: cut to {keep} of {member.size} bytes (cap)")
-            source = archive.extractfile(member)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.is_symlink():
-                target.unlink()
-            with open(target, "wb") as out:
-                left = keep
-                while left > 0 and (chunk := source.read(min(1024 * 1024, left))):
-                    out.write(chunk)
-                    left -= len(chunk)
-            os.chmod(target, 0o644 | (0o111 if member.mode & 0o100 else 0))
-            report.files += 1
-            report.bytes += keep
+            if len(member.name.encode()) > MAX_NAME_BYTES or any(
+                    len(part.encode()) > 255 for part in member.name.split("/")):
+                report.reject(f"{member.name[:80]}...: name too long "
+                                       f"({len(member.name)} characters)")
+                continue
+            try:
+                _extract_member(archive, member, root, strip_prefix, cap_bytes,
+                                file_cap_bytes, report)
+            except OSError as exc:
+                if exc.errno == errno.ENOSPC:
+                    raise
+                report.reject(f"{member.name[:200]}: cannot be written here "
+                                       f"({exc.strerror or exc})")
     return report
+
+
+def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, root: Path,
+                    strip_prefix: str, cap_bytes: int, file_cap_bytes: int | None,
+                    report: ExtractReport) -> None:
+    name = member.name
+    if strip_prefix and (name == strip_prefix or name.startswith(strip_prefix + "/")):
+        name = name[len(strip_prefix):].lstrip("/")
+    if not name:
+        return
+    if name.startswith("/") or ".." in Path(name).parts:
+        report.reject(f"{member.name}: absolute or '..' path")
+        return
+    target = (root / name)
+    if not _inside(root, target.parent.resolve()):
+        report.reject(f"{member.name}: parent escapes via a link")
+        return
+    if member.isdir():
+        target.mkdir(parents=True, exist_ok=True)
+        return
+    if member.issym() or member.islnk():
+        link = (target.parent / member.linkname) if member.issym() else root / member.linkname
+        if member.linkname.startswith("/") or not _inside(root, Path(os.path.normpath(link))):
+            report.reject(f"{member.name}: link to {member.linkname} leaves the folder")
+            return
+        report.reject(f"{member.name}: link kept out (links are not copied)")
+        return
+    if not member.isfile():
+        report.reject(f"{member.name}: not a regular file")
+        return
+    room = cap_bytes - report.bytes
+    if room <= 0:
+        report.truncated = True
+        report.reject(f"{member.name}: over the {cap_bytes} byte cap")
+        return
+    keep = min(member.size, room, file_cap_bytes or room)
+    if keep < member.size:
+        report.truncated = True
+        report.reject(f"{member.name}: cut to {keep} of {member.size} bytes (cap)")
+    source = archive.extractfile(member)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_symlink():
+        target.unlink()
+    with open(target, "wb") as out:
+        left = keep
+        while left > 0 and (chunk := source.read(min(1024 * 1024, left))):
+            out.write(chunk)
+            left -= len(chunk)
+    os.chmod(target, 0o644 | (0o111 if member.mode & 0o100 else 0))
+    report.files += 1
+    report.bytes += keep
 
 
 def tar_directory(source: Path, arcname: str = ".", mode: int | None = None) -> bytes:

@@ -19,11 +19,10 @@ from pathlib import Path
 import structlog
 
 from orchestrator.runtime import disk
-from orchestrator.runtime.base import LABEL_JOB, LABEL_KIND
+from orchestrator.runtime.base import LABEL_IMAGE_KIND, LABEL_JOB, LABEL_KIND, LABEL_PID
 from orchestrator.runtime.docker import DockerRuntime
 
 log = structlog.get_logger()
-LABEL_PID = "orchestra.pid"
 LABEL_HOST = "orchestra.host"
 USAGE_FILE = Path(os.environ.get("ORCHESTRA_LOCK_DIR", "/var/tmp/orchestra-locks")) / "image-usage.json"
 
@@ -81,24 +80,41 @@ def remaining(runtime: DockerRuntime, label: str) -> list[str]:
     return left
 
 
+def _dead_owner(labels: dict[str, str], host: str) -> bool:
+    pid = labels.get(LABEL_PID, "")
+    return labels.get(LABEL_HOST) == host and pid.isdigit() and not _alive(int(pid))
+
+
+def dead_jobs(runtime: DockerRuntime) -> set[str]:
+    """Jobs on this host whose orchestrator process no longer exists."""
+    host = socket.gethostname()
+    return {row["labels"].get(LABEL_JOB, "") for row in runtime.owned_objects()
+            if _dead_owner(row["labels"], host)} - {""}
+
+
+def plan(runtime: DockerRuntime, job: str | None = None, everything: bool = False) -> list[dict]:
+    """What a clean-up would remove: every orchestra-created object (everything), one job's,
+    or (default) those of dead owners on this host. Never anything orchestra did not create."""
+    host = socket.gethostname()
+    rows = runtime.owned_objects()
+    if everything:
+        return rows
+    if job is not None:
+        return [r for r in rows if r["labels"].get(LABEL_JOB) == job]
+    dead = {r["labels"].get(LABEL_JOB) for r in rows if _dead_owner(r["labels"], host)}
+    return [r for r in rows if r["labels"].get(LABEL_JOB) in dead]
+
+
 def reap_orphans(runtime: DockerRuntime) -> dict[str, int]:
     """Objects of jobs whose orchestrator process on this host no longer exists."""
-    host = socket.gethostname()
-    dead_jobs: set[str] = set()
-    rows = runtime.api.containers(all=True, filters={"label": LABEL_PID})
-    rows += runtime.api.networks(filters={"label": LABEL_PID})
-    rows += runtime.api.volumes(filters={"label": LABEL_PID}).get("Volumes") or []
-    for row in rows:
-        labels = row.get("Labels") or {}
-        if labels.get(LABEL_HOST) == host and not _alive(int(labels.get(LABEL_PID, "0") or 0)):
-            dead_jobs.add(labels.get(LABEL_JOB, ""))
+    jobs = dead_jobs(runtime)
     totals = {"containers": 0, "networks": 0, "volumes": 0, "disks": 0, "failed": 0}
-    for job in sorted(j for j in dead_jobs if j):
+    for job in sorted(jobs):
         for key, value in reap(runtime, f"{LABEL_JOB}={job}").items():
             totals[key] += value
     totals["disks"] += disk.reap_dead_owner_disks(_alive)
     if any(totals.values()):
-        log.warning("reaper.removed_orphans", jobs=sorted(dead_jobs), **totals)
+        log.warning("reaper.removed_orphans", jobs=sorted(jobs), **totals)
     return totals
 
 
@@ -132,8 +148,9 @@ def prune_images(runtime: DockerRuntime, keep_gb: float | None) -> list[str]:
         usage = json.loads(USAGE_FILE.read_text())
     except (OSError, json.JSONDecodeError):
         usage = {}
-    images = [i for i in runtime.api.images(filters={"label": LABEL_KIND})
-              if (i.get("Labels") or {}).get(LABEL_KIND) in ("task-image", "agent-image", "snapshot")]
+    images = [i for i in runtime.images_labelled(LABEL_IMAGE_KIND)
+              if (i.get("Labels") or {}).get(LABEL_IMAGE_KIND) in ("task-image", "agent-image",
+                                                                    "snapshot")]
 
     def last_used(image: dict) -> float:
         tags = image.get("RepoTags") or []

@@ -57,7 +57,8 @@ def run(
     layer: Annotated[str | None, typer.Option(help="Only tasks of this [metadata] evaluation_layer: regression | workflow.")] = None,
     jobs_dir: Annotated[Path, typer.Option(help="Where job folders go.")] = Path("jobs"),
     job_name: Annotated[str | None, typer.Option(help="Job folder name (default: a timestamp).")] = None,
-    resume: Annotated[Path | None, typer.Option(help="Resume this job folder: run only trials without a complete result.")] = None,
+    resume: Annotated[Path | None, typer.Option(help="Resume this job folder: run only trials without a complete result (cancelled ones included).")] = None,
+    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="With --resume: also re-run trials that ended in infra_error, launch_error or build_error (after a fix).")] = False,
     policy: Annotated[str, typer.Option(help="memory-on | memory-off")] = "memory-on",
     endpoints: Annotated[list[Path] | None, typer.Option(
         "--endpoints", help="Endpoint config JSON (repeatable; default: every endpoints/*.json).")] = None,
@@ -67,7 +68,7 @@ def run(
     backend: Annotated[str, typer.Option(help="Where trials run: local | ray (each trial a Ray task).")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: auto, i.e. RAY_ADDRESS or a local cluster).")] = None,
     oci_runtime: Annotated[str | None, typer.Option("--runtime", help="OCI runtime for agent containers, e.g. runsc (gVisor).")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the job result here.")] = None,
+    json_out: Annotated[str | None, typer.Option("--json", help="Also write the job result here ('-': stdout).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain progress lines, no live display.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
 ):
@@ -84,7 +85,7 @@ def run(
     from orchestrator.report.summary import render_job
     from orchestrator.runtime.docker import DockerRuntime
     from orchestrator.tasks import load_tasks
-    from orchestrator.util import write_json_atomic
+    from orchestrator.util import check_job_name, write_output
 
     resumed_manifest_dir = None
     try:
@@ -97,12 +98,20 @@ def run(
             path = Path(source["path"]) if source.get("path") else path
             jobs_dir, job_name = resume.parent, resume.name
             lineup = Manifest.model_validate(config["manifest"])
+            if config.get("condition_hash") and lineup.condition_hash() != config["condition_hash"]:
+                raise InputError(f"{config_file}: field 'manifest': it no longer gives the "
+                                 f"condition hash {config['condition_hash'][:12]} this job ran "
+                                 "with; resume would mix two conditions. Start a new job.")
             policy, k, layer = config.get("policy", policy), config.get("k"), source.get("layer")
             endpoints = [Path(p) for p in source.get("endpoints", [])] or endpoints
             resumed_manifest_dir = source.get("manifest_dir")
         if path is None:
             raise InputError("--path: required (a task folder or a dataset)")
         name = job_name or dt.datetime.now().strftime("%Y-%m-%d__%H-%M-%S")
+        if (problem := check_job_name(name)) is not None:
+            raise InputError(f"--job-name: {problem}")
+        if retry_errors and resume is None:
+            raise InputError("--retry-errors: only with --resume JOB_DIR")
         if policy not in ("memory-on", "memory-off"):
             raise InputError(f"--policy: {policy!r} is not memory-on or memory-off")
         if agent is not None and agent not in ("oracle", "nop", "reference", "command"):
@@ -137,6 +146,7 @@ def run(
             job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=k, policy=policy,
             manifest_dir=manifest_dir, max_retries=max_retries, max_cpus=max_cpus,
             max_memory_mb=max_memory_mb, resume=resume is not None, oci_runtime=oci_runtime,
+            retry_errors=retry_errors,
             backend=backend, ray_address=ray_address,
             endpoints=load_endpoints(endpoint_files) if endpoint_files else None,
             source={"path": str(path.resolve()), "layer": layer,
@@ -161,7 +171,7 @@ def run(
     render_job(job, trials, console)
     console.print(f"job folder: {jobs_dir / name}")
     if json_out:
-        write_json_atomic(json_out, job)
+        write_output(json_out, job)
     leaks = job.counts.get("answer_leak", 0)
     if leaks:
         err.print(f"[bold red]answer leak[/] in {leaks} trial(s): the agent read a task's memory "
@@ -230,14 +240,14 @@ def report(
 def compare_cmd(
     first: Annotated[Path, typer.Argument(help="A job result.json (or job folder).")],
     second: Annotated[Path, typer.Argument(help="The other arm's result.json (or folder).")],
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write the comparison JSON.")] = None,
-    markdown: Annotated[Path | None, typer.Option("--markdown", help="Write it as Markdown.")] = None,
+    json_out: Annotated[str | None, typer.Option("--json", help="Write the comparison JSON ('-': stdout).")] = None,
+    markdown: Annotated[str | None, typer.Option("--markdown", help="Write it as Markdown ('-': stdout).")] = None,
 ):
     """Paired memory-on vs memory-off comparison of two jobs (either order): utility delta,
     helpful and harmful trials, per-class table, McNemar p-value and a bootstrap CI."""
     from orchestrator.report.compare import compare, to_markdown
     from orchestrator.report.load import load_job_result
-    from orchestrator.util import write_json_atomic
+    from orchestrator.util import write_output
 
     try:
         report = compare(load_job_result(first), load_job_result(second))
@@ -246,9 +256,9 @@ def compare_cmd(
     text = to_markdown(report)
     console.print(text, markup=False, highlight=False)
     if json_out:
-        write_json_atomic(json_out, report)
+        write_output(json_out, report)
     if markdown:
-        markdown.write_text(text)
+        write_output(markdown, text)
 
 
 @images_app.command("bootstrap")
@@ -271,24 +281,45 @@ def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if p
 
 @app.command()
 def cleanup(
+    job: Annotated[str | None, typer.Option("--job", help="Remove this job's objects (even if its orchestrator still runs).")] = None,
+    everything: Annotated[bool, typer.Option("--all", help="Remove every object orchestra created on this engine, live jobs included.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
     images: Annotated[bool, typer.Option("--images", help="Also prune orchestra's task images.")] = False,
     keep_gb: Annotated[float | None, typer.Option(help="With --images: keep the most recently used up to this size.")] = None,
 ):
-    """Remove every container, network and volume orchestra labelled (and the loop disks
-    behind them); with --images also task/agent images, least recently used first."""
-    from orchestrator.cleanup import prune_images, reap
+    """Remove containers, networks and volumes orchestra created (and the loop disks behind
+    them). By default only those of jobs whose orchestrator process on this host is gone;
+    `--job NAME` one job's, `--all` all of them. Objects orchestra did not create (e.g.
+    someone's container from an image orchestra built) are never touched."""
+    from orchestrator.cleanup import LABEL_JOB, plan, prune_images, reap, reap_orphans
     from orchestrator.runtime.base import LABEL_KIND
     from orchestrator.runtime.docker import DockerRuntime
 
     logsetup.configure()
+    if job is not None and everything:
+        _fail(InputError("--job and --all: choose one"))
     try:
         runtime = DockerRuntime()
     except InfraError as exc:
         _fail(exc)
-    removed = reap(runtime, LABEL_KIND)
+    scope = "every orchestra object" if everything else (
+        f"job {job}" if job else "jobs whose orchestrator is gone")
+    if dry_run:
+        rows = plan(runtime, job, everything)
+        for row in rows:
+            console.print(f"would remove {row['kind']} {row['name'][:64]}  "
+                          f"(job {row['labels'].get(LABEL_JOB, '?')})", markup=False)
+        console.print(f"{len(rows)} object(s) in scope ({scope}); nothing removed (--dry-run)")
+        return
+    if everything:
+        removed = reap(runtime, LABEL_KIND)
+    elif job is not None:
+        removed = reap(runtime, f"{LABEL_JOB}={job}")
+    else:
+        removed = reap_orphans(runtime)
     if images:
         removed["images"] = len(prune_images(runtime, keep_gb))
-    console.print(", ".join(f"{n} {what}" for what, n in removed.items()) + " removed")
+    console.print(", ".join(f"{n} {what}" for what, n in removed.items()) + f" removed ({scope})")
 
 
 def main() -> None:

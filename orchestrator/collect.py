@@ -15,6 +15,7 @@ from orchestrator.paths import AGENT_LOGS, ARTIFACTS, TrialDir
 from orchestrator.relay.session import TrialRelay
 from orchestrator.runtime.docker import DockerRuntime
 from orchestrator.sandbox import Sandbox
+from orchestrator.scrub import scrub_json
 from orchestrator.tasks import Task
 from orchestrator.util import write_json_atomic
 
@@ -47,7 +48,8 @@ def collect(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir) -
             stream.close()
         budget -= report.bytes
         box.collected[source] = {"files": report.files, "bytes": report.bytes,
-                                 "truncated": report.truncated, "rejected": len(report.rejected)}
+                                 "truncated": report.truncated, "rejected": report.n_rejected,
+                                 "skipped": report.skipped}
         if report.rejected:
             log.warning("collect.rejected", trial=box.trial_id[:12], path=source,
                         rejected=report.rejected[:20], truncated=report.truncated)
@@ -57,13 +59,15 @@ def export_evidence(relay: TrialRelay, paths: TrialDir, result: TrialResult) -> 
     """The relay snapshot replaces whatever the agent left under that name."""
     started = time.monotonic()
     evidence = relay.evidence()
-    text = json.dumps(evidence, indent=2)
-    leaked = [s for s in relay.secrets() if s in text]
-    if leaked:  # cannot happen by construction; refuse to write a secret if it ever does
-        raise RuntimeError("relay evidence would contain a private key; not written")
+    leaked = relay.leaked_by(json.dumps(evidence))
+    if leaked:  # the agent posted a key: its doing, graded as usual, the key scrubbed
+        evidence = scrub_json(evidence, relay.secrets())
+        result.relay["secret_leaked_by_agent"] = leaked
+        log.warning("relay.secret_posted", trial=result.trial_id[:12], identities=leaked)
     paths.artifacts.mkdir(parents=True, exist_ok=True)
     write_json_atomic(paths.artifacts / EVIDENCE_NAME, evidence)
-    write_json_atomic(paths.root / "relay-engrams.json", relay.store.engram_log())
+    write_json_atomic(paths.root / "relay-engrams.json",
+                      scrub_json(relay.store.engram_log(), relay.secrets()))
     result.relay.update(export_sec=round(time.monotonic() - started, 4),
                         message_count=evidence["message_count"],
                         task_event_id=evidence["task_event_id"])

@@ -1,5 +1,15 @@
 """The small HTTP servers orchestra runs on the host (relay, model proxy, replay endpoint):
-a threading server on a background thread, JSON replies, quiet logs."""
+a bounded threading server on a background thread, JSON replies, no request-line logs.
+
+Bounds (DESIGN 3.5), the same for every server, so one trial's agent cannot grow the
+orchestrator or starve another trial:
+- at most `max_connections` connections at once per server (one thread each); one past
+  the cap gets `503` and is closed at once, without a thread;
+- a connection idle for `idle_timeout` seconds is closed (slowloris, parked keep-alives);
+- a request body must be framed by a valid `Content-Length` no larger than the server's
+  cap, checked before a byte of it is read: chunked bodies get `411`, a negative or
+  non-numeric length `400`, a large one `413`.
+"""
 
 from __future__ import annotations
 
@@ -10,31 +20,95 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import structlog
 
 log = structlog.get_logger()
+MAX_CONNECTIONS = 16
+IDLE_TIMEOUT_SEC = 15.0
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
 
 
 class JsonHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     event = "http.request"
+    timeout = IDLE_TIMEOUT_SEC  # socket timeout: idle and slow connections are closed
 
     def reply(self, status: int, body: dict | bytes) -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if status >= 400 and status not in (401, 402, 403, 404, 409):
+            self.send_header("Connection", "close")  # framing may be broken: do not reuse
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, format: str, *args) -> None:  # structlog, not stderr
-        log.debug(self.event, line=format % args)
+    def read_body(self, max_bytes: int) -> bytes:
+        """The request body, framed by Content-Length and checked before reading."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            raise HttpError(411, "body: send a Content-Length (chunked bodies are not accepted)")
+        raw = (self.headers.get("Content-Length") or "0").strip()
+        if not raw.isdigit():
+            raise HttpError(400, f"Content-Length: {raw[:20]!r} is not a non-negative integer")
+        length = int(raw)
+        if length > max_bytes:
+            raise HttpError(413, f"body: {length} bytes is over the {max_bytes} byte limit")
+        return self.rfile.read(length) if length else b""
+
+    def log_message(self, format: str, *args) -> None:
+        """Request lines are not logged: an agent's flood (or a key in a URL) must not grow
+        events.jsonl; the servers count what matters themselves."""
+
+
+_BUSY_BODY = b'{"error": "too many connections to this trial\'s server at once (cap)"}'
+BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(_BUSY_BODY)).encode() + b"\r\nConnection: close\r\n\r\n"
+        + _BUSY_BODY)
+
+
+class BoundedServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS):
+        super().__init__(address, handler)
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self.refused = 0  # connections turned away at the cap
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.refused += 1
+            try:
+                request.sendall(BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request, client_address):  # a reset or timeout: not a traceback
+        log.debug("http.connection_error", client=str(client_address[0]))
 
 
 class BackgroundServer:
     """`handler` served on host:port (0: any free port) until stop()."""
 
     def __init__(self, handler: type[BaseHTTPRequestHandler], host: str, port: int = 0,
-                 name: str = "http", path: str = ""):
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
+                 name: str = "http", path: str = "", max_connections: int = MAX_CONNECTIONS):
+        self.httpd = BoundedServer((host, port), handler, max_connections)
         self.path = path
         self._thread = threading.Thread(target=self.httpd.serve_forever,
                                         kwargs={"poll_interval": 0.05}, name=name, daemon=True)
@@ -44,6 +118,10 @@ class BackgroundServer:
         host, port = self.httpd.server_address[:2]
         return f"http://{host}:{port}{self.path}"
 
+    @property
+    def refused(self) -> int:
+        return self.httpd.refused
+
     def start(self):
         self._thread.start()
         return self
@@ -52,3 +130,6 @@ class BackgroundServer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self._thread.join(timeout=5)
+
+
+__all__ = ["BackgroundServer", "HttpError", "JsonHandler"]

@@ -26,7 +26,7 @@ from pathlib import Path
 import structlog
 
 from orchestrator.archive import tar_directory, tar_files
-from orchestrator.runtime.base import LABEL_KIND
+from orchestrator.runtime.base import LABEL_IMAGE_KIND
 from orchestrator.runtime.docker import BuildFailed, DockerRuntime
 from orchestrator.tasks import Task, hash_tree, image_repository
 
@@ -91,11 +91,20 @@ def base_references(dockerfile: str) -> list[str]:
 
 def _alias_source(runtime: DockerRuntime, ref: str) -> str | None:
     """The local base image standing in for `ref`, if one is registered."""
-    for image in runtime.api.images(filters={"label": f"{LABEL_KIND}=base"}):
-        aliases = (image.get("Labels") or {}).get(LABEL_ALIASES, "").split(",")
-        if ref in aliases:
-            return (image.get("RepoTags") or [image["Id"]])[0]
-    return None
+    base = _base_id(runtime)
+    if base is None:
+        return None
+    aliases = (runtime.api.inspect_image(base)["Config"].get("Labels") or {}).get(LABEL_ALIASES, "")
+    return BASE_IMAGE if ref in aliases.split(",") else None
+
+
+def _base_id(runtime: DockerRuntime) -> str | None:
+    """The offline base is the image orchestra's own tag names, identified by its id: an
+    image that merely inherited the base's labels (a child built FROM it) is never it."""
+    try:
+        return runtime.api.inspect_image(BASE_IMAGE)["Id"]
+    except Exception:
+        return None
 
 
 def resolve_bases(runtime: DockerRuntime, dockerfile: str) -> dict[str, str]:
@@ -122,7 +131,8 @@ def resolve_bases(runtime: DockerRuntime, dockerfile: str) -> dict[str, str]:
 def ensure_task_images(runtime: DockerRuntime, task: Task, job: str,
                        install: str | None = None) -> TaskImages:
     env = task.config.environment
-    labels = {LABEL_KIND: "task-image", "orchestra.task": task.name, "orchestra.job": job}
+    labels = {LABEL_IMAGE_KIND: "task-image", "orchestra.image.task": task.name,
+              "orchestra.image.job": job}
     built, aliases = 0, {}
     if env.docker_image:
         task_image = env.docker_image
@@ -151,7 +161,7 @@ def ensure_task_images(runtime: DockerRuntime, task: Task, job: str,
                 f"FROM {task_image}\nCOPY agent-stack /opt/orchestra\n"
                 "COPY bin-links/ /usr/local/bin/\n").encode()})
             context = _append_tree(context, AGENT_STACK, "agent-stack")
-            runtime.build_image(context, agent_image, {**labels, LABEL_KIND: "agent-image"}, 300)
+            runtime.build_image(context, agent_image, {**labels, LABEL_IMAGE_KIND: "agent-image"}, 300)
             built += 1
     if install:
         agent_image, extra = _install_layer(runtime, agent_image, install, labels)
@@ -171,7 +181,7 @@ def _install_layer(runtime: DockerRuntime, base: str, script: str,
             "Dockerfile": (f"FROM {base}\nCOPY install.sh /tmp/orchestra-install.sh\n"
                            "RUN sh /tmp/orchestra-install.sh && rm -f /tmp/orchestra-install.sh\n").encode(),
             "install.sh": script.encode()})
-        runtime.build_image(context, image, {**labels, LABEL_KIND: "agent-image"}, 900)
+        runtime.build_image(context, image, {**labels, LABEL_IMAGE_KIND: "agent-image"}, 900)
         log.info("image.install_layer", image=image)
         return image, 1
 
@@ -179,7 +189,8 @@ def _install_layer(runtime: DockerRuntime, base: str, script: str,
 def _is_base(runtime: DockerRuntime, ref: str) -> bool:
     if not runtime.image_exists(ref):
         return False
-    return (runtime.api.inspect_image(ref)["Config"].get("Labels") or {}).get(LABEL_KIND) == "base"
+    base = _base_id(runtime)
+    return base is not None and runtime.api.inspect_image(ref)["Id"] == base
 
 
 def _append_tree(context: bytes, folder: Path, arcname: str) -> bytes:
@@ -227,7 +238,7 @@ def bootstrap_base(runtime: DockerRuntime, aliases: tuple[str, ...] = DEFAULT_AL
             python.symlink_to("/usr/bin/python3")
         subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], check=True, timeout=600)
         changes = [
-            f"LABEL {LABEL_KIND}=base {LABEL_ALIASES}={','.join(aliases)}",
+            f"LABEL {LABEL_IMAGE_KIND}=base {LABEL_ALIASES}={','.join(aliases)}",
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             'CMD ["bash"]',
         ]

@@ -19,7 +19,14 @@ from orchestrator.cleanup import reap, reap_orphans, remaining, touch_images
 from orchestrator.errors import InfraError, InputError
 from orchestrator.images import TaskImages, ensure_task_images
 from orchestrator.models.manifest import Manifest
-from orchestrator.models.result import ERRORED, FailureMode, JobResult, TrialResult, TrialSummary
+from orchestrator.models.result import (
+    ERRORED,
+    VOID,
+    FailureMode,
+    JobResult,
+    TrialResult,
+    TrialSummary,
+)
 from orchestrator.proxy import Upstreams
 from orchestrator.runtime.base import LABEL_JOB
 from orchestrator.runtime.docker import DockerRuntime
@@ -55,6 +62,7 @@ class JobOptions:
     max_cpus: float | None = None  # default: what the engine reports
     max_memory_mb: int | None = None
     resume: bool = False
+    retry_errors: bool = False  # with resume: re-run infra, launch and build errors too
     oci_runtime: str | None = None  # --runtime, e.g. runsc
     backend: str = "local"  # local | ray
     ray_address: str | None = None
@@ -116,9 +124,15 @@ def preflight(tasks: list[Task], manifest: Manifest, endpoints=None, admission=N
     return in_use
 
 
-def load_finished(job_dir: Path, tasks: list[Task]) -> dict[str, TrialResult]:
+RERUN_WITH_RETRY_ERRORS = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR,
+                           FailureMode.BUILD_ERROR}
+
+
+def load_finished(job_dir: Path, tasks: list[Task],
+                  retry_errors: bool = False) -> dict[str, TrialResult]:
     """Complete results already in the job folder (a truncated or unreadable one, or a
-    cancelled trial, counts as missing). A trial of a task whose content changed is an error."""
+    cancelled trial, counts as missing; with retry_errors so do infra, launch and build
+    errors). A trial of a task whose content changed is an error."""
     finished: dict[str, TrialResult] = {}
     hashes = {t.name: t.content_hash for t in tasks}
     changed = set()
@@ -129,6 +143,8 @@ def load_finished(job_dir: Path, tasks: list[Task]) -> dict[str, TrialResult]:
             log.warning("resume.unreadable_result", path=str(path))
             continue
         if result.failure_mode == FailureMode.CANCELLED or not result.finished_at:
+            continue
+        if retry_errors and result.failure_mode in RERUN_WITH_RETRY_ERRORS:
             continue
         if result.task in hashes and hashes[result.task] != result.content_hash:
             changed.add(result.task)
@@ -164,11 +180,13 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
     lead = manifest.orchestrator
     agent = agent_for(lead, options.manifest_dir)  # re-hashes the prompt before any spend
     job_dir = options.jobs_dir / options.job_name
-    finished = load_finished(job_dir, tasks) if options.resume else {}
+    finished = load_finished(job_dir, tasks, options.retry_errors) if options.resume else {}
     upstreams = Upstreams.open(in_use, options.endpoints) if in_use else None  # keys: exit 2
     reap_orphans(runtime)
     write_json_atomic(job_dir / "config.json", {
-        "job": options.job_name, "manifest": manifest.model_dump(mode="json"),
+        "job": options.job_name,
+        # Only what was set: read back, it gives the same condition hash, byte for byte.
+        "manifest": manifest.model_dump(mode="json", exclude_unset=True),
         "condition_hash": manifest.condition_hash(), "k": options.k,
         "n_concurrent": options.n_concurrent, "policy": options.policy,
         "source": options.source,
@@ -189,8 +207,10 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
     )
     items = [Item(task, attempt) for task in tasks for attempt in range(attempts_for(task, options.k))]
     todo = [i for i in items if trial_id(ctx.job, i.task, ctx.agent_id, i.attempt) not in finished]
-    if finished:
-        log.info("resume.skipping", finished=len(finished), remaining=len(todo))
+    if options.resume:
+        log.warning("resume.plan", finished=len(finished), rerun=len(todo),
+                    message=f"resume: {len(finished)} trial(s) already complete, re-running "
+                            f"{len(todo)}" if todo else "resume: nothing left to run")
     started = time.time()
     results: list[TrialResult] = list(finished.values())
     total = len(items)
@@ -311,6 +331,7 @@ def summarize(options: JobOptions, manifest: Manifest, agent: str, results: list
         n_trials=len(results), counts=dict(counts),
         mean_reward=round(sum(r.headline for r in results) / len(results), 6) if results else 0.0,
         errored=[r.trial_id for r in results if r.failure_mode in ERRORED],
+        void=[r.trial_id for r in results if r.failure_mode in VOID],
         pass_at_k=_mean([float(any(v >= 1.0 for v in vs)) for vs in by_task.values()]) if k > 1 else None,
         pass_hat_k=_mean([float(all(v >= 1.0 for v in vs)) for vs in by_task.values()]) if k > 1 else None,
         images_built=images_built, started_at=started, finished_at=time.time(),
@@ -318,7 +339,7 @@ def summarize(options: JobOptions, manifest: Manifest, agent: str, results: list
         peak_memory_mb=admission.peak_memory_mb if admission else None,
         retried=sum(1 for r in results if r.retries),
         trials=[TrialSummary(trial_id=r.trial_id, task=r.task, attempt=r.attempt,
-                             reward=r.reward.get("reward") if r.reward else None,
+                             reward=r.reward.get("reward") if r.reward and r.failure_mode not in VOID else None,
                              failure_mode=r.failure_mode, scenario_class=r.scenario_class,
                              layer=r.layer, recall_events=r.memory.get("recall_events", 0),
                              injected_chars=r.memory.get("injected_chars", 0),

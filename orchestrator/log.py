@@ -8,6 +8,8 @@ from pathlib import Path
 
 import structlog
 
+from orchestrator import scrub
+
 
 def configure(verbose: bool = False, json_file: Path | None = None) -> None:
     handlers: list[logging.Handler] = []
@@ -27,6 +29,7 @@ def configure(verbose: bool = False, json_file: Path | None = None) -> None:
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
+            scrub.structlog_processor,
             structlog.processors.TimeStamper(fmt="iso"),
             structlog.processors.JSONRenderer(),
         ],

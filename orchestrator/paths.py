@@ -42,3 +42,18 @@ class TrialDir:
     @property
     def verifier(self) -> Path:
         return self.root / "verifier"
+
+    def set_aside_earlier_try(self) -> None:
+        """A retried trial starts from an empty folder: what an earlier run left moves to
+        tries/<n>/ (kept for debugging, never seen by the verifier or the audit)."""
+        if not self.root.is_dir():
+            return
+        leftovers = [p for p in self.root.iterdir() if p.name != "tries"]
+        if not leftovers:
+            return
+        tries = self.root / "tries"
+        tries.mkdir(exist_ok=True)
+        target = tries / str(sum(1 for _ in tries.iterdir()) + 1)
+        target.mkdir()
+        for item in leftovers:
+            item.rename(target / item.name)

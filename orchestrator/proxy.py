@@ -28,7 +28,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from orchestrator.httpserve import BackgroundServer, JsonHandler
+from orchestrator import scrub
+from orchestrator.httpserve import BackgroundServer, HttpError, JsonHandler
 from orchestrator.models.manifest import Budget
 
 log = structlog.get_logger()
@@ -68,7 +69,10 @@ class ModelProxy:
             event = "proxy.request"
 
             def do_POST(self):  # noqa: N802
-                status, body = proxy.handle(self.path, self.headers, self.rfile)
+                try:  # the token is checked before the body is read, the size before reading
+                    status, body = proxy.handle(self.path, self.headers, self.read_body)
+                except HttpError as exc:
+                    status, body = exc.status, {"error": {"message": f"orchestra proxy: {exc}"}}
                 self.reply(status, proxy.scrub(json.dumps(body).encode() if isinstance(body, dict) else body))
 
         self.server = BackgroundServer(Handler, host, name="model-proxy", path="/v1")
@@ -112,19 +116,18 @@ class ModelProxy:
             return f"cost={b.cost} reached"
         return None
 
-    def handle(self, path: str, headers, rfile) -> tuple[int, dict | bytes]:
+    def handle(self, path: str, headers, read_body) -> tuple[int, dict | bytes]:
         auth = headers.get("Authorization", "")
         if not hmac.compare_digest(auth, f"Bearer {self.token}"):
             return 401, {"error": {"message": "orchestra proxy: bad or missing trial token", "type": "auth"}}
         if not path.rstrip("/").endswith("/chat/completions"):
             return 404, {"error": {"message": f"orchestra proxy: no route {path}"}}
-        length = int(headers.get("Content-Length") or 0)
-        if length > MAX_REQUEST:
-            return 413, {"error": {"message": "orchestra proxy: request too large"}}
         try:
-            request = json.loads(rfile.read(length) or b"{}")
-        except json.JSONDecodeError:
+            request = json.loads(read_body(MAX_REQUEST) or b"{}")
+        except (json.JSONDecodeError, UnicodeDecodeError):
             return 400, {"error": {"message": "orchestra proxy: body is not JSON"}}
+        if not isinstance(request, dict):
+            return 400, {"error": {"message": "orchestra proxy: body is not a JSON object"}}
         with self._lock:
             refusal = self._over_budget()
             if refusal:
@@ -221,11 +224,13 @@ class Upstreams:
             else:
                 url, key = endpoint.base_url, config.api_key(name)
             upstreams.by_name[name] = Upstream(name, url, endpoint.model, key, dict(endpoint.env))
+        scrub.register(*upstreams.secrets())
         return upstreams
 
     def secrets(self) -> list[str]:
         return [u.api_key for u in self.by_name.values() if u.api_key]
 
     def close(self) -> None:
+        scrub.unregister(*self.secrets())
         for server in self._servers:
             server.stop()

@@ -33,7 +33,7 @@ import structlog
 import yaml
 
 from orchestrator.errors import InputError
-from orchestrator.httpserve import BackgroundServer, JsonHandler
+from orchestrator.httpserve import BackgroundServer, HttpError, JsonHandler
 
 log = structlog.get_logger()
 
@@ -166,10 +166,9 @@ class ReplayServer(BackgroundServer):
 
             def do_POST(self):  # noqa: N802
                 engine.authorizations.append(self.headers.get("Authorization", ""))
-                length = int(self.headers.get("Content-Length") or 0)
                 try:
-                    request = json.loads(self.rfile.read(length) or b"{}")
-                except json.JSONDecodeError:
+                    request = json.loads(self.read_body(8 * 1024 * 1024) or b"{}")
+                except (HttpError, json.JSONDecodeError, UnicodeDecodeError):
                     request = None
                 if not self.path.rstrip("/").endswith("/chat/completions") or not isinstance(request, dict):
                     self.reply(400, {"error": {"message": "POST a chat completion to /v1/chat/completions"}})

@@ -163,17 +163,26 @@ def _build(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str
 
 
 def applied_limits(runtime: DockerRuntime, box: Sandbox, task: Task) -> AppliedLimits:
-    """Read the quotas back from the engine: what the container really got."""
-    host = runtime.inspect(box.agent_container)["HostConfig"]
+    """Read the agent container's quotas back from the engine: what it really got."""
+    limits = read_limits(runtime, box.agent_container, task.config.environment.storage_mb,
+                         box.storage_enforcement)
+    limits.network_internal = box.network.internal if box.network else None
+    limits.host_isolation = box.network.host_isolation if box.network else None
+    return limits
+
+
+def read_limits(runtime: DockerRuntime, container: str, storage_mb: int,
+                storage_enforcement: str) -> AppliedLimits:
+    """Any container's quotas, read back from the engine (agent, verifier, worker)."""
+    host = runtime.inspect(container)["HostConfig"]
     return AppliedLimits(
         nano_cpus=host.get("NanoCpus"), memory_bytes=host.get("Memory"),
         memswap_bytes=host.get("MemorySwap"), pids_limit=host.get("PidsLimit"),
         cap_drop=host.get("CapDrop") or [], cap_add=host.get("CapAdd") or [],
         security_opt=host.get("SecurityOpt") or [], init=host.get("Init"),
         network=host.get("NetworkMode"),
-        network_internal=box.network.internal if box.network else None,
-        storage_mb=task.config.environment.storage_mb,
-        storage_enforcement=box.storage_enforcement,
+        storage_mb=storage_mb,
+        storage_enforcement=storage_enforcement,
         log_max_size=(host.get("LogConfig") or {}).get("Config", {}).get("max-size"),
     )
 

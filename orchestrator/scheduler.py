@@ -105,12 +105,20 @@ class Scheduler:
 
     def _attempt(self, item: Item, run_one: Callable[[Item], TrialResult],
                  on_cancelled: Callable[[Item], TrialResult]) -> None:
+        """Exactly one entry reaches the queue for every attempt, whatever raises, so
+        run() can never wait for an attempt that died."""
         try:
             if self.cancel.is_set():
                 raise AdmissionCancelled()
             self.admission.acquire(item.task)
         except AdmissionCancelled:
-            self._results.put((item, on_cancelled(item)))
+            try:
+                self._results.put((item, on_cancelled(item)))
+            except BaseException as exc:  # e.g. the cancelled result could not be written
+                self._results.put((item, exc))
+            return
+        except BaseException as exc:
+            self._results.put((item, exc))
             return
         try:
             result = run_one(item)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import structlog
 
+from orchestrator import scrub
 from orchestrator.agents.base import Agent, render_command
 from orchestrator.archive import tar_directory, tar_files
 from orchestrator.collect import EVIDENCE_NAME, collect, export_evidence
@@ -31,6 +32,7 @@ from orchestrator.proxy import ModelProxy, Upstreams
 from orchestrator.relay.session import TrialRelay, start_relay
 from orchestrator.report.audit import audit_trajectory
 from orchestrator.runtime.docker import BuildFailed, DockerRuntime
+from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.sandbox import (
     NetworkPool,
     Sandbox,
@@ -39,6 +41,7 @@ from orchestrator.sandbox import (
     open_sandbox,
     resolve_workdir,
 )
+from orchestrator.scrub import scrub_tree
 from orchestrator.tasks import Task
 from orchestrator.util import write_json_atomic
 from orchestrator.verify import verify
@@ -64,7 +67,7 @@ class TrialContext:
     policy: str
     images_for: Callable[[Task], TaskImages]
     cancel: threading.Event
-    watchdog: object  # job.DiskWatchdog: register(container, limit_bytes), tripped(container)
+    watchdog: DiskWatchdog  # the job's writable-layer watchdog (agent and verifier containers)
     networks: NetworkPool
     manifest: Manifest
     upstreams: Upstreams | None = None
@@ -131,9 +134,11 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
               retries: list[str] | None = None) -> TrialResult:
     tid = trial_id(ctx.job, task, ctx.agent_id, attempt)
     paths = trial_dir(ctx, task, tid)
+    paths.set_aside_earlier_try()  # every run starts from an empty folder
     result = new_result(ctx, task, attempt, tid)
     result.retries = list(retries or [])
     box: Sandbox | None = None
+    trial_secrets: list[str] = []
     relay: TrialRelay | None = None
     proxy: ModelProxy | None = None
 
@@ -145,6 +150,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             relay = start_relay(task, ctx.manifest, network.gateway, tid, ctx.job)
             result.relay["start_sec"] = round(relay.started_sec, 4)
             env.update(relay.env_for(relay.lead))
+            trial_secrets.extend(relay.secrets())
         lead = ctx.manifest.orchestrator
         if lead.endpoint and ctx.upstreams is not None:
             upstream = ctx.upstreams.by_name[lead.endpoint]
@@ -152,6 +158,8 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             proxy = ModelProxy.for_upstream(network.gateway, upstream, lead.budget,
                                             ctx.manifest.prices, time.time() + timeout + 60)
             env.update({**upstream.env, **proxy.env()})
+            trial_secrets.append(proxy.token)
+        scrub.register(*trial_secrets)
         return env
 
     try:
@@ -188,15 +196,22 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             result.collected = dict(box.collected)
             if relay is not None:
                 export_evidence(relay, paths, result)
-            audit = audit_trajectory(paths.agent / "trajectory.jsonl", task.facts,
-                                     task.config.memory.markers, task.config.memory.markers_in_prefix)
+            scrubbed = scrub_tree(paths.root, trial_secrets + scrub.current())
+            if scrubbed:  # the agent wrote a secret somewhere: replaced, and said so
+                result.scrubbed_files = scrubbed[:50]
+            audit = audit_trajectory(
+                paths.agent / "trajectory.jsonl", task.facts, task.config.memory.markers,
+                task.config.memory.markers_in_prefix, state_home=roots.state_home,
+                truncated=bool((result.collected.get(AGENT_LOGS) or {}).get("truncated")))
             result.memory.update(audit.as_dict())
         with phase(result, "verify", ctx):
             verify(ctx.runtime, task, images, box, paths, result,
-                   evidence=paths.artifacts / EVIDENCE_NAME if relay is not None else None)
-        if result.memory.get("leaks"):
+                   evidence=paths.artifacts / EVIDENCE_NAME if relay is not None else None,
+                   watchdog=ctx.watchdog)
+        if result.memory.get("leaks"):  # void: counted as failed everywhere, listed as void
             result.failure_mode = FailureMode.ANSWER_LEAK
             result.error = "answer leak: " + "; ".join(result.memory["leaks"][:5])
+            result.voided_reward, result.reward = result.reward, None
     except Cancelled:
         result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
     except BuildFailed as exc:
@@ -205,26 +220,33 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
         if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:  # the host is full: stop the
             result.failure_mode, result.error = FailureMode.INFRA_ERROR, f"host disk full: {exc}"
             try:  # job (scheduler), after removing this trial's sandbox
-                _finish(ctx, result, paths, box, relay, proxy)
+                _finish(ctx, result, paths, box, relay, proxy, trial_secrets)
             except OSError:
                 pass
             raise
         if ctx.cancel.is_set():
             result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
-            return _finish(ctx, result, paths, box, relay, proxy)
+            return _finish(ctx, result, paths, box, relay, proxy, trial_secrets)
         launching = getattr(exc, "orchestra_phase", "") in ("start", "seed")
         mode = FailureMode.LAUNCH_ERROR if launching else FailureMode.INFRA_ERROR
         result.failure_mode, result.error = mode, f"{exc.__class__.__name__}: {exc}"
         log.error("trial.error", trial=tid[:12], task=task.name, error=result.error,
                   traceback=traceback.format_exc(limit=8))
-    return _finish(ctx, result, paths, box, relay, proxy)
+    return _finish(ctx, result, paths, box, relay, proxy, trial_secrets)
 
 
 def _finish(ctx: TrialContext, result: TrialResult, paths: TrialDir, box: Sandbox | None,
-            relay: TrialRelay | None, proxy: ModelProxy | None) -> TrialResult:
-    """Stop the trial's services, remove its sandbox, write result.json (always)."""
-    if ctx.cancel.is_set() and result.failure_mode == FailureMode.NONE and result.reward is None:
-        result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
+            relay: TrialRelay | None, proxy: ModelProxy | None,
+            secrets: list[str]) -> TrialResult:
+    """Stop the trial's services, remove its sandbox, write result.json (always), then
+    forget the trial's secrets (until then every log event is scrubbed of them)."""
+    if ctx.cancel.is_set() and (result.reward is None or result.failure_mode != FailureMode.NONE) \
+            and result.failure_mode != FailureMode.ANSWER_LEAK:
+        # Interrupted by the job's own cancellation, in whatever phase (the kill may have
+        # surfaced as a verifier error, a timeout or an engine error): cancelled, resumable.
+        result.error = f"job cancelled (in phase: {result.failure_mode.value}: {result.error})" \
+            if result.failure_mode != FailureMode.NONE else "job cancelled"
+        result.failure_mode = FailureMode.CANCELLED
     if proxy is not None:
         proxy.stop()
         result.tokens = proxy.stats.prompt_tokens + proxy.stats.completion_tokens
@@ -234,15 +256,18 @@ def _finish(ctx: TrialContext, result: TrialResult, paths: TrialDir, box: Sandbo
     elif result.agent_outcome is None and result.agent_exit_code is not None:
         result.agent_outcome = classify_agent(result, None)
     if relay is not None:
-        result.relay["rejections"] = list(relay.server.rejections[:20])
+        result.relay.update(relay.server.bounds())
         relay.stop()
     if box is not None:
         ctx.watchdog.unregister(box.agent_container)
         result.timings.cleanup = round(close_sandbox(ctx.runtime, box), 3)
     result.finished_at = time.time()
+    if result.error:
+        result.error = scrub.scrub_text(result.error, secrets + scrub.current())
     write_json_atomic(paths.result, result)
     log.info("trial.done", trial=result.trial_id[:12], task=result.task, attempt=result.attempt,
              reward=result.reward, failure_mode=result.failure_mode.value)
+    scrub.unregister(*secrets)
     return result
 
 
@@ -314,9 +339,8 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult) 
         if ctx.watchdog.tripped(container):
             result.failure_mode = FailureMode.DISK_LIMIT
             result.error = f"writable layer passed storage_mb={task.config.environment.storage_mb}"
-        elif outcome.timed_out or outcome.exit_code == 124 or (
-            outcome.exit_code in (137, None) and elapsed >= timeout
-        ):
+        elif outcome.timed_out or (outcome.exit_code in (124, 137, None) and elapsed >= timeout):
+            # Decided by the clock: an agent that exits 124 early did not time out.
             result.failure_mode = FailureMode.AGENT_TIMEOUT
             result.error = f"agent ran past agent.timeout_sec={timeout:g}"
         elif runtime.oom_kills(container) > 0:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 import tempfile
 from pathlib import Path
 
@@ -27,3 +29,39 @@ def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+
+
+def check_job_name(name: str) -> str | None:
+    """A job name is one safe path segment; returns why not, or None."""
+    if not SAFE_NAME.match(name) or name in (".", ".."):
+        return (f"{name!r} is not one safe folder name (letters, digits, '.', '_', '+', '-'; "
+                "no '/', no '..', at most 128 characters)")
+    return None
+
+
+def write_output(path: Path | str, data: BaseModel | dict | list) -> None:
+    """A user-named output (`--json`, `--markdown`): `-` means stdout; an existing path that
+    is not a regular file (a device, a pipe, /dev/stdout) is written in place, never
+    replaced; a regular file is replaced atomically."""
+    text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else (
+        data if isinstance(data, str) else json.dumps(data, indent=2, sort_keys=True, default=str))
+    if str(path) == "-":
+        sys.stdout.write(text.rstrip("\n") + "\n")
+        sys.stdout.flush()
+        return
+    path = Path(path)
+    if path.exists() and not path.is_file() or path.is_symlink():
+        with open(path, "w") as handle:  # follow it; never replace what we did not create
+            handle.write(text.rstrip("\n") + "\n")
+        return
+    if isinstance(data, str):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+        return
+    write_json_atomic(path, data)

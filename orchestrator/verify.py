@@ -13,9 +13,10 @@ from orchestrator.archive import safe_extract, tar_directory, tar_files
 from orchestrator.images import TaskImages
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import ARTIFACTS, TESTS, VERIFIER_LOGS, TrialDir
-from orchestrator.runtime.base import SandboxSpec
+from orchestrator.runtime.base import LABEL_IMAGE_KIND, SandboxSpec
 from orchestrator.runtime.docker import DockerRuntime
-from orchestrator.sandbox import Sandbox, reset_verifier_logs
+from orchestrator.runtime.watchdog import DiskWatchdog
+from orchestrator.sandbox import Sandbox, read_limits, reset_verifier_logs
 from orchestrator.tasks import Task
 
 STAGED_TESTS = "/.orchestra-tests"
@@ -65,13 +66,16 @@ def read_reward(verifier_dir: Path) -> dict[str, float]:
 
 
 def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
-           paths: TrialDir, result: TrialResult, evidence: Path | None = None) -> None:
-    """A fresh verifier container, network none, its own timeout; /tests only now."""
+           paths: TrialDir, result: TrialResult, evidence: Path | None = None,
+           watchdog: DiskWatchdog | None = None) -> None:
+    """A fresh verifier container, network none, its own timeout and quotas (cpus, memory,
+    pids, and disk: the writable-layer watchdog holds it to storage_mb); /tests only now."""
     verifier = task.config.verifier
     environment = task.config.environment
+    result.verifier_forgeable = verifier.environment_mode == "shared"
     if verifier.environment_mode == "shared":
         image = runtime.commit(box.agent_container, f"orchestra/snapshot/{box.trial_id[:16]}",
-                               uuid.uuid4().hex[:8], box.labels("snapshot"),
+                               uuid.uuid4().hex[:8], {LABEL_IMAGE_KIND: "snapshot", "orchestra.image.job": box.job},
                                env=runtime.image_env(images.agent_image))
         box.images.append(image)
         mounts = box.volumes
@@ -102,9 +106,21 @@ def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
         runtime.put_archive(container, "/", tar_files(
             {f"{ARTIFACTS.lstrip('/')}/{EVIDENCE_NAME}": evidence.read_bytes()},
             dirs=["logs", ARTIFACTS.lstrip("/")]))
-    runtime.start(container)
-    exit_code = runtime.wait(container, verifier.timeout_sec)
-    if exit_code is None:
+    if watchdog is not None:
+        watchdog.register(container, environment.storage_mb)
+    try:
+        runtime.start(container)
+        result.verifier_limits = read_limits(runtime, container, environment.storage_mb,
+                                             "loop-volume+watchdog" if mounts else "watchdog")
+        exit_code = runtime.wait(container, verifier.timeout_sec)
+    finally:
+        if watchdog is not None:
+            watchdog.unregister(container)
+    if watchdog is not None and watchdog.tripped(container):
+        _verifier_failure(result, FailureMode.VERIFIER_ERROR,
+                          f"the verifier's writable layer passed storage_mb={environment.storage_mb}")
+        exit_code = None
+    elif exit_code is None:
         runtime.kill(container)
         _verifier_failure(result, FailureMode.VERIFIER_TIMEOUT,
                           f"test.sh ran past verifier.timeout_sec={verifier.timeout_sec:g}")

@@ -32,6 +32,11 @@ ERRORED = {
 }
 
 
+# Trials voided by the audit (DESIGN 2 step 9): they count as failed in every aggregate and
+# gate, are listed as void, and are left out of paired statistics.
+VOID = {FailureMode.ANSWER_LEAK}
+
+
 class AppliedLimits(BaseModel):
     """What `docker inspect` says the agent container actually got."""
 
@@ -45,6 +50,7 @@ class AppliedLimits(BaseModel):
     init: bool | None = None
     network: str | None = None
     network_internal: bool | None = None
+    host_isolation: str | None = None  # iptables (only its own gateway) | none
     storage_mb: int | None = None
     storage_enforcement: str | None = None  # storage_opt | loop-volume+watchdog | watchdog
     log_max_size: str | None = None
@@ -74,6 +80,7 @@ class TrialResult(BaseModel):
     layer: str | None = None
     attempt: int
     reward: dict[str, float] | None = None
+    voided_reward: dict[str, float] | None = None  # what the verifier gave a voided trial
     failure_mode: FailureMode = FailureMode.NONE
     error: str | None = None
     agent_exit_code: int | None = None
@@ -82,6 +89,9 @@ class TrialResult(BaseModel):
     image: str | None = None
     base_alias: dict[str, str] = {}
     limits: AppliedLimits = AppliedLimits()
+    verifier_limits: AppliedLimits | None = None  # the verifier container's, read back
+    # shared mode grades in the agent's own environment: the agent could influence grading
+    verifier_forgeable: bool = False
     timings: PhaseTimings = PhaseTimings()
     tokens: int = 0
     cost: float = 0.0
@@ -90,6 +100,7 @@ class TrialResult(BaseModel):
     memory: dict = {}
     relay: dict = {}
     collected: dict = {}  # per copied-out path: files, bytes, truncated, rejected
+    scrubbed_files: list[str] = []  # trial files in which a secret was found and replaced
     node: str | None = None  # the Ray node that ran it (backend ray)
     workers: list[dict] = []  # roster workers: member, name, exit code, model counts
     retries: list[str] = []
@@ -98,8 +109,8 @@ class TrialResult(BaseModel):
 
     @property
     def headline(self) -> float:
-        """The reward that counts: 0 for errored trials."""
-        if self.reward is None:
+        """The reward that counts: 0 for errored and voided trials."""
+        if self.reward is None or self.failure_mode in VOID:
             return 0.0
         return float(self.reward.get("reward", 0.0))
 
@@ -130,6 +141,7 @@ class JobResult(BaseModel):
     counts: dict[str, int] = Field(default_factory=dict)  # by failure mode
     mean_reward: float = 0.0
     errored: list[str] = []
+    void: list[str] = []  # trial ids voided by the audit (answer leak): counted as failed
     pass_at_k: float | None = None
     pass_hat_k: float | None = None
     images_built: int = 0

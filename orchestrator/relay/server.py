@@ -10,27 +10,57 @@ import hmac
 import json
 import threading
 import time
+from collections import OrderedDict
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
 
-from orchestrator.httpserve import BackgroundServer, JsonHandler
+from orchestrator.httpserve import BackgroundServer, HttpError, JsonHandler
 from orchestrator.relay import auth
 from orchestrator.relay.slugs import MAX_VALUE_BYTES, SlugError
-from orchestrator.relay.store import Identity, RelayError, RelayStore, _message_json, value_hash
+from orchestrator.relay.store import (
+    EXPORT_LIMIT,
+    Identity,
+    RelayError,
+    RelayStore,
+    _message_json,
+    value_hash,
+)
 
 log = structlog.get_logger()
 MAX_BODY = MAX_VALUE_BYTES * 2 + 4096
 
 
+MAX_REJECTIONS_KEPT = 20  # reasons kept for the result; all are counted
+
+
 class RelayServer:
     def __init__(self, store: RelayStore, host: str, relay_secret: bytes):
         self.store, self.secret = store, relay_secret
-        self._nonces: dict[str, float] = {}
+        # Nonces are only needed while their timestamp is inside the skew window (older
+        # requests are refused on their timestamp): kept in arrival order and pruned.
+        self._nonces: OrderedDict[str, float] = OrderedDict()
         self._nonce_lock = threading.Lock()
         self.rejections: list[str] = []
+        self.rejected = 0
+        self.limit_hits: dict[str, int] = {}
         handler = type("Handler", (_Handler,), {"relay": self})
         self.server = BackgroundServer(handler, host, name="relay")
+
+    def note_rejection(self, reason: str) -> None:
+        self.rejected += 1
+        if len(self.rejections) < MAX_REJECTIONS_KEPT:
+            self.rejections.append(reason)
+
+    def note_limit(self, status: int, reason: str) -> None:
+        key = f"{status}: {reason.split(':')[0][:60]}"
+        self.limit_hits[key] = self.limit_hits.get(key, 0) + 1
+
+    def bounds(self) -> dict:
+        """What the result records about this relay's bounds."""
+        return {"rejected": self.rejected, "rejections": list(self.rejections),
+                "limit_hits": dict(self.limit_hits),
+                "connections_refused": self.server.refused, **self.store.usage()}
 
     @property
     def url(self) -> str:
@@ -69,7 +99,10 @@ class RelayServer:
         with self._nonce_lock:
             if nonce in self._nonces:
                 raise RelayError(401, "unauthenticated: replayed request (nonce already used)")
-            self._nonces[nonce] = time.time()
+            now = time.time()
+            self._nonces[nonce] = now
+            while self._nonces and next(iter(self._nonces.values())) < now - 2 * auth.MAX_SKEW_SEC:
+                self._nonces.popitem(last=False)
         return identity
 
     # ---- routes ------------------------------------------------------------------------
@@ -87,7 +120,10 @@ class RelayServer:
             return 200, {"identities": store.directory()}
         if url.path == f"/v1/channels/{store.channel_id}/messages":
             if method == "GET":
-                limit = min(int(query.get("limit", "200")), 1000)
+                raw = query.get("limit", "200")
+                if not raw.isdigit() or not 1 <= int(raw) <= EXPORT_LIMIT:
+                    raise RelayError(400, f"limit: an integer from 1 to {EXPORT_LIMIT}")
+                limit = int(raw)
                 return 200, {"messages": [_message_json(m) for m in store.read(limit)]}
             if method == "POST":
                 message = store.post(identity, data.get("content"), data.get("reply_to"),
@@ -141,15 +177,14 @@ class _Handler(JsonHandler):
 
     def _serve(self) -> None:
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                raise RelayError(413, "body: too large")
-            body = self.rfile.read(length) if length else b""
+            body = self.read_body(MAX_BODY)  # framing and size checked before reading
             status, payload = self.relay.handle(self.command, self.path, self.headers, body)
-        except RelayError as exc:
+        except (RelayError, HttpError) as exc:
             status, payload = exc.status, {"error": str(exc)}
             if status == 401 or status == 403:
-                self.relay.rejections.append(str(exc))
+                self.relay.note_rejection(str(exc))
+            elif status in (411, 413, 429, 507):
+                self.relay.note_limit(status, str(exc))
         except SlugError as exc:
             status, payload = 400, {"error": str(exc)}
         except Exception as exc:  # a bug must not kill the relay thread

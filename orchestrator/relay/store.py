@@ -17,6 +17,11 @@ from orchestrator.relay import auth
 from orchestrator.relay.slugs import MAX_VALUE_BYTES, normalise
 
 EXPORT_LIMIT = 1000
+# Per-trial bounds (DESIGN 3.5): past one, the agent gets a clear HTTP error it can read.
+MAX_MESSAGES = 5000
+MAX_ENGRAM_EVENTS = 10000
+MAX_STORED_BYTES = 32 * 1024 * 1024  # message contents and engram values together
+MAX_LIST = 1000  # engrams returned by one `mem ls`
 
 
 class RelayError(Exception):
@@ -76,8 +81,25 @@ class RelayStore:
         self.identities: dict[str, Identity] = {}  # by pubkey
         self.messages: list[Message] = []
         self.engrams: list[EngramEvent] = []
+        self._message_ids: set[str] = set()
+        # The newest event per (owner, slug) is always the winner (write time is
+        # max(now, head + 1)), so heads are kept as they are written: reads are O(result).
+        self._heads: dict[str, dict[str, EngramEvent]] = {}  # owner -> slug -> head event
+        self._bytes = 0
         self._lock = threading.Lock()
         self._counter = 0
+
+    def usage(self) -> dict:
+        with self._lock:
+            return {"messages": len(self.messages), "engram_events": len(self.engrams),
+                    "stored_bytes": self._bytes}
+
+    def _charge(self, size: int, what: str) -> None:
+        """Called under the lock before storing `size` more bytes."""
+        if self._bytes + size > MAX_STORED_BYTES:
+            raise RelayError(507, f"relay storage limit: {MAX_STORED_BYTES} bytes per trial "
+                                  f"reached; {what} not stored")
+        self._bytes += size
 
     # ---- identities -----------------------------------------------------------------
     def add_identity(self, name: str, role: str, display_name: str = "") -> Identity:
@@ -111,8 +133,12 @@ class RelayStore:
         if unknown:
             raise RelayError(400, f"mentions: unknown pubkey(s) {', '.join(u[:12] for u in unknown)}")
         with self._lock:
-            if reply_to is not None and not any(m.id == reply_to for m in self.messages):
+            if reply_to is not None and reply_to not in self._message_ids:
                 raise RelayError(404, f"reply_to: no message {reply_to} in this channel")
+            if len(self.messages) >= MAX_MESSAGES:
+                raise RelayError(429, f"relay message limit: {MAX_MESSAGES} messages per trial "
+                                      "reached; nothing more can be posted")
+            self._charge(len(content.encode()), "message")
             self._counter += 1
             created = time.time()
             message = Message(
@@ -124,6 +150,7 @@ class RelayStore:
             )
             message.tags += [["p", m] for m in mentions]
             self.messages.append(message)
+            self._message_ids.add(message.id)
         return message
 
     def read(self, limit: int = 200) -> list[Message]:
@@ -131,26 +158,18 @@ class RelayStore:
             return list(self.messages[-limit:])
 
     # ---- engrams --------------------------------------------------------------------
-    def _events(self, owner: str, slug: str) -> list[EngramEvent]:
-        return [e for e in self.engrams if e.owner == owner and e.slug == slug]
-
-    @staticmethod
-    def _winner(events: list[EngramEvent]) -> EngramEvent | None:
-        if not events:
-            return None
-        return min(events, key=lambda e: (-e.created_at, e.id))
-
     def engram(self, owner: Identity, raw_slug: str) -> EngramEvent | None:
         slug = normalise(raw_slug)
         with self._lock:
-            winner = self._winner(self._events(owner.pubkey, slug))
+            winner = self._heads.get(owner.pubkey, {}).get(slug)
         return winner if winner is not None and winner.value is not None else None
 
-    def list_engrams(self, owner: Identity) -> list[EngramEvent]:
+    def list_engrams(self, owner: Identity, limit: int = MAX_LIST) -> list[EngramEvent]:
+        """The live engrams of one owner, by slug, at most `limit` (O(owner's slugs))."""
         with self._lock:
-            slugs = sorted({e.slug for e in self.engrams if e.owner == owner.pubkey})
-            winners = [self._winner(self._events(owner.pubkey, s)) for s in slugs]
-        return [w for w in winners if w is not None and w.value is not None]
+            heads = list(self._heads.get(owner.pubkey, {}).values())
+        live = sorted((h for h in heads if h.value is not None), key=lambda e: e.slug)
+        return live[:limit]
 
     def write_engram(self, owner: Identity, raw_slug: str, value: str | None,
                      base_hash: str | None = None, client: str = "") -> EngramEvent:
@@ -158,8 +177,7 @@ class RelayStore:
         if value is not None and len(value.encode()) > MAX_VALUE_BYTES:
             raise RelayError(413, f"value: longer than {MAX_VALUE_BYTES} bytes")
         with self._lock:
-            events = self._events(owner.pubkey, slug)
-            head = self._winner(events)
+            head = self._heads.get(owner.pubkey, {}).get(slug)
             current = head.value if head is not None else None
             if base_hash is not None:
                 if current is None or value_hash(current) != base_hash:
@@ -168,12 +186,31 @@ class RelayStore:
                 raise RelayError(404, f"{slug}: no such engram")
             if value is not None and value == current:
                 raise RelayError(409, f"{slug}: conflict: the engram already holds this value")
-            created = max(int(time.time()), (max(e.created_at for e in events) + 1) if events else 0)
+            if len(self.engrams) >= MAX_ENGRAM_EVENTS:
+                raise RelayError(429, f"relay engram limit: {MAX_ENGRAM_EVENTS} writes per "
+                                      "trial reached; nothing more can be written")
+            self._charge(len((value or "").encode()), "engram")
+            created = max(int(time.time()), head.created_at + 1 if head is not None else 0)
             event = EngramEvent(id=_event_id("engram", owner.pubkey, slug, value, created),
                                 owner=owner.pubkey, slug=slug, value=value, created_at=created,
                                 client=client)
-            self.engrams.append(event)
+            self._admit(event)
         return event
+
+    def import_events(self, events: list[EngramEvent]) -> None:
+        """Engram events made elsewhere (a restore, a merge), under the same winner rule."""
+        with self._lock:
+            for event in events:
+                self._admit(event)
+
+    def _admit(self, event: EngramEvent) -> None:
+        """Store an event (under the lock); it becomes the head if it wins: newest write,
+        ties to the lowest event id."""
+        self.engrams.append(event)
+        heads = self._heads.setdefault(event.owner, {})
+        head = heads.get(event.slug)
+        if head is None or (-event.created_at, event.id) < (-head.created_at, head.id):
+            heads[event.slug] = event
 
     # ---- evidence -------------------------------------------------------------------
     def evidence(self, *, run_id: str, trial_id: str, task_name: str, task_event_id: str | None,

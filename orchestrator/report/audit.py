@@ -4,15 +4,22 @@ of use, and the answer-file scan.
 - Recall stats: memory_recall records, their hits, injected chars, suppressed count.
 - A marker is *used at point of use* only if it appears in a tool's arguments or in answer
   text after a recall that returned hits (from the start when markers_in_prefix).
-- Leak: a successful tool result whose arguments name one of the task's memory/ source
-  paths and whose output holds that file's content or one of its fact body lines of 20+
-  characters. Any leak voids the trial as answer_leak.
-- A malformed line makes the audit incomplete: it is reported, never taken as clean.
+- Leak: a read of grading material the agent must not have. Concretely: a successful tool
+  result whose arguments name one of the task's seed *sources* (`memory/<scope>/<name>`
+  in the task folder, or its host path) and whose output holds that file's content or one
+  of its fact body lines of 20+ characters. Paths inside the agent's own state root
+  (`ORCHESTRA_STATE_HOME`, where memory-on delivers its seeded copies) are removed from
+  the arguments first: reading one's own seeded memory is what memory-on is for, never a
+  leak. Any leak voids the trial as answer_leak.
+- Incomplete: a malformed line or value, no trajectory at all, or a trajectory cut at the
+  copy-out cap. The reason is recorded; an audit that could not see everything is never
+  reported as clean.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -22,6 +29,7 @@ MIN_LEAK_LINE = 20
 @dataclass
 class Audit:
     complete: bool = True
+    incomplete_reason: str | None = None
     malformed_lines: list[int] = field(default_factory=list)
     recall_events: int = 0
     hits: int = 0
@@ -33,6 +41,21 @@ class Audit:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def mark_incomplete(self, reason: str) -> None:
+        self.complete = False
+        self.incomplete_reason = self.incomplete_reason or reason
+
+
+def _count(value, audit: Audit, line: int) -> int:
+    """A non-negative count the agent wrote; anything else makes the audit incomplete."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != value:
+        audit.malformed_lines.append(line)
+        audit.mark_incomplete("a memory_recall record holds a value that is not a count")
+        return 0
+    return int(min(value, 10**12))
 
 
 def read_trajectory(path: Path) -> tuple[list[dict], list[int]]:
@@ -67,7 +90,14 @@ def _event_texts(event: dict) -> list[str]:
     return texts
 
 
-def _leak(event: dict, facts) -> str | None:
+def _without_state_root(text: str, state_home: str | None) -> str:
+    """Arguments with every path under the agent's own state root taken out."""
+    if not state_home:
+        return text
+    return re.sub(re.escape(state_home.rstrip("/")) + r"/[^\s'\"`;|&<>)]*", " ", text)
+
+
+def _leak(event: dict, facts, state_home: str | None = None) -> str | None:
     tool = event.get("tool")
     if event.get("kind") != "tool_result" or not isinstance(tool, dict):
         return None
@@ -75,6 +105,7 @@ def _leak(event: dict, facts) -> str | None:
         return None
     args = tool.get("args")
     args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    args = _without_state_root(args, state_home)
     output = str(tool.get("output") or "")
     for fact in facts:
         if fact.relative not in args and str(fact.source) not in args:
@@ -85,19 +116,37 @@ def _leak(event: dict, facts) -> str | None:
     return None
 
 
-def audit_trajectory(path: Path, facts, markers: list[str], markers_in_prefix: bool) -> Audit:
+def audit_trajectory(path: Path, facts, markers: list[str], markers_in_prefix: bool,
+                     state_home: str | None = None, truncated: bool = False) -> Audit:
+    """Never raises on what the agent wrote: anything unreadable makes it incomplete."""
+    try:
+        audit = _audit(path, facts, markers, markers_in_prefix, state_home)
+    except Exception as exc:  # untrusted input must never become an infrastructure error
+        audit = Audit()
+        audit.mark_incomplete(f"the trajectory could not be audited ({exc.__class__.__name__})")
+    if not path.is_file():
+        audit.mark_incomplete("no trajectory written (the audit saw nothing)")
+    elif truncated:
+        audit.mark_incomplete("the trajectory was cut at the copy-out cap; the rest was not seen")
+    return audit
+
+
+def _audit(path: Path, facts, markers: list[str], markers_in_prefix: bool,
+           state_home: str | None) -> Audit:
     records, malformed = read_trajectory(path)
-    audit = Audit(complete=not malformed, malformed_lines=malformed[:50])
+    audit = Audit(malformed_lines=malformed[:50])
+    if malformed:
+        audit.mark_incomplete(f"{len(malformed)} malformed trajectory line(s)")
     armed = markers_in_prefix
     used, early = set(), set()
-    for record in records:
+    for number, record in enumerate(records, start=1):
         recall = record.get("memory_recall")
         if isinstance(recall, dict):
             hits = recall.get("hits") if isinstance(recall.get("hits"), list) else []
             audit.recall_events += 1
             audit.hits += len(hits)
-            audit.injected_chars += int(recall.get("used_chars") or 0)
-            audit.suppressed += int(recall.get("suppressed") or 0)
+            audit.injected_chars += _count(recall.get("used_chars"), audit, number)
+            audit.suppressed += _count(recall.get("suppressed"), audit, number)
             armed = armed or bool(hits)
             continue
         event = record.get("event")
@@ -107,7 +156,7 @@ def audit_trajectory(path: Path, facts, markers: list[str], markers_in_prefix: b
             for marker in markers:
                 if marker in text:
                     (used if armed else early).add(marker)
-        leak = _leak(event, facts)
+        leak = _leak(event, facts, state_home)
         if leak:
             audit.leaks.append(leak)
     audit.markers_used = sorted(used)

@@ -11,7 +11,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass
 
-from orchestrator.models.result import JobResult, TrialSummary
+from orchestrator.models.result import VOID, JobResult, TrialSummary
 
 BOOTSTRAP_SAMPLES = 2000
 
@@ -81,9 +81,12 @@ def _k_stats(trials: list[TrialSummary]) -> dict:
 def compare(first: JobResult, second: JobResult) -> dict:
     on, off = choose_arms(first, second)
     off_index = {(t.task, t.attempt): t for t in off.trials}
-    pairs = [Pair(t.task, t.attempt, t, off_index[(t.task, t.attempt)])
-             for t in sorted(on.trials, key=lambda t: (t.task, t.attempt))
-             if (t.task, t.attempt) in off_index]
+    matched = [Pair(t.task, t.attempt, t, off_index[(t.task, t.attempt)])
+               for t in sorted(on.trials, key=lambda t: (t.task, t.attempt))
+               if (t.task, t.attempt) in off_index]
+    # A voided trial (answer leak) has no honest outcome: its pair leaves the statistics.
+    pairs = [p for p in matched if p.on.failure_mode not in VOID and p.off.failure_mode not in VOID]
+    voided = [f"{p.task}#{p.attempt}" for p in matched if p not in pairs]
     unpaired = sorted({(t.task, t.attempt) for t in on.trials} ^ {(t.task, t.attempt) for t in off.trials})
     helpful = [p for p in pairs if p.on_pass and not p.off_pass]
     harmful = [p for p in pairs if not p.on_pass and p.off_pass and p.on.recall_events > 0]
@@ -98,6 +101,7 @@ def compare(first: JobResult, second: JobResult) -> dict:
         "on_job": on.job, "off_job": off.job,
         "paired": n,
         "unpaired": [f"{task}#{attempt}" for task, attempt in unpaired],
+        "void_pairs_excluded": voided,
         "on_pass_rate": round(on_rate, 4), "off_pass_rate": round(off_rate, 4),
         "utility_delta_pp": round(100 * (on_rate - off_rate), 2),
         "helpful": [f"{p.task}#{p.attempt}" for p in helpful],
@@ -121,7 +125,9 @@ def compare(first: JobResult, second: JobResult) -> dict:
 def to_markdown(report: dict) -> str:
     lines = [f"# memory-on vs memory-off: {report['on_job']} vs {report['off_job']}", "",
              "## Utility", "",
-             f"- paired trials: {report['paired']}",
+             f"- paired trials: {report['paired']}"
+             + (f" ({len(report.get('void_pairs_excluded', []))} void pair(s) left out: "
+                f"{', '.join(report['void_pairs_excluded'])})" if report.get("void_pairs_excluded") else ""),
              f"- pass rate on {100 * report['on_pass_rate']:.1f}%, off {100 * report['off_pass_rate']:.1f}%",
              f"- utility delta: **{report['utility_delta_pp']:+.1f} pp** "
              f"(95% bootstrap CI {report['ci95'][0]:+.1f} .. {report['ci95'][1]:+.1f})",

@@ -35,6 +35,8 @@ def write_junit(job_name: str, job_dir: Path, trials: list[TrialResult], out: Pa
         elif t.headline < 1.0 or t.failure_mode.value != "none":
             failures += 1
             message = f"reward {t.headline:g}; failure mode {t.failure_mode.value}"
+            if t.voided_reward is not None:
+                message += f" (void: the verifier gave {t.voided_reward.get('reward', 0):g})"
             node = ET.SubElement(case, "failure", type=t.failure_mode.value, message=message)
             node.text = "\n".join(filter(None, [t.error or "", f"reward: {t.reward}", _details(job_dir, t)]))
     suite.set("failures", str(failures))

@@ -43,7 +43,10 @@ def to_markdown(job: JobResult, t: JobTables, compare: dict | None = None) -> st
     lines = [f"# Job {job.job}", "",
              f"agent `{job.agent}`, condition `{job.condition}` ({job.condition_hash[:12]}), policy "
              f"`{job.policy}`, k = {t.k}", "",
-             f"- trials: {job.n_trials}, mean reward **{job.mean_reward:.3f}** (errored trials count 0)",
+             f"- trials: {job.n_trials}, mean reward **{job.mean_reward:.3f}** (errored and void "
+             "trials count 0)",
+             f"- void (answer leak, counted as failed): {len(job.void)}"
+             + (f": {', '.join(_void_names(job))}" if job.void else ""),
              f"- tokens {t.tokens}, cost {t.cost:.4f}", f"- images built: {job.images_built}", ""]
     if job.pass_at_k is not None:
         lines.insert(-1, f"- pass@k {job.pass_at_k:.3f}, pass^k {job.pass_hat_k:.3f}")
@@ -55,6 +58,11 @@ def to_markdown(job: JobResult, t: JobTables, compare: dict | None = None) -> st
                   f"utility delta {compare['utility_delta_pp']:+.1f} pp over {compare['paired']} pairs, "
                   f"95% CI {compare['ci95'][0]:+.1f} .. {compare['ci95'][1]:+.1f}, McNemar p = {compare['p_value']:.4g}", ""]
     return "\n".join(lines)
+
+
+def _void_names(job: JobResult) -> list[str]:
+    void = set(job.void)
+    return [f"{t.task}#{t.attempt}" for t in job.trials if t.trial_id in void]
 
 
 def _bars(title: str, labels: list[str], values: list[float], vmax: float | None = None) -> str:
@@ -94,6 +102,9 @@ def to_html(job: JobResult, t: JobTables, compare: dict | None = None) -> str:
             f"<b>{job.mean_reward:.3f}</b>; tokens {t.tokens}, cost {t.cost:.4f}</p>",
             _bars("Mean reward per task", [g.name for g in t.by_task], [g.mean_reward for g in t.by_task], 1.0),
             _stacked("Mean phase time per trial", t.phase_means)]
+    if job.void:
+        body.insert(2, "<p><b>void (answer leak, counted as failed)</b>: "
+                    + html.escape(", ".join(_void_names(job))) + "</p>")
     if compare:
         classes = list(compare["per_class"])
         body.append(_bars("memory-on minus memory-off, pass rate (pp) per class", classes,

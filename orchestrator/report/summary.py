@@ -15,6 +15,8 @@ def render_job(job: JobResult, trials: list[TrialResult], console: Console | Non
         table.add_column(column, justify="right" if column.endswith("s") else "left")
     for r in sorted(trials, key=lambda t: (t.task, t.attempt)):
         reward = "-" if r.reward is None else f"{r.reward.get('reward', 0.0):g}"
+        if r.voided_reward is not None:
+            reward = f"void ({r.voided_reward.get('reward', 0.0):g})"
         table.add_row(r.task, str(r.attempt), reward, r.failure_mode.value,
                       f"{r.timings.agent:.2f}", f"{r.timings.verify:.2f}",
                       f"{r.finished_at - r.started_at:.2f}")
@@ -22,6 +24,16 @@ def render_job(job: JobResult, trials: list[TrialResult], console: Console | Non
     counts = ", ".join(f"{mode}: {n}" for mode, n in sorted(job.counts.items()))
     console.print(f"trials: {job.n_trials}   mean reward: {job.mean_reward:.3f}   "
                   f"images built: {job.images_built}   ({counts})", markup=False)
+    forgeable = sum(1 for r in trials if r.verifier_forgeable)
+    if forgeable:
+        console.print(f"note: {forgeable} trial(s) graded with verifier_mode shared (Harbor's "
+                      "default): test.sh ran on the agent's own filesystem, so the agent could "
+                      "influence its grade. Use environment_mode = \"separate\" where that matters.",
+                      markup=False)
+    void = [r for r in trials if r.voided_reward is not None]
+    if void:
+        console.print(f"void: {len(void)} trial(s) voided by the audit (answer leak) count as "
+                      "failed: " + ", ".join(f"{r.task}#{r.attempt}" for r in void), markup=False)
     for r in trials:
         if r.error:
             console.print(f"  [yellow]{r.task}#{r.attempt}[/]: {r.failure_mode.value}: {r.error[:300]}")

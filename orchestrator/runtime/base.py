@@ -12,6 +12,10 @@ from typing import Protocol
 LABEL_JOB = "orchestra.job"
 LABEL_TRIAL = "orchestra.trial"
 LABEL_KIND = "orchestra.kind"
+LABEL_PID = "orchestra.pid"  # set only when orchestra creates an object: never on an image
+# Images carry their own namespace: containers inherit an image's labels, so an image
+# labelled orchestra.kind/orchestra.job would make other people's containers look like ours.
+LABEL_IMAGE_KIND = "orchestra.image.kind"
 
 # Docker's default capabilities minus what no agent needs (DESIGN 2 step 3). Package
 # managers keep CHOWN, DAC_OVERRIDE, FOWNER, SETUID and SETGID.
@@ -52,6 +56,7 @@ class Network:
     gateway: str
     subnet: str
     internal: bool
+    host_isolation: str = "none"  # iptables: only its own gateway on the host is reachable
 
 
 @dataclass

@@ -23,8 +23,10 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import IPAMConfig, IPAMPool, LogConfig, Mount
 
 from orchestrator.errors import InfraError
+from orchestrator.runtime import firewall
 from orchestrator.runtime.base import (
     LABEL_JOB,
+    LABEL_PID,
     TRIMMED_CAPABILITIES,
     ExecResult,
     Network,
@@ -91,8 +93,12 @@ class DockerRuntime:
                     raise BuildFailed(chunk["error"].strip() + "\n" + "\n".join(tail[-10:]))
                 if time.monotonic() - started > timeout_sec:
                     raise BuildFailed(f"build exceeded build_timeout_sec={timeout_sec:g}")
-        except (APIError, requests.RequestException) as exc:
-            raise BuildFailed(f"{exc}") from exc
+        except APIError as exc:
+            if exc.status_code is not None and exc.status_code < 500:
+                raise BuildFailed(f"{exc}") from exc  # the engine refused this build's input
+            raise RuntimeFault(f"the engine failed during the build: {exc}") from exc
+        except requests.RequestException as exc:  # transport: infrastructure, retried
+            raise RuntimeFault(f"the engine failed during the build: {exc}") from exc
 
     def tag_image(self, source: str, target: str) -> None:
         repository, _, tag = target.rpartition(":")
@@ -140,8 +146,10 @@ class DockerRuntime:
             gateway = str(next(block.hosts()))
             ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(block), gateway=gateway)])
             try:
-                self.api.create_network(name, driver="bridge", internal=internal,
-                                        labels=labels, ipam=ipam, check_duplicate=True)
+                self.api.create_network(
+                    name, driver="bridge", internal=internal, labels=labels, ipam=ipam,
+                    check_duplicate=True,
+                    options={"com.docker.network.bridge.name": firewall.bridge_name(name)})
             except APIError as exc:
                 self.subnets.release(block)
                 if "overlap" in str(exc).lower():
@@ -149,16 +157,28 @@ class DockerRuntime:
                 raise RuntimeFault(f"network create failed: {exc}") from exc
             with self._lock:
                 self._network_blocks[name] = block
-            return Network(name=name, gateway=gateway, subnet=str(block), internal=internal)
+            isolated = firewall.isolate(name, gateway)
+            return Network(name=name, gateway=gateway, subnet=str(block), internal=internal,
+                           host_isolation="iptables" if isolated else "none")
         raise RuntimeFault("network create failed: every candidate subnet overlapped")
 
     def remove_network(self, name: str) -> None:
         """Idempotent; waits (bounded) while containers being removed still hold it."""
+        gateway = self._gateway_of(name)
         try:
             _removed("network", name, lambda: self.api.remove_network(name),
                      lambda: self._exists(self.api.inspect_network, name))
         finally:
             self._release_block(name)
+        if gateway:
+            firewall.release(name, gateway)
+
+    def _gateway_of(self, name: str) -> str | None:
+        try:
+            configs = (self.api.inspect_network(name).get("IPAM") or {}).get("Config") or []
+        except APIError:
+            return None
+        return next((c["Gateway"] for c in configs if c.get("Gateway")), None)
 
     def _release_block(self, name: str) -> None:
         with self._lock:
@@ -378,12 +398,26 @@ class DockerRuntime:
 
     # ---- cleanup --------------------------------------------------------------------
     def labelled(self, label: str) -> tuple[list[str], list[str], list[str]]:
-        """Containers, networks and volumes carrying `label` (e.g. orchestra.job=X)."""
-        containers = [c["Id"] for c in self.api.containers(all=True, filters={"label": label})]
-        networks = [n["Name"] for n in self.api.networks(filters={"label": label})]
-        volumes = [v["Name"] for v in (self.api.volumes(filters={"label": label})
-                                       .get("Volumes") or [])]
+        """Containers, networks and volumes orchestra created (they carry orchestra.pid, which
+        no image has, so nothing merely inherits it) that also carry `label`."""
+        filters = {"label": [label, LABEL_PID]}
+        containers = [c["Id"] for c in self.api.containers(all=True, filters=filters)]
+        networks = [n["Name"] for n in self.api.networks(filters=filters)]
+        volumes = [v["Name"] for v in (self.api.volumes(filters=filters).get("Volumes") or [])]
         return containers, networks, volumes
+
+    def owned_objects(self) -> list[dict]:
+        """Every container, network and volume orchestra created: kind, name, labels."""
+        rows = [{"kind": "container", "name": c["Id"], "labels": c.get("Labels") or {}}
+                for c in self.api.containers(all=True, filters={"label": LABEL_PID})]
+        rows += [{"kind": "network", "name": n["Name"], "labels": n.get("Labels") or {}}
+                 for n in self.api.networks(filters={"label": LABEL_PID})]
+        rows += [{"kind": "volume", "name": v["Name"], "labels": v.get("Labels") or {}}
+                 for v in self.api.volumes(filters={"label": LABEL_PID}).get("Volumes") or []]
+        return rows
+
+    def images_labelled(self, label: str) -> list[dict]:
+        return self.api.images(filters={"label": label})
 
 
 REMOVAL_WAIT_SEC = 30.0

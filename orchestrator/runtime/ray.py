@@ -25,6 +25,7 @@ import structlog
 
 from orchestrator.archive import safe_extract, tar_directory
 from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.paths import TrialDir
 from orchestrator.tasks import Task
 
 log = structlog.get_logger()
@@ -160,21 +161,33 @@ class RayBackend:
                 return fallback
         try:
             out = self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if cause is not None and not isinstance(cause, self.ray.exceptions.RayError):
+                # orchestra's own code raised on the node: surface it, never retry it silently
+                log.error("ray.trial_crashed", task=task.name, error=repr(cause)[:500])
+                raise cause from None
+            return self._lost(task, attempt, exc, fallback)
         except Exception as exc:  # node died, worker crashed, object lost: infrastructure
-            fallback.failure_mode = FailureMode.INFRA_ERROR
-            text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()
-            fallback.error = f"ray: {exc.__class__.__name__}: {(text[-1] if text else '')[:500]}"
-            log.warning("ray.trial_lost", task=task.name, attempt=attempt, error=fallback.error)
-            return fallback
+            return self._lost(task, attempt, exc, fallback)
         result = TrialResult.model_validate_json(out["result"])
         result.task_path = str(task.path)
         folder = job_dir / "trials" / out["folder"]
-        shutil.rmtree(folder, ignore_errors=True)
+        TrialDir(folder).set_aside_earlier_try()  # an earlier try is kept, never mixed in
         safe_extract([out["tar"]], folder)
         from orchestrator.util import write_json_atomic
 
         write_json_atomic(folder / "result.json", result)
         return result
+
+    @staticmethod
+    def _lost(task: Task, attempt: int, exc: Exception, fallback: TrialResult) -> TrialResult:
+        """A node died, a worker crashed, an object was lost: infrastructure, retried."""
+        fallback.failure_mode = FailureMode.INFRA_ERROR
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()
+        fallback.error = f"ray: {exc.__class__.__name__}: {(text[-1] if text else '')[:500]}"
+        log.warning("ray.trial_lost", task=task.name, attempt=attempt, error=fallback.error)
+        return fallback
 
     def reap(self, label: str) -> None:
         """Remove a job's leftovers on every alive node (e.g. after a cancel)."""

@@ -14,6 +14,7 @@ from conftest import make_task
 from typer.testing import CliRunner
 
 from orchestrator import cli
+from orchestrator.cleanup import owner_labels
 from orchestrator.models.result import TrialResult
 from orchestrator.runtime import docker as docker_runtime
 from orchestrator.runtime.base import SandboxSpec
@@ -60,7 +61,8 @@ class RivalRemover(DockerRuntime):
 
 def _sleeper(runtime: DockerRuntime, network: str, label: str) -> str:
     spec = SandboxSpec(image="orchestra/base:bookworm", name=f"race-{uuid.uuid4().hex[:8]}",
-                       labels={"orchestra.job": label, "orchestra.kind": "agent"},
+                       labels={"orchestra.job": label, "orchestra.kind": "agent",
+                               **owner_labels()},
                        command=["sleep", "infinity"], cpus=0.5, memory_mb=64, pids_limit=32,
                        network=network)
     container = runtime.create(spec)
@@ -72,7 +74,7 @@ def test_two_removers_racing_for_a_container_and_its_network_both_succeed(runtim
     label = f"race-{uuid.uuid4().hex[:8]}"
     for _round in range(4):
         network = runtime.create_network(f"{label}-{_round}", internal=True,
-                                         labels={"orchestra.job": label})
+                                         labels={"orchestra.job": label, **owner_labels()})
         container = _sleeper(runtime, network.name, label)
         errors: list[BaseException] = []
         barrier = threading.Barrier(2)

@@ -86,8 +86,8 @@ def test_ties_go_to_the_lowest_event_id():
     from orchestrator.relay.store import EngramEvent
     store = RelayStore("ch")
     owner = store.add_identity("lead", "orchestrator")
-    store.engrams += [EngramEvent("bbb", owner.pubkey, "mem/t", "from-b", 100, ""),
-                      EngramEvent("aaa", owner.pubkey, "mem/t", "from-a", 100, "")]
+    store.import_events([EngramEvent("bbb", owner.pubkey, "mem/t", "from-b", 100, ""),
+                         EngramEvent("aaa", owner.pubkey, "mem/t", "from-a", 100, "")])
     assert store.engram(owner, "t").value == "from-a"
 
 
