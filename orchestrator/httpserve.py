@@ -72,6 +72,8 @@ BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n
 class BoundedServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 64  # the accept loop answers past the cap at once; a short
+                             # backlog would only make a flood's connects hang instead
 
     def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS):
         super().__init__(address, handler)

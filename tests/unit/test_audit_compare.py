@@ -10,7 +10,7 @@ from conftest import ROOT
 
 from orchestrator.models.result import JobResult, TrialSummary
 from orchestrator.report.audit import audit_trajectory
-from orchestrator.report.compare import bootstrap_ci, compare, mcnemar_exact
+from orchestrator.report.compare import bootstrap_ci, compare, mcnemar_exact, to_markdown
 from orchestrator.tasks import load_task
 
 EXACT = load_task(ROOT / "tasks/memorybench/mb-exact")
@@ -122,3 +122,53 @@ def test_mcnemar_and_bootstrap_numbers():
     low, high = bootstrap_ci([1] * 8 + [0] * 4)
     assert 0 < low <= 66.67 <= high <= 100
     assert bootstrap_ci([1, 1, 1]) == [100.0, 100.0]
+
+
+# ---- integrity rules (issue 11) ---------------------------------------------------------
+GLOBAL_FACT = "memory/global/x.md"
+
+
+class _Fact:
+    """A global fact whose seeded copy lives in the agent's own state root."""
+
+    relative = GLOBAL_FACT
+    source = Path("/host/tasks/t/memory/global/x.md")
+    body = "The fallback region for the deploy is eu-west-3 and nothing else.\n"
+    text = body
+
+
+def test_reading_ones_own_seeded_global_fact_is_not_a_leak_but_the_source_is(tmp_path):
+    state = "/var/tmp/.s-0123abcd"
+    own = tool("tool_result", f"cat {state}/{GLOBAL_FACT}", output=_Fact.body)
+    source = tool("tool_result", f"cat /srv/task/{GLOBAL_FACT}", output=_Fact.body)
+    audit = audit_trajectory(write(tmp_path / "a.jsonl", [own]), [_Fact], [], False, state_home=state)
+    assert audit.leaks == []
+    audit = audit_trajectory(write(tmp_path / "b.jsonl", [own, source]), [_Fact], [], False,
+                             state_home=state)
+    assert audit.leaks == [f"shell read {GLOBAL_FACT}"]
+
+
+@pytest.mark.parametrize("value", ["lots", -3, True, [1], {"n": 1}, float("nan")])
+def test_a_bad_recall_count_makes_the_audit_incomplete_and_never_raises(tmp_path, value):
+    record = {"memory_recall": {"hits": [], "used_chars": value}}
+    audit = audit_trajectory(write(tmp_path / "t.jsonl", [record]), EXACT.facts, [], False)
+    assert audit.complete is False and "not a count" in audit.incomplete_reason
+    assert audit.injected_chars == 0
+
+
+def test_no_trajectory_or_a_cut_one_is_never_a_clean_audit(tmp_path):
+    assert audit_trajectory(tmp_path / "absent.jsonl", EXACT.facts, [], False).complete is False
+    path = write(tmp_path / "t.jsonl", [RECALL])
+    assert audit_trajectory(path, EXACT.facts, [], False).complete is True
+    cut = audit_trajectory(path, EXACT.facts, [], False, truncated=True)
+    assert cut.complete is False and "cap" in cut.incomplete_reason
+
+
+def test_compare_leaves_voided_pairs_out_and_says_how_many():
+    on, off = ON.model_copy(deep=True), OFF.model_copy(deep=True)
+    on.trials[0].failure_mode = "answer_leak"  # a-1#0: was helpful
+    on.trials[0].reward = None
+    report = compare(on, off)
+    assert report["paired"] == 4 and report["void_pairs_excluded"] == ["a-1#0"]
+    assert report["helpful"] == ["b-2#0"]
+    assert "1 void pair(s) left out: a-1#0" in to_markdown(report)

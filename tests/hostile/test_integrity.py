@@ -1,0 +1,451 @@
+"""Honest numbers under hostile and broken agents (issue 11), on the real engine.
+
+One job holds the hostile cases (each a task whose solution/solve.sh is the behaviour, run
+by the oracle agent) beside bystander trials; while it runs, the orchestrator's threads and
+RSS are sampled. The other tests need their own job (a leak stops a suite; a retry, a
+cancel and a resume need their own set-up). tests/hostile/README.md tabulates the figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import docker.errors
+import pytest
+from conftest import make_task
+
+from orchestrator.job import JobOptions, run_job
+from orchestrator.models.manifest import default_manifest
+from orchestrator.models.result import TrialResult
+from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.scrub import REDACTED
+from orchestrator.tasks import load_tasks
+
+ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
+FIGURES: dict[str, object] = {}
+SMALL = "[environment]\ncpus = 0.5\nmemory_mb = 256\nstorage_mb = 256\n"
+RELAY = "[relay]\nenabled = true\n" + SMALL
+REWARD_OK = "mkdir -p /logs/verifier; if [ -e /app/ok ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+HOST_PORT_FILE = "host-port"
+
+RELAY_FLOOD = r"""
+python3 - <<'PY'
+import json, os, socket, subprocess, time, urllib.parse
+url = urllib.parse.urlsplit(os.environ["ORCHESTRA_RELAY_URL"])
+addr = (url.hostname, url.port)
+
+def raw(request):
+    s = socket.create_connection(addr, timeout=5)
+    s.sendall(request)
+    try:
+        head = s.recv(200).split(b"\r\n")[0].decode(errors="replace")
+    except OSError as exc:
+        head = f"error {exc}"
+    s.close()
+    return head
+
+out = {}
+out["negative"] = raw(b"POST /v1/engrams HTTP/1.1\r\nHost: r\r\nContent-Length: -5\r\n\r\n")
+out["abc"] = raw(b"POST /v1/engrams HTTP/1.1\r\nHost: r\r\nContent-Length: abc\r\n\r\n")
+out["chunked"] = raw(b"POST /v1/engrams HTTP/1.1\r\nHost: r\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+out["huge"] = raw(b"POST /v1/engrams HTTP/1.1\r\nHost: r\r\nContent-Length: 50000000\r\n\r\n")
+out["limit0"] = subprocess.run(["chan", "read", "--limit", "0"], capture_output=True, text=True).stderr[-200:]
+held, busy = [], 0
+for _ in range(300):  # idle connections: the relay keeps a bounded number, refuses the rest
+    try:
+        s = socket.create_connection(addr, timeout=2)
+        held.append(s)
+    except OSError:
+        busy += 1
+time.sleep(0.5)
+for s in held:
+    s.settimeout(0.2)
+    try:
+        if s.recv(100).startswith(b"HTTP/1.1 503"):
+            busy += 1
+    except OSError:
+        pass
+out["refused_or_503"] = busy
+for s in held:
+    s.close()
+time.sleep(1)
+out["whoami_after"] = subprocess.run(["chan", "whoami"], capture_output=True).returncode
+json.dump(out, open("/logs/artifacts/flood.json", "w"))
+PY
+touch /app/ok
+"""
+
+BYSTANDER = r"""
+python3 - <<'PY'
+import json, subprocess, time
+times = []
+for _ in range(15):
+    t = time.monotonic()
+    assert subprocess.run(["chan", "whoami"], capture_output=True).returncode == 0
+    times.append(time.monotonic() - t)
+times.sort()
+json.dump({"p95": times[int(0.95 * len(times)) - 1]}, open("/logs/artifacts/latency.json", "w"))
+PY
+touch /app/ok
+"""
+
+
+def cases(host_port: int) -> dict[str, dict]:
+    return {
+        "bad-recall": dict(solve="""
+            echo '{"seq": 1, "memory_recall": {"hits": [], "used_chars": "lots", "suppressed": -3}}' > /logs/agent/trajectory.jsonl
+            touch /app/ok
+        """),
+        "post-key": dict(toml=RELAY, solve="""
+            chan post "my key is KEY=$ORCHESTRA_PRIVATE_KEY"
+            echo "KEY=$ORCHESTRA_PRIVATE_KEY TAG=$ORCHESTRA_AUTH_TAG"
+            echo "REV=$(echo "$ORCHESTRA_PRIVATE_KEY" | rev)" > /logs/artifacts/key.txt
+            python3 -c "import urllib.request, os; urllib.request.urlopen(os.environ['ORCHESTRA_RELAY_URL'] + '/v1/nothing?k=' + os.environ['ORCHESTRA_PRIVATE_KEY'], timeout=5)" || true
+            touch /app/ok
+        """),
+        "long-name": dict(solve="""
+            echo fine > /logs/artifacts/normal.txt
+            cd /logs/artifacts; n=$(printf 'd%.0s' $(seq 200))
+            for i in $(seq 40); do mkdir $n && cd $n; done; echo deep > file
+            touch /app/ok
+        """),
+        "exit-124": dict(solve="touch /app/ok\nexit 124\n"),
+        "many-files": dict(toml=SMALL, solve="""
+            cd /logs/artifacts && python3 -c "[open(f'f{i}', 'w').write('x') for i in range(30000)]"
+            touch /app/ok
+        """),
+        "verifier-disk": dict(toml="[verifier]\ntimeout_sec = 120\n[environment]\ncpus = 0.5\nstorage_mb = 64\n",
+                              solve="touch /app/ok\n",
+                              test="for i in $(seq 64); do dd if=/dev/zero of=/var/tmp/f$i bs=1M count=16 2>/dev/null; sleep 0.1; done\n" + REWARD_OK),
+        "host-probe": dict(toml='[relay]\nenabled = true\n[environment]\ncpus = 0.5\nnetwork_mode = "none"\n',
+                           solve=f"""
+            python3 - <<'PY'
+            import socket, subprocess
+            res = []
+            for host in ("172.17.0.1",):
+                s = socket.socket(); s.settimeout(3)
+                try:
+                    s.connect((host, {host_port})); res.append("open")
+                except OSError:
+                    res.append("blocked")
+            relay = subprocess.run(["chan", "whoami"], capture_output=True).returncode
+            open("/logs/artifacts/probe.txt", "w").write(" ".join(res) + f" relay={{relay}}")
+            PY
+            grep -q "^blocked relay=0$" /logs/artifacts/probe.txt && touch /app/ok
+        """),
+        "relay-flood": dict(toml=RELAY, solve=RELAY_FLOOD),
+        "bystander-a": dict(toml=RELAY, solve=BYSTANDER),
+        "bystander-b": dict(toml=RELAY, solve=BYSTANDER),
+    }
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture(scope="module")
+def integrity(runtime, tmp_path_factory):
+    root = tmp_path_factory.mktemp("integrity")
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("172.17.0.1", 0))  # a host service a trial must not reach
+    listener.listen(16)
+    for name, case in cases(listener.getsockname()[1]).items():
+        make_task(root / "ds", name, toml=case.get("toml", SMALL), solve=case.get("solve", "true\n"),
+                  test=case.get("test", REWARD_OK))
+    samples = {"threads": threading.active_count(), "rss": _rss_mb(), "fds": _fds()}
+    baseline = dict(samples)
+    stop = threading.Event()
+
+    def sample():
+        while not stop.wait(0.1):
+            samples["threads"] = max(samples["threads"], threading.active_count())
+            samples["rss"] = max(samples["rss"], _rss_mb())
+            samples["fds"] = max(samples["fds"], _fds())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    options = JobOptions(job_name="integrity", jobs_dir=root / "jobs", n_concurrent=4, max_retries=2)
+    try:
+        job = run_job(runtime, load_tasks(root / "ds"), default_manifest("oracle"), options)
+    finally:
+        stop.set()
+        sampler.join()
+        listener.close()
+    FIGURES["orchestrator_threads_peak"] = samples["threads"]
+    FIGURES["orchestrator_threads_before"] = baseline["threads"]
+    FIGURES["orchestrator_rss_growth_mb"] = round(samples["rss"] - baseline["rss"], 1)
+    FIGURES["orchestrator_fds_peak"] = samples["fds"]
+    trials = {}
+    for folder in (root / "jobs/integrity/trials").iterdir():
+        r = TrialResult.model_validate_json((folder / "result.json").read_text())
+        trials[r.task.split("/")[-1]] = (r, folder)
+    yield job, trials, root
+    print("\nintegrity figures: " + json.dumps(FIGURES, sort_keys=True))
+
+
+def test_every_trial_is_graded_once_and_nothing_is_retried(integrity, runtime):
+    job, t, _ = integrity
+    assert job.n_trials == len(t) == 10
+    assert {name: r.retries for name, (r, _) in t.items() if r.retries} == {}
+    assert {name for name, (r, _) in t.items() if r.failure_mode in ("infra_error", "launch_error")} == set()
+    assert runtime.labelled("orchestra.job=integrity") == ([], [], [])
+
+
+def test_bystanders_are_graded_and_the_orchestrator_stays_bounded(integrity):
+    _, t, _ = integrity
+    for name in ("bystander-a", "bystander-b"):
+        assert t[name][0].reward == {"reward": 1.0}, t[name][0].error
+        FIGURES[f"{name}_relay_p95_s"] = round(json.loads((t[name][1] / "artifacts/latency.json").read_text())["p95"], 3)
+    # 4 trials at a time, each relay at most 16 connection threads plus its own: bounded.
+    assert FIGURES["orchestrator_threads_peak"] <= FIGURES["orchestrator_threads_before"] + 4 * 17 + 30
+    assert FIGURES["orchestrator_rss_growth_mb"] < 150
+
+
+def test_a_malformed_trajectory_value_makes_the_audit_incomplete_not_infra(integrity):
+    _, t, _ = integrity
+    result = t["bad-recall"][0]
+    assert result.failure_mode == "none" and result.reward == {"reward": 1.0}
+    assert result.memory["complete"] is False
+    assert "not a count" in result.memory["incomplete_reason"]
+
+
+def test_a_posted_private_key_is_scrubbed_everywhere_and_recorded(integrity):
+    _, t, root = integrity
+    result, folder = t["post-key"]
+    assert result.failure_mode == "none" and result.reward == {"reward": 1.0}
+    assert result.relay["secret_leaked_by_agent"] == ["lead"]
+    evidence = (folder / "artifacts/relay-evidence.json").read_text()
+    assert f"KEY={REDACTED}" in evidence
+    assert f"KEY={REDACTED} TAG={REDACTED}" in (folder / "agent/stdout.txt").read_text()
+    assert (folder / "artifacts/key.txt").read_text().strip() == f"REV={REDACTED}"
+    assert {"agent/stdout.txt", "artifacts/key.txt"} <= set(result.scrubbed_files)
+    # The key never reached any file orchestra wrote, events.jsonl included: no 64-hex run
+    # follows "KEY=" anywhere in the job folder.
+    for path in (root / "jobs/integrity").rglob("*"):
+        if path.is_file() and path.stat().st_size < 64 * 1024 * 1024:
+            assert not re.search(rb"KEY=[0-9a-f]{32}", path.read_bytes()), path
+
+
+def test_an_unwritable_artifact_name_is_rejected_alone(integrity):
+    _, t, _ = integrity
+    result, folder = t["long-name"]
+    assert result.failure_mode == "none" and result.reward == {"reward": 1.0}
+    assert result.collected["/logs/artifacts"]["rejected"] >= 1
+    assert (folder / "artifacts/normal.txt").read_text() == "fine\n"
+
+
+def test_exit_124_after_a_second_is_not_a_timeout(integrity):
+    _, t, _ = integrity
+    result = t["exit-124"][0]
+    assert result.agent_exit_code == 124 and result.failure_mode == "none"
+    assert result.reward == {"reward": 1.0} and result.agent_outcome == "crashed"
+
+
+def test_file_counts_are_capped_as_well_as_bytes(integrity):
+    _, t, _ = integrity
+    result = t["many-files"][0]
+    collected = result.collected["/logs/artifacts"]
+    # 30,000 files and their folder: 20,000 members extracted, the rest counted, not written
+    assert collected["files"] + collected["skipped"] == 30000 and collected["truncated"]
+    assert collected["files"] <= 20000 and collected["skipped"] >= 10000
+    FIGURES["many_files_collect_seconds"] = result.timings.collect
+
+
+def test_the_verifier_has_its_own_disk_quota_read_back(integrity):
+    _, t, _ = integrity
+    result = t["verifier-disk"][0]
+    assert result.failure_mode == "verifier_error" and "storage_mb=64" in result.error
+    assert result.verifier_limits is not None and result.verifier_limits.storage_mb == 64
+    assert result.verifier_limits.memory_bytes > 0 and result.verifier_limits.pids_limit > 0
+    assert result.verifier_forgeable is True  # shared mode says so
+
+
+def test_a_no_network_trial_reaches_its_relay_and_nothing_else_on_the_host(integrity):
+    _, t, _ = integrity
+    result, folder = t["host-probe"]
+    assert (folder / "artifacts/probe.txt").read_text() == "blocked relay=0"
+    assert result.reward == {"reward": 1.0} and result.limits.host_isolation == "iptables"
+
+
+def test_relay_floods_and_bad_framing_get_clear_http_errors(integrity):
+    _, t, _ = integrity
+    result, folder = t["relay-flood"]
+    flood = json.loads((folder / "artifacts/flood.json").read_text())
+    assert flood["negative"].startswith("HTTP/1.1 400") and flood["abc"].startswith("HTTP/1.1 400")
+    assert flood["chunked"].startswith("HTTP/1.1 411") and flood["huge"].startswith("HTTP/1.1 413")
+    assert "limit" in flood["limit0"]
+    assert flood["refused_or_503"] > 0 and flood["whoami_after"] == 0
+    assert result.relay["connections_refused"] > 0
+    assert result.reward == {"reward": 1.0}
+    FIGURES["relay_flood_connections_refused"] = result.relay["connections_refused"]
+
+
+# ---- tests that need their own job -------------------------------------------------------
+class FailFirstVerifier(DockerRuntime):
+    """The real engine; the first verifier container's creation fails as the API would."""
+
+    def __init__(self):
+        super().__init__(max_pool_size=32)
+        self.failed = False
+
+    def create(self, spec):
+        if spec.labels.get("orchestra.kind") == "verifier" and not self.failed:
+            self.failed = True
+            raise docker.errors.APIError("500 Server Error: injected: verifier create failed")
+        return super().create(spec)
+
+
+def test_a_retry_is_graded_from_its_own_files_and_keeps_the_earlier_try(tmp_path):
+    make_task(tmp_path / "ds", "once", toml='[verifier]\nenvironment_mode = "separate"\n' + SMALL,
+              solve="""
+                n=$(cat /proc/sys/kernel/random/uuid)
+                echo "$n" > /logs/artifacts/$n
+                echo '{"seq": 1, "event": {"kind": "text", "text": "'$n'"}}' > /logs/agent/trajectory.jsonl
+              """,
+              test="mkdir -p /logs/verifier; [ $(ls /logs/artifacts | wc -l) = 1 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
+    engine = FailFirstVerifier()
+    job = run_job(engine, load_tasks(tmp_path / "ds"), default_manifest("oracle"),
+                  JobOptions(job_name="retry", jobs_dir=tmp_path / "jobs", backoff_multiplier=0.05))
+    folder = next((tmp_path / "jobs/retry/trials").iterdir())
+    result = TrialResult.model_validate_json((folder / "result.json").read_text())
+    assert len(result.retries) == 1 and "injected" in result.retries[0]
+    assert result.reward == {"reward": 1.0} and job.mean_reward == 1.0
+    earlier = folder / "tries/1"
+    assert len(list((earlier / "artifacts").iterdir())) == 1
+    assert len(list((folder / "artifacts").iterdir())) == 1
+    assert list((earlier / "artifacts").iterdir())[0].name != list((folder / "artifacts").iterdir())[0].name
+    assert (earlier / "agent/trajectory.jsonl").read_text() != (folder / "agent/trajectory.jsonl").read_text()
+
+
+def _wait_for(predicate, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting")
+
+
+def test_ctrl_c_while_the_verifier_runs_is_cancelled_and_resume_reruns_it(runtime, tmp_path):
+    make_task(tmp_path / "ds", "slow-grade", toml=SMALL, solve="touch /app/ok\n",
+              test="sleep 6\n" + REWARD_OK)
+    job_dir = tmp_path / "jobs/cancel"
+    events = job_dir / "events.jsonl"
+    proc = subprocess.Popen([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle",
+                             "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "cancel", "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: events.is_file() and '"phase": "verify"' in events.read_text(), 120)
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    result = json.loads(next((job_dir / "trials").glob("*/result.json")).read_text())
+    assert result["failure_mode"] == "cancelled"
+    hash_before = json.loads((job_dir / "config.json").read_text())["condition_hash"]
+    resumed = subprocess.run([ORCHESTRA, "run", "--resume", str(job_dir), "-q"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "re-running 1" in resumed.stderr
+    job = json.loads((job_dir / "result.json").read_text())
+    assert job["counts"] == {"none": 1} and job["mean_reward"] == 1.0
+    assert job["condition_hash"] == hash_before
+    again = subprocess.run([ORCHESTRA, "run", "--resume", str(job_dir), "-q"], capture_output=True, text=True)
+    assert again.returncode == 0 and "nothing left to run" in again.stderr
+
+
+class NoStart(DockerRuntime):
+    def start(self, container: str) -> None:
+        raise docker.errors.APIError("500 Server Error: injected: engine broken")
+
+
+def test_resume_with_retry_errors_reruns_infrastructure_failures(runtime, tmp_path):
+    make_task(tmp_path / "ds", "t", toml=SMALL, solve="touch /app/ok\n")
+    options = JobOptions(job_name="errs", jobs_dir=tmp_path / "jobs", max_retries=0)
+    job = run_job(NoStart(), load_tasks(tmp_path / "ds"), default_manifest("oracle"), options)
+    assert job.counts == {"launch_error": 1}
+    options.resume = True
+    job = run_job(runtime, load_tasks(tmp_path / "ds"), default_manifest("oracle"), options)
+    assert job.counts == {"launch_error": 1}  # a plain resume keeps the error
+    options.retry_errors = True
+    job = run_job(runtime, load_tasks(tmp_path / "ds"), default_manifest("oracle"), options)
+    assert job.counts == {"none": 1} and job.mean_reward == 1.0
+
+
+def test_a_leaked_answer_is_void_and_fails_every_gate(runtime, tmp_path):
+    fact = "---\nname: secret\ndescription: d\nmetadata:\n  type: project\n  scope: project\n---\n\nThe deploy password hint is correct horse battery staple.\n"
+    make_task(tmp_path / "ds", "leaky", files={"memory/project/secret.md": fact,
+                                               "environment/memory/project/secret.md": fact},
+              dockerfile="FROM python:3.12-slim-bookworm\nWORKDIR /app\nCOPY memory /srv/task/memory\n",
+              solve="""
+                cd /srv/task
+                out=$(cat memory/project/secret.md)
+                traj tool shell "cat memory/project/secret.md" --output "$out"
+                touch /app/ok
+              """)
+    proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle",
+                           "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "void"],
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 4, proc.stderr
+    job = json.loads((tmp_path / "jobs/void/result.json").read_text())
+    assert job["mean_reward"] == 0.0 and len(job["void"]) == 1 and job["trials"][0]["reward"] is None
+    trial = json.loads(next((tmp_path / "jobs/void/trials").glob("*/result.json")).read_text())
+    assert trial["voided_reward"] == {"reward": 1.0} and trial["reward"] is None
+    gate = subprocess.run([ORCHESTRA, "report", str(tmp_path / "jobs/void"), "--fail-under", "1.0",
+                           "--junit", str(tmp_path / "junit.xml")], capture_output=True, text=True)
+    assert gate.returncode == 1
+    junit = (tmp_path / "junit.xml").read_text()
+    assert 'failures="1"' in junit and "void" in junit
+    assert "void (answer leak, counted as failed): 1" in (tmp_path / "jobs/void/report.md").read_text()
+
+
+def test_job_names_are_one_safe_segment_and_outputs_never_replace_devices(runtime, tmp_path):
+    make_task(tmp_path / "ds", "t", toml=SMALL, solve="touch /app/ok\n")
+    for bad in ("../escape", "a/b", ".."):
+        proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--jobs-dir",
+                               str(tmp_path / "jobs"), "--job-name", bad], capture_output=True, text=True)
+        assert proc.returncode == 2 and "--job-name" in proc.stderr, (bad, proc.stderr)
+    assert not (tmp_path / "escape").exists()
+    proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--jobs-dir",
+                           str(tmp_path / "jobs"), "--job-name", "out", "-q", "--json", "/dev/stdout"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert '"mean_reward": 1.0' in proc.stdout
+    assert os.path.islink("/dev/stdout")  # still the link it was, not a file put in its place
+    proc = subprocess.run([ORCHESTRA, "compare", str(tmp_path / "jobs/out"), str(tmp_path / "jobs/out"),
+                           "--json", "-"], capture_output=True, text=True)
+    assert '"paired"' in proc.stdout
+
+
+def test_cleanup_never_touches_what_orchestra_did_not_create(runtime, tmp_path):
+    make_task(tmp_path / "ds", "t", toml=SMALL, solve="touch /app/ok\n")
+    run_job(runtime, load_tasks(tmp_path / "ds"), default_manifest("oracle"),
+            JobOptions(job_name="mine", jobs_dir=tmp_path / "jobs"))
+    image = TrialResult.model_validate_json(
+        next((tmp_path / "jobs/mine/trials").glob("*/result.json")).read_text()).image
+    # Someone else's container from an image orchestra built: it inherits the image's labels.
+    theirs = runtime.api.create_container(image, command=["sleep", "60"], name=f"not-orchestra-{os.getpid()}")["Id"]
+    try:
+        for args in (["--dry-run", "--all"], ["--all"], []):
+            proc = subprocess.run([ORCHESTRA, "cleanup", *args], capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr
+            assert theirs[:12] not in proc.stdout
+            assert runtime.api.inspect_container(theirs)["Id"] == theirs
+        dry = subprocess.run([ORCHESTRA, "cleanup", "--dry-run"], capture_output=True, text=True)
+        assert "nothing removed (--dry-run)" in dry.stdout
+    finally:
+        runtime.api.remove_container(theirs, force=True)

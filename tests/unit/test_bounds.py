@@ -1,0 +1,126 @@
+"""Bounds that need no engine: HTTP framing before reading, connection caps, the relay
+store's limits and O(result) listing, the scheduler never hanging, safe output names."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+from conftest import make_task
+
+from orchestrator.httpserve import BackgroundServer, JsonHandler
+from orchestrator.relay import store as relay_store
+from orchestrator.relay.store import RelayError, RelayStore
+from orchestrator.scheduler import Admission, Item, Scheduler
+from orchestrator.tasks import load_task
+from orchestrator.util import check_job_name, write_output
+
+
+class Echo(JsonHandler):
+    def do_POST(self):  # noqa: N802
+        try:
+            body = self.read_body(1000)
+        except Exception as exc:
+            self.reply(getattr(exc, "status", 500), {"error": str(exc)})
+            return
+        self.reply(200, {"bytes": len(body)})
+
+
+@pytest.fixture
+def server():
+    srv = BackgroundServer(Echo, "127.0.0.1", max_connections=4).start()
+    yield srv
+    srv.stop()
+
+
+def send(srv, raw: bytes) -> str:
+    host, port = srv.httpd.server_address[:2]
+    with socket.create_connection((host, port), timeout=5) as s:
+        s.sendall(raw)
+        return s.recv(200).split(b"\r\n")[0].decode()
+
+
+@pytest.mark.parametrize("headers, status", [
+    (b"Content-Length: -5\r\n", "400"), (b"Content-Length: abc\r\n", "400"),
+    (b"Transfer-Encoding: chunked\r\n", "411"), (b"Content-Length: 50000000\r\n", "413"),
+    (b"Content-Length: 3\r\n", "200")])
+def test_bodies_are_framed_and_sized_before_a_byte_is_read(server, headers, status):
+    assert send(server, b"POST / HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\nabc").endswith(
+        status + " " + {"400": "Bad Request", "411": "Length Required",
+                        "413": "Request Entity Too Large", "200": "OK"}[status])
+
+
+def test_connections_past_the_cap_get_503_at_once_and_cost_no_thread(server):
+    host, port = server.httpd.server_address[:2]
+    held = [socket.create_connection((host, port), timeout=5) for _ in range(4)]
+    time.sleep(0.3)
+    threads = threading.active_count()
+    extra = [socket.create_connection((host, port), timeout=5) for _ in range(20)]
+    answers = [s.recv(40) for s in extra]
+    assert all(a.startswith(b"HTTP/1.1 503") for a in answers)
+    assert threading.active_count() <= threads + 1 and server.refused == 20
+    for s in held + extra:
+        s.close()
+    time.sleep(0.3)
+    assert send(server, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").endswith("200 OK")
+
+
+def test_the_relay_store_is_bounded_and_lists_in_o_of_the_result(monkeypatch):
+    monkeypatch.setattr(relay_store, "MAX_MESSAGES", 5)
+    store = RelayStore("ch")
+    lead = store.add_identity("lead", "orchestrator")
+    for i in range(5):
+        store.post(lead, f"m{i}")
+    with pytest.raises(RelayError) as exc:
+        store.post(lead, "one too many")
+    assert exc.value.status == 429 and "message limit" in str(exc.value)
+    for i in range(6000):
+        store.write_engram(lead, f"s{i}", "v")
+    started = time.perf_counter()
+    listed = store.list_engrams(lead)
+    assert len(listed) == 1000 and time.perf_counter() - started < 1.0
+    assert store.engram(lead, "s5999").value == "v"
+
+
+def test_a_callback_that_raises_never_hangs_the_scheduler(tmp_path):
+    task = load_task(make_task(tmp_path, "t"))
+    cancel = threading.Event()
+    cancel.set()  # every attempt goes to on_cancelled, which raises
+    scheduler = Scheduler(2, Admission(4, 4096, cancel), cancel)
+
+    def boom(item):
+        raise OSError("cannot write the cancelled result")
+
+    outcome = {}
+
+    def run():
+        try:
+            scheduler.run([Item(task, 0), Item(task, 1)], lambda item: None, boom, lambda r: None)
+        except Exception as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and "cannot write" in str(outcome["error"])
+    scheduler.stop(timeout=1)
+
+
+@pytest.mark.parametrize("name, ok", [("nightly-2026.12.02", True), ("../escape", False),
+                                      ("a/b", False), ("..", False), ("", False), ("x" * 200, False)])
+def test_job_names_are_one_safe_segment(name, ok):
+    assert (check_job_name(name) is None) == ok
+
+
+def test_outputs_never_replace_what_is_not_a_regular_file(tmp_path, capsys):
+    fifo_like = tmp_path / "link"
+    target = tmp_path / "target.json"
+    target.write_text("")
+    fifo_like.symlink_to(target)
+    write_output(fifo_like, {"a": 1})
+    assert fifo_like.is_symlink() and json.loads(target.read_text()) == {"a": 1}
+    write_output("-", {"b": 2})
+    assert json.loads(capsys.readouterr().out) == {"b": 2}
