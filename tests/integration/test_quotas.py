@@ -95,7 +95,8 @@ def test_agent_past_its_timeout_is_killed_within_timeout_plus_10s_and_still_grad
 
     def watch():
         while not stop.is_set():
-            rows = runtime.api.containers(filters={"label": "orchestra.kind=agent"})
+            rows = runtime.api.containers(filters={"label": ["orchestra.kind=agent",
+                                                             "orchestra.job=stubborn"]})
             if rows:
                 seen.append(time.monotonic())
             time.sleep(0.2)
@@ -103,7 +104,7 @@ def test_agent_past_its_timeout_is_killed_within_timeout_plus_10s_and_still_grad
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        _, (trial,) = run(runtime, tmp_path / "ds", tmp_path / "jobs")
+        _, (trial,) = run(runtime, tmp_path / "ds", tmp_path / "jobs", name="stubborn")
     finally:
         stop.set()
         watcher.join()

@@ -24,9 +24,10 @@ def test_oracle_scores_one_and_nop_zero_on_relay_native(runtime, tmp_path):
     assert [t.reward["reward"] for t in trials] == [0.0] * 6
 
 
-def _watch_agent_env(runtime, seen: dict, stop: threading.Event) -> None:
-    while not stop.is_set():
-        for row in runtime.api.containers(filters={"label": "orchestra.kind=agent"}):
+def _watch_agent_env(runtime, seen: dict, stop: threading.Event, job: str) -> None:
+    while not stop.is_set():  # only this job's agents: other work may share the engine
+        for row in runtime.api.containers(filters={"label": ["orchestra.kind=agent",
+                                                             f"orchestra.job={job}"]}):
             env = runtime.api.inspect_container(row["Id"])["Config"]["Env"] or []
             seen.setdefault(row["Id"], dict(e.split("=", 1) for e in env))
         time.sleep(0.1)
@@ -40,10 +41,12 @@ def test_memory_retrieval_runs_with_the_no_memory_flag_and_seeds_written_by_mem_
     monkeypatch.setattr(auth, "new_private_key", lambda: keys.append(real_new_key()) or keys[-1])
     seen: dict = {}
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch_agent_env, args=(runtime, seen, stop), daemon=True)
+    watcher = threading.Thread(target=_watch_agent_env, args=(runtime, seen, stop, "noflag"),
+                               daemon=True)
     watcher.start()
     try:
-        job, (trial,) = run(runtime, RELAY_NATIVE / "memory-retrieval", tmp_path / "jobs")
+        job, (trial,) = run(runtime, RELAY_NATIVE / "memory-retrieval", tmp_path / "jobs",
+                            name="noflag")
     finally:
         stop.set()
         watcher.join()
