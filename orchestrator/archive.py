@@ -10,9 +10,11 @@ import errno
 import io
 import os
 import tarfile
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 DEFAULT_CAP_BYTES = 256 * 1024 * 1024
 DEFAULT_CAP_FILES = 20_000  # members per extraction: 200,000 tiny files must not cost minutes
@@ -148,9 +150,24 @@ def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, root: Pat
 
 
 def tar_directory(source: Path, arcname: str = ".", mode: int | None = None) -> bytes:
-    """Tar a host folder (regular files and folders only, never links)."""
+    """Tar a host folder (regular files and folders only, never links), in memory: for
+    small folders orchestra ships (tasks, tests, the agent stack)."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
+    _tar_into(buffer, source, arcname, mode)
+    return buffer.getvalue()
+
+
+def spool_directory(source: Path, arcname: str = ".") -> BinaryIO:
+    """Tar a folder the agent filled (artifacts: up to the collect caps) into an unnamed
+    temporary file, rewound: streamed to the engine, never held in memory whole."""
+    spool = tempfile.TemporaryFile()
+    _tar_into(spool, source, arcname, None)
+    spool.seek(0)
+    return spool
+
+
+def _tar_into(target: BinaryIO, source: Path, arcname: str, mode: int | None) -> None:
+    with tarfile.open(fileobj=target, mode="w") as archive:
         def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
             if info.issym() or info.islnk() or not (info.isfile() or info.isdir()):
                 return None
@@ -162,7 +179,6 @@ def tar_directory(source: Path, arcname: str = ".", mode: int | None = None) -> 
                 info.mode = mode | (info.mode & 0o111)
             return info
         archive.add(str(source), arcname=arcname, filter=keep)
-    return buffer.getvalue()
 
 
 def tar_files(files: dict[str, bytes], dirs: Iterable[str] = (), mode: int = 0o644) -> bytes:

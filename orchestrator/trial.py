@@ -185,12 +185,13 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             if relay is not None:
                 relay.post_instruction()
             deadline = time.time() + (ctx.timeout_override or task.config.agent.timeout_sec)
-            workers = start_workers(ctx, task, box, relay, images.agent_image, deadline)
+            workers = start_workers(ctx, task, box, relay, images.agent_image, deadline,
+                                    flags=active_flags(ctx, task))
             try:
                 run_agent(ctx, task, box, result)
             finally:
                 if workers:
-                    result.workers = stop_workers(ctx.runtime, workers, paths)
+                    result.workers = stop_workers(ctx.runtime, workers, paths, ctx.watchdog)
         with phase(result, "collect", ctx):
             collect(ctx.runtime, task, box, paths)
             result.collected = dict(box.collected)
@@ -296,12 +297,17 @@ def seed_files(ctx: TrialContext, task: Task, box: Sandbox, roots: StateRoots,
     result.memory.update(state_home=roots.state_home, fact_files_seeded=len(facts))
 
 
-def agent_flags(ctx: TrialContext, task: Task) -> dict[str, str]:
-    """Policy flags for the orchestrator: the task's own, plus no_memory when memory-off."""
+def active_flags(ctx: TrialContext, task: Task) -> set[str]:
+    """The policy flags of this trial: the task's own, plus no_memory when memory-off."""
     active = set(task.config.memory.flags)
     if ctx.policy == "memory-off":
         active.add("no_memory")
-    return flag_env(ctx.manifest.orchestrator, active)
+    return active
+
+
+def agent_flags(ctx: TrialContext, task: Task) -> dict[str, str]:
+    """The policy flags as the orchestrator's agent receives them (its own names)."""
+    return flag_env(ctx.manifest.orchestrator, active_flags(ctx, task))
 
 
 # ---- agent ---------------------------------------------------------------------------

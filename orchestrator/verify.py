@@ -9,7 +9,7 @@ import shlex
 import uuid
 from pathlib import Path
 
-from orchestrator.archive import safe_extract, tar_directory, tar_files
+from orchestrator.archive import safe_extract, spool_directory, tar_directory, tar_files
 from orchestrator.images import TaskImages
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import ARTIFACTS, TESTS, VERIFIER_LOGS, TrialDir
@@ -97,11 +97,15 @@ def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
     container = runtime.create(spec)
     box.containers.append(container)
     runtime.put_archive(container, "/", tar_directory(task.path / "tests", STAGED_TESTS.lstrip("/")))
-    if verifier.environment_mode == "separate":
-        runtime.put_archive(container, "/", tar_directory(paths.artifacts, ARTIFACTS.lstrip("/"))
-                            if paths.artifacts.is_dir() else tar_files({}, dirs=["logs/artifacts"]))
+    if verifier.environment_mode == "separate":  # the agent's files, streamed from disk
+        if paths.artifacts.is_dir():
+            with spool_directory(paths.artifacts, ARTIFACTS.lstrip("/")) as spool:
+                runtime.put_archive(container, "/", spool)
+        else:
+            runtime.put_archive(container, "/", tar_files({}, dirs=["logs/artifacts"]))
         if paths.files.is_dir():
-            runtime.put_archive(container, "/", tar_directory(paths.files, "."))
+            with spool_directory(paths.files, ".") as spool:
+                runtime.put_archive(container, "/", spool)
     if evidence is not None:
         runtime.put_archive(container, "/", tar_files(
             {f"{ARTIFACTS.lstrip('/')}/{EVIDENCE_NAME}": evidence.read_bytes()},

@@ -10,10 +10,13 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from orchestrator import scrub
 from orchestrator.agents import agent_for
 from orchestrator.agents.base import render_command
 from orchestrator.archive import safe_extract, tar_files
 from orchestrator.images import AGENT_STACK as AGENT_STACK_DIR
+from orchestrator.memory import StateRoots, file_seed_archive
+from orchestrator.models.manifest import flag_env
 from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, INSTRUCTION, LOGS, TrialDir
 from orchestrator.proxy import ModelProxy
 from orchestrator.runtime.base import SandboxSpec
@@ -33,24 +36,31 @@ class Worker:
     started: float = field(default_factory=time.time)
 
 
-def start_workers(ctx, task, box: Sandbox, relay, image: str, deadline: float) -> list[Worker]:
+def start_workers(ctx, task, box: Sandbox, relay, image: str, deadline: float,
+                  flags: set[str]) -> list[Worker]:
+    """Each worker gets what the orchestrator's agent gets: the task's quotas (disk through
+    the watchdog), `[agent] user`, the policy flags, a fresh state root and TMPDIR."""
     workers: list[Worker] = []
     environment = task.config.environment
+    user = task.config.agent.user
     for member in ctx.manifest.roster:
         if member.kind == "orchestrator" or member.agent == "nop":
             continue  # a nop worker is an identity in the directory and nothing more
-        agent = agent_for(member, getattr(ctx, "manifest_dir", None))
+        agent = agent_for(member, ctx.manifest_dir)
         for index in range(member.count):
             name = member.id if member.count == 1 else f"{member.id}-{index + 1}"
+            roots = StateRoots.fresh()
             spec = SandboxSpec(
                 image=image, name=f"{box.name}-{name}", labels=box.labels("worker"),
                 command=["sleep", "infinity"], cpus=environment.cpus, memory_mb=environment.memory_mb,
                 pids_limit=environment.pids_limit, network=box.network.name, workdir=box.workdir,
-                env={**environment.env, "ORCHESTRA_AGENT_ID": name},
+                env={**environment.env, **flag_env(member, flags), **roots.env(box.workdir),
+                     "ORCHESTRA_AGENT_ID": name},
                 drop_all_capabilities=environment.drop_all_capabilities,
                 read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK}, runtime=ctx.oci_runtime)
             container = ctx.runtime.create(spec)
             box.containers.append(container)
+            ctx.watchdog.register(container, environment.storage_mb)
             ctx.runtime.start(container)
             worker = Worker(member=member.id, name=name, container=container)
             workers.append(worker)
@@ -58,12 +68,17 @@ def start_workers(ctx, task, box: Sandbox, relay, image: str, deadline: float) -
             ctx.runtime.put_archive(container, "/", tar_files(
                 {p.lstrip("/"): c for p, c in files.items()},
                 dirs=[d.lstrip("/") for d in (LOGS, AGENT_LOGS, ARTIFACTS)]))
+            ctx.runtime.put_archive(container, "/", file_seed_archive(roots, box.workdir, ()))
+            if user:  # a non-root agent owns its workdir and logs, as the orchestrator does
+                ctx.runtime.exec_output(container, ["chown", "-R", user, box.workdir, AGENT_LOGS,
+                                                    ARTIFACTS, roots.state_home, roots.tmpdir])
             secrets = relay.env_for(relay.store.by_name(name)) if relay is not None else {}
             if member.endpoint and ctx.upstreams is not None:
                 upstream = ctx.upstreams.by_name[member.endpoint]
                 worker.proxy = ModelProxy.for_upstream(box.network.gateway, upstream, member.budget,
                                                        ctx.manifest.prices, deadline + 60)
                 secrets.update({**upstream.env, **worker.proxy.env()})
+                scrub.register(worker.proxy.token)
             command = agent.command(task)
             if command is None:
                 continue
@@ -73,17 +88,19 @@ def start_workers(ctx, task, box: Sandbox, relay, image: str, deadline: float) -
                        f">{AGENT_LOGS}/stdout.txt 2>{AGENT_LOGS}/stderr.txt")
             env = {**member.env, **agent.env(task), **secrets, "ORCHESTRA_DEADLINE": str(int(deadline))}
             worker.exec_id = ctx.runtime.exec_detached(container, ["sh", "-c", wrapped], env=env,
-                                                       workdir=box.workdir)
+                                                       workdir=box.workdir, user=user)
             log.info("worker.started", trial=box.trial_id[:12], worker=name, member=member.id)
     return workers
 
 
-def stop_workers(runtime, workers: list[Worker], paths: TrialDir) -> list[dict]:
+def stop_workers(runtime, workers: list[Worker], paths: TrialDir, watchdog=None) -> list[dict]:
     """Kill the workers (their turn ends with the orchestrator's), copy out their logs."""
     records = []
     for worker in workers:
         exit_code = runtime.exec_exit_code(worker.exec_id) if worker.exec_id else None
         runtime.kill(worker.container)
+        if watchdog is not None:
+            watchdog.unregister(worker.container)
         stream = runtime.get_archive(worker.container, AGENT_LOGS)
         if stream is not None:
             try:
@@ -93,8 +110,11 @@ def stop_workers(runtime, workers: list[Worker], paths: TrialDir) -> list[dict]:
                 stream.close()
         record = {"member": worker.member, "name": worker.name, "exit_code": exit_code,
                   "seconds": round(time.time() - worker.started, 3)}
+        if watchdog is not None and watchdog.tripped(worker.container):
+            record["disk_limit"] = True
         if worker.proxy is not None:
             worker.proxy.stop()
             record["model"] = worker.proxy.summary()
+            scrub.unregister(worker.proxy.token)
         records.append(record)
     return records

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import docker
 import requests
@@ -254,9 +255,10 @@ class DockerRuntime:
             delay = min(delay * 1.5, 0.5)
 
     def exec_detached(self, container: str, command: list[str], env: dict[str, str] | None = None,
-                      workdir: str | None = None) -> str:
+                      workdir: str | None = None, user: str | None = None) -> str:
         """Start a command and return at once; exec_exit_code() reads how it ended."""
-        exec_id = self.api.exec_create(container, command, environment=env or {}, workdir=workdir)["Id"]
+        exec_id = self.api.exec_create(container, command, environment=env or {}, workdir=workdir,
+                                       user=user or "")["Id"]
         self.api.exec_start(exec_id, detach=True)
         return exec_id
 
@@ -341,7 +343,8 @@ class DockerRuntime:
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
             return None
 
-    def put_archive(self, container: str, path: str, tar_bytes: bytes) -> None:
+    def put_archive(self, container: str, path: str, tar_bytes: bytes | BinaryIO) -> None:
+        """Copy a tar (bytes, or a file streamed from disk) into the container at path."""
         if not self.api.put_archive(container, path, tar_bytes):
             raise RuntimeFault(f"copy into {path} failed")
 

@@ -68,8 +68,7 @@ TASKS = {
         cls="exact", markers=["MEMKEY-EXACT7Q"],
         instruction="Write this project's canonical fast-check command (the exact command line, nothing else) into answer.txt.",
         facts=[fact("fast-check-command", "The canonical fast-check command of this project",
-                    "The canonical fast-check command for this project is `make check-fast --tag=MEMKEY-EXACT7Q`. Run it before every push.",
-                    keywords=["check", "fast", "command", "lint", "test"])],
+                    "The canonical fast-check command for this project is `make check-fast --tag=MEMKEY-EXACT7Q`. Run it before every push.")],
         grade='ok = "make check-fast --tag=MEMKEY-EXACT7Q" in read("answer.txt")\n',
         solve='cmd=$(recall "canonical fast check command" | grep -o "make check-fast --tag=MEMKEY-[A-Z0-9]*" | head -1)\n'
               'traj tool shell "echo \'$cmd\' > answer.txt"\necho "$cmd" > answer.txt\n'),
@@ -109,8 +108,7 @@ TASKS = {
         cls="distractor", markers=["MEMKEY-DIST5Q"],
         instruction="Write this project's canonical fast-check command (the exact command line, nothing else) into answer.txt.",
         facts=[fact("fast-check-command", "The canonical fast-check command of this project",
-                    "The canonical fast-check command for this project is `make check-fast --tag=MEMKEY-DIST5Q`. Run it before every push.",
-                    keywords=["check", "fast", "command"])]
+                    "The canonical fast-check command for this project is `make check-fast --tag=MEMKEY-DIST5Q`. Run it before every push.")]
               + [fact(f"distractor-{n:03d}", f"Note about {TOPICS[n % 10]} #{n}",
                       f"Historical note #{n} about {TOPICS[n % 10]}. It has no bearing on build or check commands.")
                  for n in range(100)],

@@ -122,6 +122,22 @@ def test_mb_distractor_has_exactly_the_100_noise_facts():
     assert holders == ["fast-check-command.md"]
 
 
+def _frontmatter_keys(text: str) -> list[str]:
+    head = text.split("---\n")[1]
+    return [line.split(":")[0] for line in head.splitlines() if line and not line.startswith(" ")]
+
+
+def test_the_real_fact_is_shaped_exactly_like_the_noise():
+    """Nothing but content tells the real fact apart: the same frontmatter keys as every
+    noise fact (no `keywords`), and mb-exact's fact differs from it only by its marker."""
+    folder = SUITE / "mb-distractor/memory/project"
+    shapes = {tuple(_frontmatter_keys(p.read_text())) for p in folder.glob("*.md")}
+    assert shapes == {("name", "description", "metadata")}
+    real = (folder / "fast-check-command.md").read_text()
+    exact = (SUITE / "mb-exact/memory/project/fast-check-command.md").read_text()
+    assert exact.replace("MEMKEY-EXACT7Q", "MEMKEY-DIST5Q") == real
+
+
 def test_the_committed_suite_is_what_the_generator_writes(tmp_path):
     before = {p.relative_to(SUITE): p.read_bytes() for p in SUITE.rglob("*") if p.is_file()
               and "__pycache__" not in p.parts}
