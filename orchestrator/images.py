@@ -51,6 +51,7 @@ class TaskImages:
     agent_image: str  # task image + agent stack
     built: int = 0
     base_alias: dict[str, str] = field(default_factory=dict)
+    source: str = "built"  # prebuilt | pulled | built (Harbor's docker_image, or the Dockerfile)
 
 
 @contextmanager
@@ -134,10 +135,10 @@ def ensure_task_images(runtime: DockerRuntime, task: Task, job: str,
     labels = {LABEL_IMAGE_KIND: "task-image", "orchestra.image.task": task.name,
               "orchestra.image.job": job}
     built, aliases = 0, {}
-    if env.docker_image:
-        task_image = env.docker_image
-        if not runtime.image_exists(task_image):
-            raise BuildFailed(f"docker_image {task_image}: not present locally (orchestra never pulls)")
+    source = "built"
+    prebuilt = env.docker_image and _prebuilt(runtime, env.docker_image, task)
+    if prebuilt:
+        task_image, source = env.docker_image, prebuilt
     else:
         task_image = f"{image_repository(task)}:{task.environment_hash}"
         dockerfile = (task.path / "environment" / "Dockerfile").read_text()
@@ -153,8 +154,9 @@ def ensure_task_images(runtime: DockerRuntime, task: Task, job: str,
                 aliases = {ref: BASE_IMAGE for ref in base_references(dockerfile)
                            if _is_base(runtime, ref)}
     agent_image = f"{task_image.rsplit(':', 1)[0]}:{task.environment_hash}-{stack_hash()}"
-    if env.docker_image:
-        agent_image = f"orchestra/agent/{hashlib.sha256(task_image.encode()).hexdigest()[:12]}:{stack_hash()}"
+    if prebuilt:  # keyed by the image *id*: a re-pulled or rebuilt tag gets a new layer
+        image_id = runtime.api.inspect_image(task_image)["Id"].split(":")[-1]
+        agent_image = f"orchestra/agent/{image_id[:16]}:{stack_hash()}"
     with image_lock(agent_image):
         if not runtime.image_exists(agent_image):
             context = tar_files({"Dockerfile": (
@@ -166,7 +168,27 @@ def ensure_task_images(runtime: DockerRuntime, task: Task, job: str,
     if install:
         agent_image, extra = _install_layer(runtime, agent_image, install, labels)
         built += extra
-    return TaskImages(task_image=task_image, agent_image=agent_image, built=built, base_alias=aliases)
+    return TaskImages(task_image=task_image, agent_image=agent_image, built=built,
+                      base_alias=aliases, source=source)
+
+
+def _prebuilt(runtime: DockerRuntime, ref: str, task: Task) -> str | None:
+    """Harbor's `docker_image`: used when present, pulled when possible ("prebuilt" or
+    "pulled"); otherwise None, and the task is built from environment/Dockerfile when it
+    has one (said in the result as image_source "built"). Neither: a build error."""
+    if runtime.image_exists(ref):
+        return "prebuilt"
+    try:
+        runtime.pull(ref, timeout_sec=600)
+        log.info("image.pulled", image=ref)
+        return "pulled"
+    except BuildFailed as exc:
+        if (task.path / "environment" / "Dockerfile").is_file():
+            log.warning("image.pull_failed_building", image=ref, error=str(exc)[:300])
+            return None
+        raise BuildFailed(f"docker_image {ref}: not present locally and the pull failed "
+                          f"({exc}); add environment/Dockerfile or load the image "
+                          "(`docker load`)") from exc
 
 
 def _install_layer(runtime: DockerRuntime, base: str, script: str,

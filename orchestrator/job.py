@@ -43,6 +43,7 @@ from orchestrator.trial import (
     trial_id,
 )
 from orchestrator.util import write_json_atomic
+from orchestrator.verify import resolve_env
 
 log = structlog.get_logger()
 LAYER_DEFAULT_K = {"regression": 1, "workflow": 3}
@@ -113,12 +114,12 @@ def preflight(tasks: list[Task], manifest: Manifest, endpoints=None, admission=N
             endpoints.resolve(name)
         except InputError as exc:
             problems.extend(exc.problems)
-    if admission is not None:
-        problems += [
-            f"{t.path / 'task.toml'}: [environment] cpus={t.config.environment.cpus:g}, "
-            f"memory_mb={t.config.environment.memory_mb} can never fit the host budget "
-            f"(--max-cpus {admission.max_cpus:g}, --max-memory-mb {admission.max_memory_mb})"
-            for t in tasks if not admission.fits_ever(t)]
+    for t in tasks:  # Harbor's ${VAR} templates in verifier.env must resolve on this host
+        try:
+            resolve_env(t.config.verifier.env)
+        except ValueError as exc:
+            problems.append(f"{t.path / 'task.toml'}: field '{str(exc).split(':')[0]}': "
+                            f"{str(exc).split(': ', 1)[1]}")
     if problems:
         raise InputError(problems)
     return in_use
@@ -207,6 +208,11 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
     )
     items = [Item(task, attempt) for task in tasks for attempt in range(attempts_for(task, options.k))]
     todo = [i for i in items if trial_id(ctx.job, i.task, ctx.agent_id, i.attempt) not in finished]
+    # A trial that can never fit fails alone, with the numbers; the rest of the job runs.
+    for item in [i for i in todo if not admission.fits_ever(i.task)]:
+        todo.remove(item)
+        finished[trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)] = infeasible_result(
+            ctx, item.task, item.attempt, admission)
     if options.resume:
         log.warning("resume.plan", finished=len(finished), rerun=len(todo),
                     message=f"resume: {len(finished)} trial(s) already complete, re-running "
@@ -293,6 +299,21 @@ def _clean_up_job(runtime: DockerRuntime, job: str, watchdog: DiskWatchdog,
 def _log_reaped(counts: dict[str, int]) -> None:
     if any(counts.values()):
         log.info("job.reaped_leftovers", **counts)
+
+
+def infeasible_result(ctx: TrialContext, task: Task, attempt: int,
+                      admission: Admission) -> TrialResult:
+    env = task.config.environment
+    tid = trial_id(ctx.job, task, ctx.agent_id, attempt)
+    result = new_result(ctx, task, attempt, tid)
+    result.failure_mode = FailureMode.INFEASIBLE
+    result.error = (f"[environment] cpus={env.cpus:g}, memory_mb={env.memory_mb} can never fit "
+                    f"this host's budget (--max-cpus {admission.max_cpus:g}, --max-memory-mb "
+                    f"{admission.max_memory_mb}); not run")
+    result.finished_at = time.time()
+    write_json_atomic(trial_dir(ctx, task, tid).result, result)
+    log.warning("trial.infeasible", task=task.name, attempt=attempt, error=result.error)
+    return result
 
 
 def make_runner(ctx: TrialContext, backend, options: JobOptions, upstreams):

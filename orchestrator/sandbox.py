@@ -51,6 +51,7 @@ class Sandbox:
     storage_enforcement: str = "watchdog"
     networks: NetworkPool | None = None
     name: str = ""
+    extra_networks: list[Network] = field(default_factory=list)  # e.g. a public one to grade
     collected: dict = field(default_factory=dict)  # what collect() copied out, per path
     exec_env: dict[str, str] = field(default_factory=dict)  # secrets, for the agent's execs only
 
@@ -126,7 +127,7 @@ def _build(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str
            name: str, env: dict[str, str], services, oci_runtime: str | None) -> None:
     environment = task.config.environment
     box.name = name
-    box.network = networks.acquire(internal=environment.network_mode == "none")
+    box.network = networks.acquire(internal=task.config.network_for("agent") == "no-network")
     box.networks = networks
     if services is not None:
         wired = services(box.network)
@@ -187,6 +188,30 @@ def read_limits(runtime: DockerRuntime, container: str, storage_mb: int,
     )
 
 
+def _public_network(box: Sandbox) -> Network:
+    """A public network for this trial: its own, or one more from the job's pool."""
+    if box.network is not None and not box.network.internal:
+        return box.network
+    assert box.networks is not None
+    network = box.networks.acquire(internal=False)
+    box.extra_networks.append(network)
+    return network
+
+
+def verifier_network(box: Sandbox, policy: str) -> str:
+    """The network a fresh verifier container joins under the verifier's policy."""
+    return "none" if policy == "no-network" else _public_network(box).name
+
+
+def switch_network(runtime: DockerRuntime, box: Sandbox, policy: str, container: str) -> None:
+    """Live grading under the verifier's policy, when it differs from the agent's."""
+    assert box.network is not None
+    if policy == "public" and box.network.internal:
+        runtime.connect_network(container, _public_network(box).name)
+    elif policy == "no-network" and not box.network.internal:
+        runtime.disconnect_network(container, box.network.name)
+
+
 def reset_verifier_logs(box: Sandbox) -> None:
     """Shared mode: whatever the agent left at /logs/verifier is removed on the host side."""
     if box.loop_disk is None:
@@ -209,8 +234,9 @@ def close_sandbox(runtime: DockerRuntime, box: Sandbox) -> float:
         _quietly(runtime.remove_volume, volume.source)
     if box.loop_disk is not None:
         _quietly(disk.remove_loop_disk, box.loop_disk)
-    if box.network is not None and box.networks is not None:
-        box.networks.release(box.network)
+    if box.networks is not None:
+        for network in ([box.network] if box.network else []) + box.extra_networks:
+            box.networks.release(network)
     return time.monotonic() - started
 
 

@@ -71,13 +71,10 @@ def _dataset_name(path: Path) -> str:
 def load_task(path: Path) -> Task:
     """Validate one task directory; raise InputError listing every problem found."""
     path = path.resolve()
-    problems = [
-        f"{path / rel}: missing (every task needs {rel})"
-        for rel in REQUIRED_FILES
-        if not (path / rel).is_file()
-    ]
     config = None
     toml_path = path / "task.toml"
+    raw: dict = {}
+    problems: list[str] = []
     if toml_path.is_file():
         try:
             raw = tomllib.loads(toml_path.read_text())
@@ -86,6 +83,10 @@ def load_task(path: Path) -> Task:
             problems.append(f"{toml_path}: not valid TOML: {exc}")
         except ValidationError as exc:
             problems.extend(validation_problems(toml_path, exc, explain_unknown=True))
+    # A multi-step task keeps its instruction and tests per step: its one problem is `steps`.
+    required = ("task.toml",) if raw.get("steps") else REQUIRED_FILES
+    problems = [f"{path / rel}: missing (every task needs {rel})"
+                for rel in required if not (path / rel).is_file()] + problems
     if config is not None and not config.environment.docker_image:
         if not (path / "environment" / "Dockerfile").is_file():
             problems.append(

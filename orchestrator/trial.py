@@ -166,6 +166,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
         with phase(result, "build", ctx):
             images = ctx.images_for(task)
             result.image, result.base_alias = images.agent_image, images.base_alias
+            result.image_source = images.source
         roots = StateRoots.fresh()
         with phase(result, "start", ctx):
             workdir = resolve_workdir(ctx.runtime, task, images.agent_image)
@@ -352,4 +353,9 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult) 
         elif runtime.oom_kills(container) > 0:
             result.failure_mode = FailureMode.OOM
             result.error = f"out of memory at memory_mb={task.config.environment.memory_mb}"
-    runtime.kill(container)  # kill, not stop: no 10 s wait, no process survives the deadline
+    if task.config.verifier.environment_mode != "shared" or (command is not None and (
+            outcome.timed_out or outcome.exit_code is None)):
+        # kill, not stop: no 10 s wait, no process survives the deadline. Harbor's shared
+        # mode grades the live container: the agent command's own process tree has ended
+        # (or `timeout -k` ended it); services it started keep running for test.sh.
+        runtime.kill(container)

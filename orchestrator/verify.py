@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import shlex
+import time
 import uuid
 from pathlib import Path
 
@@ -16,13 +19,20 @@ from orchestrator.paths import ARTIFACTS, TESTS, VERIFIER_LOGS, TrialDir
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, SandboxSpec
 from orchestrator.runtime.docker import DockerRuntime
 from orchestrator.runtime.watchdog import DiskWatchdog
-from orchestrator.sandbox import Sandbox, read_limits, reset_verifier_logs
+from orchestrator.sandbox import (
+    Sandbox,
+    read_limits,
+    reset_verifier_logs,
+    switch_network,
+    verifier_network,
+)
 from orchestrator.tasks import Task
 
 STAGED_TESTS = "/.orchestra-tests"
 EVIDENCE_NAME = "relay-evidence.json"
 
 MAX_REWARD_FILE = 1024 * 1024
+_TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?\}")
 
 
 class RewardError(ValueError):
@@ -65,17 +75,102 @@ def read_reward(verifier_dir: Path) -> dict[str, float]:
     raise RewardError("the verifier wrote neither /logs/verifier/reward.json nor reward.txt")
 
 
+def resolve_env(env: dict[str, str]) -> dict[str, str]:
+    """Harbor's `${VAR}` / `${VAR:-default}` templates in verifier.env, from the host."""
+    resolved = {}
+    for key, value in env.items():
+        match = _TEMPLATE.fullmatch(value)
+        if match is None:
+            resolved[key] = value
+        elif match.group(1) in os.environ:
+            resolved[key] = os.environ[match.group(1)]
+        elif match.group(2) is not None:
+            resolved[key] = match.group(2)
+        else:
+            raise ValueError(f"verifier.env.{key}: ${{{match.group(1)}}} is not set on the host")
+    return resolved
+
+
 def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
            paths: TrialDir, result: TrialResult, evidence: Path | None = None,
            watchdog: DiskWatchdog | None = None) -> None:
-    """A fresh verifier container, network none, its own timeout and quotas (cpus, memory,
-    pids, and disk: the writable-layer watchdog holds it to storage_mb); /tests only now."""
+    """Grade the trial with tests/test.sh, /tests arriving only now, /logs/verifier empty.
+
+    - shared (Harbor's default): in the live agent container, after the agent command's
+      own process tree has stopped; services the agent started keep running.
+    - snapshot: a fresh container from a commit of the stopped agent container.
+    - separate: a fresh container from the clean task image with the collected artifacts.
+    Fresh containers get the task's quotas (disk through the watchdog), read back; every
+    mode gets the verifier's network policy. Only `separate` keeps the agent off the grade.
+    """
+    mode = task.config.verifier.environment_mode
+    result.verifier_forgeable = mode != "separate"
+    if mode == "shared":
+        _verify_live(runtime, task, box, paths, result, evidence, watchdog)
+    else:
+        _verify_fresh(runtime, task, images, box, paths, result, evidence, watchdog)
+
+
+def _script(box: Sandbox, timeout: float | None = None) -> str:
+    run = f"bash {TESTS}/test.sh"
+    if timeout is not None:  # the live container has no host wait of its own
+        run = (f"if command -v timeout >/dev/null 2>&1; then timeout -k 5 {timeout:g} {run}; "
+               f"else {run}; fi")
+    return (f"rm -rf {TESTS} {VERIFIER_LOGS} && mv {STAGED_TESTS} {TESTS} && mkdir -p "
+            f"{VERIFIER_LOGS} && cd {shlex.quote(box.workdir)} 2>/dev/null; "
+            f"{run} >{VERIFIER_LOGS}/test-stdout.txt 2>&1")
+
+
+def _stage(runtime: DockerRuntime, container: str, task: Task, evidence: Path | None) -> None:
+    runtime.put_archive(container, "/", tar_directory(task.path / "tests", STAGED_TESTS.lstrip("/")))
+    if evidence is not None:
+        runtime.put_archive(container, "/", tar_files(
+            {f"{ARTIFACTS.lstrip('/')}/{EVIDENCE_NAME}": evidence.read_bytes()},
+            dirs=["logs", ARTIFACTS.lstrip("/")]))
+
+
+def _verify_live(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir,
+                 result: TrialResult, evidence: Path | None, watchdog: DiskWatchdog | None) -> None:
+    verifier = task.config.verifier
+    container = box.agent_container
+    if not runtime.is_running(container):  # a watchdog or an OOM stopped it: the files stay
+        runtime.start(container)
+        result.verifier_note = "the agent container had stopped; restarted for grading"
+    switch_network(runtime, box, task.config.network_for("verifier"), container)
+    reset_verifier_logs(box)
+    _stage(runtime, container, task, evidence)
+    if watchdog is not None and watchdog.tripped(container):
+        watchdog.unregister(container)
+        watchdog.register(container, task.config.environment.storage_mb)
+    started = time.time()
+    outcome = runtime.exec(container, ["sh", "-c", _script(box, verifier.timeout_sec)],
+                           env=resolve_env(verifier.env), user=verifier.user,
+                           deadline=started + verifier.timeout_sec + 10)
+    elapsed = time.time() - started
+    exit_code = outcome.exit_code
+    if watchdog is not None and watchdog.tripped(container):
+        _verifier_failure(result, FailureMode.VERIFIER_ERROR, "test.sh's writes passed "
+                          f"storage_mb={task.config.environment.storage_mb}")
+        exit_code = None
+    elif outcome.timed_out or (exit_code in (124, 137) and elapsed >= verifier.timeout_sec):
+        _verifier_failure(result, FailureMode.VERIFIER_TIMEOUT,
+                          f"test.sh ran past verifier.timeout_sec={verifier.timeout_sec:g}")
+        exit_code = None
+    if not runtime.is_running(container) and exit_code is not None and exit_code != 0:
+        runtime.start(container)  # killed mid-grading (disk, OOM): read what test.sh wrote
+    _read_outcome(runtime, container, paths, result, exit_code)
+    runtime.kill(container)
+
+
+def _verify_fresh(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
+                  paths: TrialDir, result: TrialResult, evidence: Path | None,
+                  watchdog: DiskWatchdog | None) -> None:
     verifier = task.config.verifier
     environment = task.config.environment
-    result.verifier_forgeable = verifier.environment_mode == "shared"
-    if verifier.environment_mode == "shared":
+    if verifier.environment_mode == "snapshot":
         image = runtime.commit(box.agent_container, f"orchestra/snapshot/{box.trial_id[:16]}",
-                               uuid.uuid4().hex[:8], {LABEL_IMAGE_KIND: "snapshot", "orchestra.image.job": box.job},
+                               uuid.uuid4().hex[:8],
+                               {LABEL_IMAGE_KIND: "snapshot", "orchestra.image.job": box.job},
                                env=runtime.image_env(images.agent_image))
         box.images.append(image)
         mounts = box.volumes
@@ -83,20 +178,16 @@ def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
     else:
         image, mounts = images.task_image, []
     runtime.remove(box.agent_container)  # no live agent process exists past this point
-    script = (
-        f"rm -rf {TESTS} {VERIFIER_LOGS} && mv {STAGED_TESTS} {TESTS} && mkdir -p {VERIFIER_LOGS} "
-        f"&& cd {shlex.quote(box.workdir)} 2>/dev/null; "
-        f"bash {TESTS}/test.sh >{VERIFIER_LOGS}/test-stdout.txt 2>&1"
-    )
+    network = verifier_network(box, task.config.network_for("verifier"))
     spec = SandboxSpec(
         image=image, name=f"{box.name}-verifier", labels=box.labels("verifier"),
-        command=["sh", "-c", script], cpus=environment.cpus, memory_mb=environment.memory_mb,
-        pids_limit=environment.pids_limit, network="none", workdir=None, env=verifier.env,
-        user=verifier.user, mounts=mounts,
+        command=["sh", "-c", _script(box)], cpus=environment.cpus,
+        memory_mb=environment.memory_mb, pids_limit=environment.pids_limit, network=network,
+        workdir=None, env=resolve_env(verifier.env), user=verifier.user, mounts=mounts,
     )
     container = runtime.create(spec)
     box.containers.append(container)
-    runtime.put_archive(container, "/", tar_directory(task.path / "tests", STAGED_TESTS.lstrip("/")))
+    _stage(runtime, container, task, None)
     if verifier.environment_mode == "separate":  # the agent's files, streamed from disk
         if paths.artifacts.is_dir():
             with spool_directory(paths.artifacts, ARTIFACTS.lstrip("/")) as spool:
@@ -106,10 +197,7 @@ def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
         if paths.files.is_dir():
             with spool_directory(paths.files, ".") as spool:
                 runtime.put_archive(container, "/", spool)
-    if evidence is not None:
-        runtime.put_archive(container, "/", tar_files(
-            {f"{ARTIFACTS.lstrip('/')}/{EVIDENCE_NAME}": evidence.read_bytes()},
-            dirs=["logs", ARTIFACTS.lstrip("/")]))
+    _stage_evidence(runtime, container, evidence)
     if watchdog is not None:
         watchdog.register(container, environment.storage_mb)
     try:
@@ -128,6 +216,19 @@ def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
         runtime.kill(container)
         _verifier_failure(result, FailureMode.VERIFIER_TIMEOUT,
                           f"test.sh ran past verifier.timeout_sec={verifier.timeout_sec:g}")
+    _read_outcome(runtime, container, paths, result, exit_code)
+
+
+def _stage_evidence(runtime: DockerRuntime, container: str, evidence: Path | None) -> None:
+    if evidence is not None:
+        runtime.put_archive(container, "/", tar_files(
+            {f"{ARTIFACTS.lstrip('/')}/{EVIDENCE_NAME}": evidence.read_bytes()},
+            dirs=["logs", ARTIFACTS.lstrip("/")]))
+
+
+def _read_outcome(runtime: DockerRuntime, container: str, paths: TrialDir, result: TrialResult,
+                  exit_code: int | None) -> None:
+    """Copy /logs/verifier out (capped) and read the reward from it."""
     result.verifier_exit_code = exit_code
     stream = runtime.get_archive(container, VERIFIER_LOGS)
     if stream is not None:

@@ -17,6 +17,7 @@ class FailureMode(StrEnum):
     BUILD_ERROR = "build_error"
     VERIFIER_ERROR = "verifier_error"
     ANSWER_LEAK = "answer_leak"
+    INFEASIBLE = "infeasible"  # declared cpus/memory can never fit this host: not run
     CANCELLED = "cancelled"
     INFRA_ERROR = "infra_error"
 
@@ -29,6 +30,7 @@ ERRORED = {
     FailureMode.VERIFIER_TIMEOUT,
     FailureMode.CANCELLED,
     FailureMode.INFRA_ERROR,
+    FailureMode.INFEASIBLE,
 }
 
 
@@ -87,11 +89,13 @@ class TrialResult(BaseModel):
     verifier_exit_code: int | None = None
     verifier_mode: str = "shared"
     image: str | None = None
+    image_source: str | None = None  # prebuilt | pulled | built
     base_alias: dict[str, str] = {}
     limits: AppliedLimits = AppliedLimits()
     verifier_limits: AppliedLimits | None = None  # the verifier container's, read back
     # shared mode grades in the agent's own environment: the agent could influence grading
     verifier_forgeable: bool = False
+    verifier_note: str | None = None
     timings: PhaseTimings = PhaseTimings()
     tokens: int = 0
     cost: float = 0.0

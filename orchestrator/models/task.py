@@ -1,8 +1,11 @@
-"""task.toml: a superset of Harbor's task format (DESIGN 3.1).
+"""task.toml: a superset of Harbor's task format (DESIGN 3.1), after Harbor's
+`src/harbor/models/task/config.py` (schema 1.x).
 
-Unknown keys are errors everywhere except in [metadata]. Fields of Harbor's schema that
-orchestra cannot honour (GPUs) are accepted by the parser and refused by a validator with
-a message naming them, never silently ignored.
+Unknown keys are errors everywhere except in [metadata]. Every field of Harbor's schema is
+accepted by the parser; those orchestra cannot honour (Windows, GPUs, TPUs, MCP servers,
+skills, allowlists, multi-step tasks, verifier collect hooks, sidecar artifacts) are
+refused by a validator with "orchestra cannot honour `<field>`", never "unknown key" and
+never silently ignored. Fields without behaviour here (authors, version) are kept.
 """
 
 from __future__ import annotations
@@ -28,10 +31,55 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def cannot_honour(field: str, why: str) -> ValueError:
+    return ValueError(f"orchestra cannot honour `{field}`: {why}")
+
+
+NetworkMode = Literal["public", "no-network", "allowlist", "none"]  # none: orchestra's old name
+
+
+class Author(_Section):
+    name: str
+    email: str | None = None
+
+
 class TaskSection(_Section):
     name: str | None = None
     description: str = ""
     keywords: list[str] = []
+    authors: list[Author] = []
+    version: str | None = None
+
+
+class PhaseNetwork(_Section):
+    """Harbor's per-phase network override ([agent] and [verifier])."""
+
+    network_mode: NetworkMode | None = None
+    allowed_hosts: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _policy(self) -> PhaseNetwork:
+        _check_network(self.network_mode, self.allowed_hosts)
+        return self
+
+
+def _check_network(mode: str | None, hosts: list[str] | None) -> None:
+    if hosts and mode != "allowlist":
+        raise ValueError("allowed_hosts is only valid with network_mode = 'allowlist'")
+    if mode == "allowlist":
+        raise cannot_honour("network_mode = 'allowlist'", "egress filtering by host is not "
+                            "enforced here yet; use 'public' or 'no-network'")
+
+
+class Healthcheck(_Section):
+    """Docker HEALTHCHECK semantics, run before the agent starts."""
+
+    command: str
+    interval_sec: float = Field(default=5.0, ge=0)
+    timeout_sec: float = Field(default=30.0, gt=0)
+    start_period_sec: float = Field(default=0.0, ge=0)
+    start_interval_sec: float = Field(default=5.0, ge=0)
+    retries: int = Field(default=3, ge=1)
 
 
 class Metadata(BaseModel):
@@ -46,16 +94,39 @@ class Metadata(BaseModel):
     scenario_class: str | None = Field(default=None, alias="class")
 
 
-class AgentSection(_Section):
+class AgentSection(PhaseNetwork):
     timeout_sec: float = Field(default=600.0, gt=0)
     user: str | None = None
 
+    @field_validator("user", mode="before")
+    @classmethod
+    def _uid(cls, value):
+        return str(value) if isinstance(value, int) else value
 
-class VerifierSection(_Section):
-    timeout_sec: float = Field(default=120.0, gt=0)
-    env: dict[str, str] = {}
-    environment_mode: Literal["shared", "separate"] = "shared"
+
+class VerifierSection(PhaseNetwork):
+    timeout_sec: float = Field(default=600.0, gt=0)  # Harbor's default
+    env: dict[str, str] = {}  # ${VAR} and ${VAR:-default} expand from the host, as in Harbor
+    environment_mode: Literal["shared", "separate", "snapshot"] = "shared"
     user: str | None = None
+    environment: dict | None = None
+    collect: list[dict] = []
+
+    @field_validator("user", mode="before")
+    @classmethod
+    def _uid(cls, value):
+        return str(value) if isinstance(value, int) else value
+
+    @model_validator(mode="after")
+    def _honourable(self) -> VerifierSection:
+        if self.environment is not None:
+            raise cannot_honour("verifier.environment", "a verifier image built from "
+                                "tests/Dockerfile is not supported yet; use environment_mode = "
+                                "'separate' (the clean task image)")
+        if self.collect:
+            raise cannot_honour("verifier.collect", "collect hooks in sidecar services are "
+                                "not supported yet")
+        return self
 
 
 class SolutionSection(_Section):
@@ -67,38 +138,59 @@ class EnvironmentSection(_Section):
     memory_mb: int = Field(default=2048, ge=16)
     storage_mb: int = Field(default=10240, ge=16)
     pids_limit: int = Field(default=1024, ge=8)
-    network_mode: Literal["public", "none"] = "public"
+    network_mode: NetworkMode = "public"
+    allowed_hosts: list[str] | None = None
     build_timeout_sec: float = Field(default=600.0, gt=0)
     docker_image: str | None = None
     workdir: str = "/app"
     env: dict[str, str] = {}
     drop_all_capabilities: bool = False
-    # Harbor fields: legacy size strings, internet switch, GPUs (refused below).
+    healthcheck: Healthcheck | None = None
+    # Harbor fields: legacy size strings, internet switch, and what orchestra refuses below.
     memory: str | None = None
     storage: str | None = None
     allow_internet: bool | None = None
-    gpus: int = 0
+    os: Literal["linux", "windows"] = "linux"
+    gpus: int | None = 0
     gpu_types: list[str] | None = None
+    tpu: dict | None = None
+    mcp_servers: list[dict] = []
+    skills_dir: str | None = None
 
-    @field_validator("workdir")
+    @field_validator("workdir", mode="before")
     @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
+    def _absolute(cls, value):
+        if value is None:
+            return "/app"
+        if not str(value).startswith("/"):
             raise ValueError("must be an absolute path such as /app")
         return value
 
     @model_validator(mode="after")
     def _harbor_compat(self) -> EnvironmentSection:
+        if self.os == "windows":
+            raise cannot_honour("environment.os = 'windows'", "trials run in Linux containers")
         if self.gpus:
-            raise ValueError("gpus: orchestra cannot give a trial GPUs; remove gpus or set 0")
+            raise cannot_honour("environment.gpus", "no GPUs here; remove gpus or set 0")
         if self.gpu_types:
-            raise ValueError("gpu_types: orchestra cannot give a trial GPUs; remove gpu_types")
+            raise cannot_honour("environment.gpu_types", "no GPUs here; remove gpu_types")
+        if self.tpu:
+            raise cannot_honour("environment.tpu", "no TPUs here")
+        if self.mcp_servers:
+            raise cannot_honour("environment.mcp_servers", "orchestra does not start MCP "
+                                "servers for agents yet")
+        if self.skills_dir:
+            raise cannot_honour("environment.skills_dir", "agent skills are not installed "
+                                "by orchestra yet")
+        _check_network(self.network_mode, self.allowed_hosts)
         if self.memory is not None:
             self.memory_mb = size_to_mb(self.memory)
         if self.storage is not None:
             self.storage_mb = size_to_mb(self.storage)
         if self.allow_internet is False:
-            self.network_mode = "none"
+            self.network_mode = "no-network"
+        if self.network_mode == "none":
+            self.network_mode = "no-network"
         return self
 
 
@@ -147,19 +239,38 @@ class TaskConfig(_Section):
     memory: MemorySection = MemorySection()
     artifacts: list[str] = []
     steps: list[dict] | None = None
+    multi_step_reward_strategy: str | None = None
 
-    @field_validator("artifacts")
+    @field_validator("artifacts", mode="before")
     @classmethod
-    def _artifacts_absolute(cls, paths: list[str]) -> list[str]:
-        for path in paths:
+    def _artifacts(cls, entries) -> list[str]:
+        """Paths, or Harbor's tables {source, destination, exclude, service}: a table
+        naming only `source` (service main) is that path; the rest cannot be honoured."""
+        paths = []
+        for entry in entries or []:
+            if isinstance(entry, dict):
+                extra = {k: v for k, v in entry.items() if v not in (None, [], "", "main")
+                         and k != "source"}
+                if extra:
+                    raise cannot_honour(f"artifacts.{'/'.join(sorted(extra))}",
+                                        "only the main container's paths are collected")
+                entry = entry.get("source", "")
+            path = str(entry)
             if not path.startswith("/") or ".." in path.split("/"):
                 raise ValueError(f"{path!r} must be an absolute path without '..'")
+            paths.append(path)
         return paths
+
+    def network_for(self, phase: Literal["agent", "verifier"]) -> Literal["public", "no-network"]:
+        """Harbor's resolution: the phase's own network_mode if set, else the environment's."""
+        section = self.agent if phase == "agent" else self.verifier
+        mode = section.network_mode or self.environment.network_mode
+        return "no-network" if mode in ("none", "no-network") else "public"
 
     @model_validator(mode="after")
     def _refuse_unsupported(self) -> TaskConfig:
         if self.steps is not None:
-            raise ValueError("steps: multi-step tasks are not supported by orchestra")
+            raise cannot_honour("steps", "multi-step tasks are not run by orchestra yet")
         version = self.schema_version or self.version
         if version is not None and not version.startswith("1"):
             raise ValueError(f"schema_version: {version!r} is not supported (expected 1.x)")

@@ -101,6 +101,19 @@ class DockerRuntime:
         except requests.RequestException as exc:  # transport: infrastructure, retried
             raise RuntimeFault(f"the engine failed during the build: {exc}") from exc
 
+    def pull(self, ref: str, timeout_sec: float = 600) -> None:
+        """Pull an image (only for a task's `docker_image`); BuildFailed with the engine's
+        reason when it cannot be had."""
+        repository, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
+        try:
+            for chunk in self.api.pull(repository, tag=tag, stream=True, decode=True):
+                if "error" in chunk:
+                    raise BuildFailed(f"pull {ref}: {chunk['error']}")
+        except (APIError, requests.RequestException) as exc:
+            raise BuildFailed(f"pull {ref}: {exc}") from exc
+        if not self.image_exists(ref):
+            raise BuildFailed(f"pull {ref}: the engine reported no image")
+
     def tag_image(self, source: str, target: str) -> None:
         repository, _, tag = target.rpartition(":")
         self.api.tag(source, repository, tag)
@@ -186,6 +199,15 @@ class DockerRuntime:
             block = self._network_blocks.pop(name, None)
         if block is not None:
             self.subnets.release(block)
+
+    def connect_network(self, container: str, network: str) -> None:
+        self.api.connect_container_to_network(container, network)
+
+    def disconnect_network(self, container: str, network: str) -> None:
+        try:
+            self.api.disconnect_container_from_network(container, network, force=True)
+        except NotFound:
+            pass
 
     def create_bind_volume(self, name: str, host_path: str, labels: dict[str, str]) -> str:
         self.api.create_volume(name, driver="local", labels=labels,

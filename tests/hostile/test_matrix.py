@@ -53,7 +53,7 @@ CASES = {
                          solve="echo wrong > /app/answer.txt\nprintf '#!/bin/sh\\nmkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\\n' > /bin/bash.new && mv /bin/bash.new $(readlink -f /bin/bash)\n",
                          test="mkdir -p /logs/verifier; [ \"$(cat /app/answer.txt)\" = right ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"),
     "kill-pid1": dict(toml=SMALL, solve="touch /app/ok\nkill -9 1\nsleep 30\n"),
-    "background": dict(toml=SMALL, solve="(while :; do date >> /app/late; sleep 0.2; done) &\nsleep 1\ntouch /app/ok\n",
+    "background": dict(toml="[verifier]\nenvironment_mode = \"snapshot\"\n" + SMALL, solve="(while :; do date >> /app/late; sleep 0.2; done) &\nsleep 1\ntouch /app/ok\n",
                        test="mkdir -p /logs/verifier; a=$(wc -l < /app/late); sleep 1.5; b=$(wc -l < /app/late)\n[ \"$a\" = \"$b\" ] && [ -e /app/ok ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"),
     "stubborn": dict(toml="[agent]\ntimeout_sec = 3\n" + SMALL, solve="touch /app/ok\ntrap '' TERM\nwhile :; do sleep 1; done\n"),
     "egress": dict(toml='[relay]\nenabled = true\n[environment]\ncpus = 0.5\nnetwork_mode = "none"\n',

@@ -130,17 +130,22 @@ def test_sigint_cancels_promptly_cleans_up_and_marks_trials_cancelled(runtime, t
     assert job["n_trials"] == 6 and job["counts"] == {"cancelled": 6}
 
 
-def test_admission_never_oversubscribes_and_refuses_what_cannot_fit(runtime, tmp_path):
+def test_admission_never_oversubscribes_and_a_trial_that_cannot_fit_fails_alone(runtime, tmp_path):
     make_task(tmp_path / "ds", "onecpu", solve="sleep 1\ntouch /app/ok",
               toml="[environment]\ncpus = 1\nmemory_mb = 256\n")
     options = JobOptions(job_name="admit", jobs_dir=tmp_path / "jobs", n_concurrent=3, k=3, max_cpus=1.5)
     job = run_job(runtime, load_tasks(tmp_path / "ds"), default_manifest("oracle"), options)
     assert job.mean_reward == 1.0 and job.peak_cpus == 1.0 and job.peak_memory_mb == 256
     make_task(tmp_path / "big", "huge", toml="[environment]\ncpus = 8\n")
+    make_task(tmp_path / "big", "small", toml="[environment]\ncpus = 1\n", solve="touch /app/ok")
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "big"), "--max-cpus", "2",
-                           "--jobs-dir", str(tmp_path / "jobs")], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200"})
-    assert proc.returncode == 2 and "can never fit" in proc.stderr
+                           "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "fit", "-q"],
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    results = {r["task"].split("/")[-1]: r for r in
+               (json.loads(p.read_text()) for p in (tmp_path / "jobs/fit/trials").glob("*/result.json"))}
+    assert results["huge"]["failure_mode"] == "infeasible" and "cpus=8" in results["huge"]["error"]
+    assert results["small"]["reward"] == {"reward": 1.0}
 
 
 def test_layers_filter_and_default_k(runtime, tmp_path):

@@ -34,7 +34,7 @@ def test_harbor_fields_are_accepted_and_mapped(tmp_path):
         allow_internet = false
     """))
     env = task.config.environment
-    assert (env.memory_mb, env.storage_mb, env.network_mode) == (2048, 512, "none")
+    assert (env.memory_mb, env.storage_mb, env.network_mode) == (2048, 512, "no-network")
     assert task.config.verifier.environment_mode == "shared"  # Harbor's default
     assert task.config.agent.user == "agent"
 
@@ -90,3 +90,56 @@ def test_image_repository_is_a_valid_reference(tmp_path):
 def test_finding_tasks_reports_empty_folders(tmp_path):
     with pytest.raises(InputError, match="no task.toml"):
         find_task_dirs(tmp_path)
+
+
+def test_current_harbor_fields_are_accepted(tmp_path):
+    """Harbor 1.x (src/harbor/models/task/config.py): nothing it defines is an unknown key."""
+    task = load_task(make_task(tmp_path, "harbor", toml="""
+        schema_version = "1.4"
+        artifacts = ["/app/a.txt", { source = "/app/b.txt" }]
+        [task]
+        name = "org/harbor"
+        version = "2.1"
+        authors = [{ name = "Ada", email = "ada@example.com" }]
+        keywords = ["k"]
+        [agent]
+        timeout_sec = 30
+        network_mode = "no-network"
+        user = 1000
+        [verifier]
+        network_mode = "public"
+        env = { TOKEN = "${ORCH_TEST_UNSET_VAR:-fallback}" }
+        [environment]
+        os = "linux"
+        gpus = 0
+        mcp_servers = []
+        network_mode = "public"
+        workdir = "/srv"
+        [environment.healthcheck]
+        command = "test -e /srv"
+        retries = 2
+    """))
+    c = task.config
+    assert c.task.authors[0].name == "Ada" and c.task.version == "2.1"
+    assert c.artifacts == ["/app/a.txt", "/app/b.txt"]
+    assert c.agent.user == "1000" and c.agent.network_mode == "no-network"
+    assert c.environment.healthcheck.retries == 2 and c.environment.workdir == "/srv"
+
+
+@pytest.mark.parametrize("toml, named", [
+    ("[environment]\nos = 'windows'\n", "environment.os"),
+    ("[environment]\nmcp_servers = [{ name = 'm', url = 'http://x' }]\n", "environment.mcp_servers"),
+    ("[environment]\ntpu = { type = 'v6e', topology = '2x4' }\n", "environment.tpu"),
+    ("[environment]\nskills_dir = 'skills'\n", "environment.skills_dir"),
+    ("[environment]\nnetwork_mode = 'allowlist'\nallowed_hosts = ['example.com']\n", "network_mode = 'allowlist'"),
+    ("[verifier.environment]\ncpus = 1\n", "verifier.environment"),
+    ("[[verifier.collect]]\nservice = 'api'\ncommand = 'true'\n", "verifier.collect"),
+    ("artifacts = [{ source = '/x', service = 'api' }]\n", "artifacts.service"),
+    ("[[steps]]\nname = 'one'\n", "steps"),
+])
+def test_fields_orchestra_cannot_honour_are_named_as_such(tmp_path, toml, named):
+    with pytest.raises(InputError) as info:
+        load_task(make_task(tmp_path, "no", toml=toml))
+    message = str(info.value)
+    assert f"orchestra cannot honour `{named}" in message
+    assert "unknown key" not in message

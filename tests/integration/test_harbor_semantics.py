@@ -1,0 +1,73 @@
+"""Harbor's semantics on the real engine, with tasks of our own in Harbor's form: the live
+shared verifier, per-phase network policy, prebuilt images that fall back to a build."""
+
+from __future__ import annotations
+
+from conftest import by_task, make_task, run
+
+SERVICE = """
+    mkdir -p /srv/www && echo served > /srv/www/index.html
+    cd /srv/www && nohup python3 -m http.server 8000 >/dev/null 2>&1 &
+    sleep 1
+"""
+GRADE_SERVICE = """
+    mkdir -p /logs/verifier
+    python3 - <<'PY'
+    import urllib.request
+    try:
+        ok = urllib.request.urlopen("http://127.0.0.1:8000/index.html", timeout=5).read() == b"served\\n"
+    except OSError:
+        ok = False
+    open("/logs/verifier/reward.txt", "w").write("1" if ok else "0")
+    PY
+"""
+APT = """
+    mkdir -p /logs/verifier
+    if apt-get update -qq >/logs/verifier/apt.txt 2>&1 && apt-get install -y -qq hello >>/logs/verifier/apt.txt 2>&1 \\
+        && /usr/bin/hello | grep -q 'Hello, world'; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
+"""
+
+
+def test_a_service_started_by_the_agent_is_graded_live_in_shared_mode(runtime, tmp_path):
+    make_task(tmp_path / "ds", "live", solve=SERVICE, test=GRADE_SERVICE)
+    make_task(tmp_path / "ds", "snap", solve=SERVICE, test=GRADE_SERVICE,
+              toml='[verifier]\nenvironment_mode = "snapshot"\n')
+    _, trials = run(runtime, tmp_path / "ds", tmp_path / "jobs", name="live")
+    t = by_task(trials)
+    assert t["live"].verifier_mode == "shared" and t["live"].reward == {"reward": 1.0}
+    assert t["live"].verifier_forgeable is True
+    # snapshot grades a commit of the stopped container: the files, no process
+    assert t["snap"].verifier_mode == "snapshot" and t["snap"].reward == {"reward": 0.0}
+    assert runtime.labelled("orchestra.job=live") == ([], [], [])
+
+
+def test_the_verifier_network_policy_holds_at_grading_time(runtime, tmp_path):
+    ds = tmp_path / "ds"
+    make_task(ds, "apt-public", test=APT, toml="[verifier]\ntimeout_sec = 300\n")
+    make_task(ds, "apt-none", test=APT,
+              toml='[verifier]\ntimeout_sec = 300\nnetwork_mode = "no-network"\n')
+    make_task(ds, "apt-agent-none", test=APT, toml=(
+        '[agent]\nnetwork_mode = "no-network"\n[verifier]\ntimeout_sec = 300\n'))
+    make_task(ds, "apt-separate-none", test=APT, toml=(
+        '[verifier]\ntimeout_sec = 300\nenvironment_mode = "separate"\nnetwork_mode = "no-network"\n'))
+    _, trials = run(runtime, ds, tmp_path / "jobs", name="netpolicy")
+    t = by_task(trials)
+    assert t["apt-public"].reward == {"reward": 1.0}, t["apt-public"].error
+    assert t["apt-none"].reward == {"reward": 0.0}
+    # the agent ran without a network, the verifier (public by the environment) had one
+    assert t["apt-agent-none"].limits.network_internal is True
+    assert t["apt-agent-none"].reward == {"reward": 1.0}
+    assert t["apt-separate-none"].reward == {"reward": 0.0}
+
+
+def test_a_docker_image_that_cannot_be_pulled_is_built_from_the_dockerfile(runtime, tmp_path):
+    make_task(tmp_path / "ds", "prebuilt", solve="touch /app/ok\n",
+              toml='[environment]\ndocker_image = "orchestra-test/never-published:1"\n')
+    make_task(tmp_path / "ds", "present", solve="touch /app/ok\n",
+              toml='[environment]\ndocker_image = "orchestra/base:bookworm"\nworkdir = "/app"\n')
+    _, trials = run(runtime, tmp_path / "ds", tmp_path / "jobs", name="prebuilt")
+    t = by_task(trials)
+    assert t["prebuilt"].image_source == "built" and t["prebuilt"].reward == {"reward": 1.0}
+    assert t["present"].image_source == "prebuilt" and t["present"].reward == {"reward": 1.0}
+    base_id = runtime.api.inspect_image("orchestra/base:bookworm")["Id"].split(":")[-1]
+    assert t["present"].image.startswith(f"orchestra/agent/{base_id[:16]}:")  # keyed by id
