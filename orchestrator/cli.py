@@ -68,6 +68,7 @@ def run(
     backend: Annotated[str, typer.Option(help="Where trials run: local | ray (each trial a Ray task).")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: auto, i.e. RAY_ADDRESS or a local cluster).")] = None,
     oci_runtime: Annotated[str | None, typer.Option("--runtime", help="OCI runtime for agent containers, e.g. runsc (gVisor).")] = None,
+    ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) that task image builds trust: pip, curl, node, git behind a TLS-intercepting proxy.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Also write the job result here ('-': stdout).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain progress lines, no live display.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
@@ -110,6 +111,8 @@ def run(
         name = job_name or dt.datetime.now().strftime("%Y-%m-%d__%H-%M-%S")
         if (problem := check_job_name(name)) is not None:
             raise InputError(f"--job-name: {problem}")
+        if ca_bundle is not None and not ca_bundle.is_file():
+            raise InputError(f"--ca-bundle: {ca_bundle}: no such file")
         if retry_errors and resume is None:
             raise InputError("--retry-errors: only with --resume JOB_DIR")
         if policy not in ("memory-on", "memory-off"):
@@ -146,7 +149,7 @@ def run(
             job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=k, policy=policy,
             manifest_dir=manifest_dir, max_retries=max_retries, max_cpus=max_cpus,
             max_memory_mb=max_memory_mb, resume=resume is not None, oci_runtime=oci_runtime,
-            retry_errors=retry_errors,
+            retry_errors=retry_errors, ca_bundle=ca_bundle,
             backend=backend, ray_address=ray_address,
             endpoints=load_endpoints(endpoint_files) if endpoint_files else None,
             source={"path": str(path.resolve()), "layer": layer,
@@ -309,7 +312,8 @@ def cleanup(
         for row in rows:
             console.print(f"would remove {row['kind']} {row['name'][:64]}  "
                           f"(job {row['labels'].get(LABEL_JOB, '?')})", markup=False)
-        console.print(f"{len(rows)} object(s) in scope ({scope}); nothing removed (--dry-run)")
+        console.print(f"{len(rows)} object(s) in scope ({scope}); nothing removed (--dry-run)",
+                      soft_wrap=True)
         return
     if everything:
         removed = reap(runtime, LABEL_KIND)

@@ -129,31 +129,68 @@ def resolve_bases(runtime: DockerRuntime, dockerfile: str) -> dict[str, str]:
     return used
 
 
+CA_PATH = "/etc/orchestra/ca-bundle.pem"
+CA_VARIABLES = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
+                "CURL_CA_BUNDLE", "GIT_SSL_CAINFO")
+
+
+def with_ca(context: bytes, dockerfile: str, ca: bytes) -> bytes:
+    """The build context with a CA bundle, and a Dockerfile that trusts it in every stage
+    (after each FROM: the file, and the variables pip, requests, curl, node and git read),
+    so `pip install` works behind a TLS-intercepting proxy. The task's files are unchanged."""
+    import io
+    import tarfile
+
+    lines = []
+    for line in dockerfile.splitlines():
+        lines.append(line)
+        if _FROM.match(line):
+            lines.append(f"COPY orchestra-ca-bundle.pem {CA_PATH}")
+            lines.append("ENV " + " ".join(f"{v}={CA_PATH}" for v in CA_VARIABLES))
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as merged:
+        with tarfile.open(fileobj=io.BytesIO(context)) as first:
+            for member in first:
+                if member.name.lstrip("./") in ("Dockerfile", "orchestra-ca-bundle.pem"):
+                    continue
+                merged.addfile(member, first.extractfile(member) if member.isfile() else None)
+        for name, data in (("Dockerfile", ("\n".join(lines) + "\n").encode()),
+                           ("orchestra-ca-bundle.pem", ca)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            merged.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
 def ensure_task_images(runtime: DockerRuntime, task: Task, job: str,
-                       install: str | None = None) -> TaskImages:
+                       install: str | None = None, ca_bundle: bytes | None = None) -> TaskImages:
     env = task.config.environment
     labels = {LABEL_IMAGE_KIND: "task-image", "orchestra.image.task": task.name,
               "orchestra.image.job": job}
     built, aliases = 0, {}
     source = "built"
+    variant = task.environment_hash + (
+        f"-ca{hashlib.sha256(ca_bundle).hexdigest()[:8]}" if ca_bundle is not None else "")
     prebuilt = env.docker_image and _prebuilt(runtime, env.docker_image, task)
     if prebuilt:
         task_image, source = env.docker_image, prebuilt
     else:
-        task_image = f"{image_repository(task)}:{task.environment_hash}"
+        task_image = f"{image_repository(task)}:{variant}"
         dockerfile = (task.path / "environment" / "Dockerfile").read_text()
         with image_lock(task_image):
             if not runtime.image_exists(task_image):
                 aliases = resolve_bases(runtime, dockerfile)
                 started = time.monotonic()
-                runtime.build_image(tar_directory(task.path / "environment"), task_image,
-                                    labels, env.build_timeout_sec)
+                context = tar_directory(task.path / "environment")
+                if ca_bundle is not None:
+                    context = with_ca(context, dockerfile, ca_bundle)
+                runtime.build_image(context, task_image, labels, env.build_timeout_sec)
                 built += 1
                 log.info("image.built", image=task_image, seconds=round(time.monotonic() - started, 2))
             else:
                 aliases = {ref: BASE_IMAGE for ref in base_references(dockerfile)
                            if _is_base(runtime, ref)}
-    agent_image = f"{task_image.rsplit(':', 1)[0]}:{task.environment_hash}-{stack_hash()}"
+    agent_image = f"{task_image.rsplit(':', 1)[0]}:{variant}-{stack_hash()}"
     if prebuilt:  # keyed by the image *id*: a re-pulled or rebuilt tag gets a new layer
         image_id = runtime.api.inspect_image(task_image)["Id"].split(":")[-1]
         agent_image = f"orchestra/agent/{image_id[:16]}:{stack_hash()}"

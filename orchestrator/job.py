@@ -64,6 +64,7 @@ class JobOptions:
     max_memory_mb: int | None = None
     resume: bool = False
     retry_errors: bool = False  # with resume: re-run infra, launch and build errors too
+    ca_bundle: Path | None = None  # trusted in image builds (a TLS-intercepting proxy)
     oci_runtime: str | None = None  # --runtime, e.g. runsc
     backend: str = "local"  # local | ray
     ray_address: str | None = None
@@ -73,8 +74,10 @@ class JobOptions:
 class ImageCache:
     """Task images per job: built at most once, one builder per image."""
 
-    def __init__(self, runtime: DockerRuntime, job: str, install: str | None = None):
+    def __init__(self, runtime: DockerRuntime, job: str, install: str | None = None,
+                 ca_bundle: bytes | None = None):
         self.runtime, self.job, self.install = runtime, job, install
+        self.ca_bundle = ca_bundle
         self._done: dict[str, TaskImages] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -85,7 +88,8 @@ class ImageCache:
             lock = self._locks.setdefault(task.name, threading.Lock())
         with lock:
             if task.name not in self._done:
-                images = ensure_task_images(self.runtime, task, self.job, self.install)
+                images = ensure_task_images(self.runtime, task, self.job, self.install,
+                                            self.ca_bundle)
                 with self._guard:
                     self.built += images.built
                 self._done[task.name] = images
@@ -195,7 +199,8 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
                   for t in tasks],
     })
     cancel = admission_cancel
-    images = ImageCache(runtime, options.job_name, lead.install if lead.agent == "command" else None)
+    images = ImageCache(runtime, options.job_name, lead.install if lead.agent == "command" else None,
+                        options.ca_bundle.read_bytes() if options.ca_bundle else None)
     watchdog = DiskWatchdog(runtime, options.job_name)
     networks = NetworkPool(runtime, options.job_name)
     ctx = TrialContext(

@@ -188,6 +188,31 @@ def read_limits(runtime: DockerRuntime, container: str, storage_mb: int,
     )
 
 
+class Unhealthy(Exception):
+    """[environment] healthcheck never passed: the environment did not come up."""
+
+
+def wait_healthy(runtime: DockerRuntime, box: Sandbox, check) -> int:
+    """Docker HEALTHCHECK semantics before the agent starts: during start_period_sec a
+    failure does not count (checks every start_interval_sec); after it, `retries`
+    consecutive failures (every interval_sec) fail the trial. Returns the checks run."""
+    started = time.monotonic()
+    failures = checks = 0
+    while True:
+        checks += 1
+        outcome = runtime.exec(box.agent_container, ["sh", "-c", check.command],
+                               deadline=time.time() + check.timeout_sec, workdir=box.workdir)
+        if outcome.exit_code == 0:
+            return checks
+        in_start = time.monotonic() - started < check.start_period_sec
+        if not in_start:
+            failures += 1
+            if failures >= check.retries:
+                raise Unhealthy(f"[environment] healthcheck failed {failures} time(s) in a row "
+                                f"(last exit code {outcome.exit_code}): {check.command[:200]}")
+        time.sleep(check.start_interval_sec if in_start else check.interval_sec)
+
+
 def _public_network(box: Sandbox) -> Network:
     """A public network for this trial: its own, or one more from the job's pool."""
     if box.network is not None and not box.network.internal:

@@ -40,6 +40,7 @@ from orchestrator.sandbox import (
     close_sandbox,
     open_sandbox,
     resolve_workdir,
+    wait_healthy,
 )
 from orchestrator.scrub import scrub_tree
 from orchestrator.tasks import Task
@@ -176,6 +177,9 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
                                oci_runtime=ctx.oci_runtime)
             result.limits = applied_limits(ctx.runtime, box, task)
             ctx.watchdog.register(box.agent_container, task.config.environment.storage_mb)
+            if task.config.environment.healthcheck is not None:
+                result.healthchecks = wait_healthy(ctx.runtime, box,
+                                                   task.config.environment.healthcheck)
         with phase(result, "seed", ctx):
             seed_files(ctx, task, box, roots, result)
             if ctx.policy == "memory-on" and task.seeds:

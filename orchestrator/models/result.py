@@ -90,6 +90,7 @@ class TrialResult(BaseModel):
     verifier_mode: str = "shared"
     image: str | None = None
     image_source: str | None = None  # prebuilt | pulled | built
+    healthchecks: int | None = None  # [environment] healthcheck runs before the agent
     base_alias: dict[str, str] = {}
     limits: AppliedLimits = AppliedLimits()
     verifier_limits: AppliedLimits | None = None  # the verifier container's, read back

@@ -3,6 +3,9 @@ shared verifier, per-phase network policy, prebuilt images that fall back to a b
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from conftest import by_task, make_task, run
 
 SERVICE = """
@@ -71,3 +74,54 @@ def test_a_docker_image_that_cannot_be_pulled_is_built_from_the_dockerfile(runti
     assert t["present"].image_source == "prebuilt" and t["present"].reward == {"reward": 1.0}
     base_id = runtime.api.inspect_image("orchestra/base:bookworm")["Id"].split(":")[-1]
     assert t["present"].image.startswith(f"orchestra/agent/{base_id[:16]}:")  # keyed by id
+
+
+def test_the_environment_healthcheck_runs_before_the_agent(runtime, tmp_path):
+    # The first check fails inside the start period (not counted), the second passes.
+    make_task(tmp_path / "ds", "healthy", toml="""
+        [environment.healthcheck]
+        command = "test -e /tmp/ready || { touch /tmp/ready; false; }"
+        interval_sec = 0.2
+        start_interval_sec = 0.2
+        start_period_sec = 5
+        retries = 1
+    """, solve="test -e /tmp/ready && touch /app/ok\n")
+    make_task(tmp_path / "ds", "never", toml="""
+        [environment.healthcheck]
+        command = "false"
+        interval_sec = 0.1
+        retries = 2
+    """)
+    _, trials = run(runtime, tmp_path / "ds", tmp_path / "jobs", name="health")
+    t = by_task(trials)
+    assert t["healthy"].healthchecks == 2 and t["healthy"].reward == {"reward": 1.0}
+    assert t["never"].failure_mode == "launch_error" and "healthcheck failed 2" in t["never"].error
+
+
+PIP_DOCKERFILE = """FROM python:3.12-slim-bookworm
+WORKDIR /app
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-pip >/dev/null \\
+    && pip install --break-system-packages --retries 0 --timeout 20 six \\
+    && python3 -c "import six"
+"""
+
+
+def test_pip_install_in_a_build_works_through_the_ca_bundle(runtime, tmp_path):
+    """This machine reaches PyPI only through a TLS-intercepting proxy whose CA is in the
+    host's bundle: without --ca-bundle the build fails on the certificate, with it pip works."""
+    from orchestrator.job import JobOptions, run_job
+    from orchestrator.models.manifest import default_manifest
+    from orchestrator.tasks import load_tasks
+
+    make_task(tmp_path / "ds", "pip", solve="python3 -c 'import six' && touch /app/ok\n",
+              dockerfile=PIP_DOCKERFILE)
+    tasks = load_tasks(tmp_path / "ds")
+    without = run_job(runtime, tasks, default_manifest("oracle"),
+                      JobOptions(job_name="no-ca", jobs_dir=tmp_path / "jobs", max_retries=0))
+    assert without.counts == {"build_error": 1}
+    error = json.loads(next((tmp_path / "jobs/no-ca/trials").glob("*/result.json")).read_text())["error"]
+    assert "CERTIFICATE" in error.upper() or "SSL" in error.upper(), error[-500:]
+    with_ca = run_job(runtime, tasks, default_manifest("oracle"),
+                      JobOptions(job_name="ca", jobs_dir=tmp_path / "jobs",
+                                 ca_bundle=Path("/etc/ssl/certs/ca-certificates.crt")))
+    assert with_ca.counts == {"none": 1} and with_ca.mean_reward == 1.0
