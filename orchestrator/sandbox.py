@@ -217,6 +217,8 @@ def _public_network(box: Sandbox) -> Network:
     """A public network for this trial: its own, or one more from the job's pool."""
     if box.network is not None and not box.network.internal:
         return box.network
+    if box.extra_networks:  # one per trial, reused by its later steps
+        return box.extra_networks[-1]
     assert box.networks is not None
     network = box.networks.acquire(internal=False)
     box.extra_networks.append(network)
@@ -228,9 +230,17 @@ def verifier_network(box: Sandbox, policy: str) -> str:
     return "none" if policy == "no-network" else _public_network(box).name
 
 
-def switch_network(runtime: DockerRuntime, box: Sandbox, policy: str, container: str) -> None:
-    """Live grading under the verifier's policy, when it differs from the agent's."""
+def switch_network(runtime: DockerRuntime, box: Sandbox, policy: str, container: str,
+                   back: bool = False) -> None:
+    """Live grading under the verifier's policy, when it differs from the agent's; with
+    `back`, the agent's network again (the next step of a multi-step task)."""
     assert box.network is not None
+    extra = box.extra_networks[-1] if box.extra_networks else None
+    if back:
+        if extra is not None:
+            runtime.disconnect_network(container, extra.name)
+        runtime.connect_network_if_absent(container, box.network.name)
+        return
     if policy == "public" and box.network.internal:
         runtime.connect_network(container, _public_network(box).name)
     elif policy == "no-network" and not box.network.internal:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import tomllib
@@ -31,10 +32,45 @@ class Task:
     environment_hash: str  # environment/ only: the image tag
     seeds: tuple = ()  # memory.EngramSeed from memory/seeds.toml
     facts: tuple = ()  # memory.FactFile from memory/project|global/*.md
+    step: str | None = None  # set on the view of one of Harbor's [[steps]]
 
     @property
     def short_name(self) -> str:
         return self.name.split("/")[-1]
+
+    @property
+    def step_dir(self) -> Path | None:
+        return self.path / "steps" / self.step if self.step else None
+
+    @property
+    def tests_dirs(self) -> tuple[Path, ...]:
+        """tests/ copied to /tests in this order (a step's own tests overlay the task's)."""
+        dirs = [self.path / "tests"] + ([self.step_dir / "tests"] if self.step_dir else [])
+        return tuple(d for d in dirs if d.is_dir())
+
+    @property
+    def solution_dir(self) -> Path:
+        return (self.step_dir or self.path) / "solution"
+
+    @property
+    def workdir_seed(self) -> Path | None:
+        """A step's workdir/ (uploaded to the workdir before its agent runs)."""
+        return self.step_dir / "workdir" if self.step_dir else None
+
+    def step_view(self, step) -> Task:
+        """The task as one step sees it: its instruction, tests, solution, and the step's
+        [agent]/[verifier] settings over the task's (verifier.env merged)."""
+        folder = self.path / "steps" / step.name
+        agent = self.config.agent.model_copy(
+            update={k: getattr(step.agent, k) for k in step.agent.model_fields_set})
+        verifier = self.config.verifier.model_copy(update={
+            **{k: getattr(step.verifier, k) for k in step.verifier.model_fields_set},
+            "env": {**self.config.verifier.env, **step.verifier.env}})
+        config = self.config.model_copy(update={
+            "agent": agent, "verifier": verifier,
+            "artifacts": list(self.config.artifacts) + list(step.artifacts)})
+        return dataclasses.replace(self, config=config, step=step.name,
+                                   instruction=(folder / "instruction.md").read_text())
 
     @property
     def uses_relay(self) -> bool:
@@ -42,6 +78,9 @@ class Task:
 
     @property
     def has_solution(self) -> bool:
+        if self.config.steps:
+            return all((self.path / "steps" / s.name / "solution/solve.sh").is_file()
+                       for s in self.config.steps)
         return (self.path / "solution" / "solve.sh").is_file()
 
 
@@ -83,10 +122,21 @@ def load_task(path: Path) -> Task:
             problems.append(f"{toml_path}: not valid TOML: {exc}")
         except ValidationError as exc:
             problems.extend(validation_problems(toml_path, exc, explain_unknown=True))
-    # A multi-step task keeps its instruction and tests per step: its one problem is `steps`.
+    # A multi-step task keeps its instruction (and tests) per step, under steps/<name>/.
     required = ("task.toml",) if raw.get("steps") else REQUIRED_FILES
     problems = [f"{path / rel}: missing (every task needs {rel})"
                 for rel in required if not (path / rel).is_file()] + problems
+    for step in (config.steps or []) if config is not None else []:
+        folder = path / "steps" / step.name
+        if not (folder / "instruction.md").is_file():
+            problems.append(f"{folder / 'instruction.md'}: missing (every step needs one)")
+        if not (folder / "tests/test.sh").is_file() and not (path / "tests/test.sh").is_file():
+            problems.append(f"{folder / 'tests/test.sh'}: missing (a step needs its own "
+                            "tests/test.sh or the task's)")
+    for compose in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml"):
+        if (path / "environment" / compose).is_file():
+            problems.append(f"{path / 'environment' / compose}: orchestra cannot honour "
+                            "`environment/docker-compose.yaml` (sidecar services) yet")
     if config is not None and not config.environment.docker_image:
         if not (path / "environment" / "Dockerfile").is_file():
             problems.append(
@@ -94,6 +144,8 @@ def load_task(path: Path) -> Task:
                 "(add one or set [environment] docker_image)"
             )
     instruction = path / "instruction.md"
+    if config is not None and config.steps and not instruction.is_file():
+        instruction = path / "steps" / config.steps[0].name / "instruction.md"
     if instruction.is_file():
         size = instruction.stat().st_size
         limit = 65_535 if config is not None and config.relay.enabled else MAX_INSTRUCTION_BYTES
@@ -118,7 +170,7 @@ def load_task(path: Path) -> Task:
         path=path,
         name=name,
         config=config,
-        instruction=(path / "instruction.md").read_text(),
+        instruction=instruction.read_text(),
         content_hash=hash_tree(path),
         environment_hash=hash_tree(path / "environment"),
         seeds=seeds,

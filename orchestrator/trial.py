@@ -26,7 +26,7 @@ from orchestrator.collect import EVIDENCE_NAME, collect, export_evidence
 from orchestrator.images import TaskImages
 from orchestrator.memory import StateRoots, file_seed_archive, seed_engrams
 from orchestrator.models.manifest import Manifest, flag_env
-from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.models.result import FailureMode, StepResult, TrialResult
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TrialDir
 from orchestrator.proxy import ModelProxy, Upstreams
 from orchestrator.relay.session import TrialRelay, start_relay
@@ -36,6 +36,7 @@ from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.sandbox import (
     NetworkPool,
     Sandbox,
+    Unhealthy,
     applied_limits,
     close_sandbox,
     open_sandbox,
@@ -163,6 +164,41 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
         scrub.register(*trial_secrets)
         return env
 
+    def episode(view: Task, where: TrialDir, last: bool) -> None:
+        """One instruction, start to grade: agent, collect, verify (a multi-step task runs
+        one per step in the same environment; `where` is that step's folder)."""
+        assert box is not None
+        with phase(result, "agent", ctx):
+            if relay is not None and relay.task_event_id is None:
+                relay.post_instruction()
+            deadline = time.time() + (ctx.timeout_override or view.config.agent.timeout_sec)
+            workers = start_workers(ctx, view, box, relay, images.agent_image, deadline,
+                                    flags=active_flags(ctx, view))
+            try:
+                run_agent(ctx, view, box, result)
+            finally:
+                if workers:
+                    result.workers = stop_workers(ctx.runtime, workers, where, ctx.watchdog)
+        with phase(result, "collect", ctx):
+            collect(ctx.runtime, view, box, where)
+            result.collected = dict(box.collected)
+            if relay is not None and last:
+                export_evidence(relay, where, result)
+            scrubbed = scrub_tree(where.root, trial_secrets + scrub.current())
+            if scrubbed:  # the agent wrote a secret somewhere: replaced, and said so
+                result.scrubbed_files = (result.scrubbed_files + scrubbed)[:50]
+            audit = audit_trajectory(
+                where.agent / "trajectory.jsonl", view.facts, view.config.memory.markers,
+                view.config.memory.markers_in_prefix, state_home=roots.state_home,
+                truncated=bool((result.collected.get(AGENT_LOGS) or {}).get("truncated")))
+            leaks = list(result.memory.get("leaks", []))
+            result.memory.update(audit.as_dict())
+            result.memory["leaks"] = leaks + audit.leaks
+        with phase(result, "verify", ctx):
+            verify(ctx.runtime, view, images, box, where, result,
+                   evidence=where.artifacts / EVIDENCE_NAME if relay is not None and last else None,
+                   watchdog=ctx.watchdog, keep_alive=not last)
+
     try:
         with phase(result, "build", ctx):
             images = ctx.images_for(task)
@@ -186,34 +222,10 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
                 records = seed_engrams(ctx.runtime, box.agent_container, task.seeds,
                                        user=task.config.agent.user, env=box.exec_env)
                 result.memory["engram_seeds"] = [asdict(r) for r in records]
-        with phase(result, "agent", ctx):
-            if relay is not None:
-                relay.post_instruction()
-            deadline = time.time() + (ctx.timeout_override or task.config.agent.timeout_sec)
-            workers = start_workers(ctx, task, box, relay, images.agent_image, deadline,
-                                    flags=active_flags(ctx, task))
-            try:
-                run_agent(ctx, task, box, result)
-            finally:
-                if workers:
-                    result.workers = stop_workers(ctx.runtime, workers, paths, ctx.watchdog)
-        with phase(result, "collect", ctx):
-            collect(ctx.runtime, task, box, paths)
-            result.collected = dict(box.collected)
-            if relay is not None:
-                export_evidence(relay, paths, result)
-            scrubbed = scrub_tree(paths.root, trial_secrets + scrub.current())
-            if scrubbed:  # the agent wrote a secret somewhere: replaced, and said so
-                result.scrubbed_files = scrubbed[:50]
-            audit = audit_trajectory(
-                paths.agent / "trajectory.jsonl", task.facts, task.config.memory.markers,
-                task.config.memory.markers_in_prefix, state_home=roots.state_home,
-                truncated=bool((result.collected.get(AGENT_LOGS) or {}).get("truncated")))
-            result.memory.update(audit.as_dict())
-        with phase(result, "verify", ctx):
-            verify(ctx.runtime, task, images, box, paths, result,
-                   evidence=paths.artifacts / EVIDENCE_NAME if relay is not None else None,
-                   watchdog=ctx.watchdog)
+        if task.config.steps:
+            run_steps(ctx, task, box, paths, result, episode)
+        else:
+            episode(task, paths, last=True)
         if result.memory.get("leaks"):  # void: counted as failed everywhere, listed as void
             result.failure_mode = FailureMode.ANSWER_LEAK
             result.error = "answer leak: " + "; ".join(result.memory["leaks"][:5])
@@ -275,6 +287,79 @@ def _finish(ctx: TrialContext, result: TrialResult, paths: TrialDir, box: Sandbo
              reward=result.reward, failure_mode=result.failure_mode.value)
     scrub.unregister(*secrets)
     return result
+
+
+# ---- Harbor's [[steps]] ----------------------------------------------------------------
+class StepSetupFailed(Exception):
+    pass
+
+
+def run_steps(ctx: TrialContext, task: Task, box: Sandbox, paths: TrialDir,
+              result: TrialResult, episode) -> None:
+    """Each step in turn in the same environment: its workdir/ uploaded and setup.sh run,
+    its healthcheck, then its agent, collect and verify (results under steps/<name>/).
+    A step below its min_reward (or without a reward) stops the rest, as Harbor does; the
+    trial's reward is the per-key mean over graded steps, or the final step's."""
+    steps = task.config.steps or []
+    for index, step in enumerate(steps):
+        view = task.step_view(step)
+        started = time.monotonic()
+        result.failure_mode, result.error, result.reward = FailureMode.NONE, None, None
+        record = StepResult(name=step.name)
+        try:
+            prepare_step(ctx, view, box, step)
+            episode(view, TrialDir(paths.root / "steps" / step.name), index == len(steps) - 1)
+        except (StepSetupFailed, Unhealthy) as exc:
+            result.failure_mode, result.error = FailureMode.LAUNCH_ERROR, str(exc)
+        record.reward, record.failure_mode, record.error = result.reward, result.failure_mode, result.error
+        record.agent_exit_code, record.seconds = result.agent_exit_code, round(time.monotonic() - started, 3)
+        result.steps.append(record)
+        stop = step_stops(step.min_reward, record.reward)
+        if stop is not None and index < len(steps) - 1:
+            record.stopped = stop
+            log.info("trial.steps_stopped", trial=result.trial_id[:12], step=step.name, why=stop)
+            break
+    graded = [r.reward for r in result.steps if r.reward is not None]
+    if task.config.multi_step_reward_strategy == "final":
+        result.reward = result.steps[-1].reward
+    else:
+        keys = sorted({k for reward in graded for k in reward})
+        result.reward = {k: round(sum(r.get(k, 0.0) for r in graded) / len(graded), 6)
+                         for k in keys} if graded else None
+    failed = [r for r in result.steps if r.failure_mode != FailureMode.NONE]
+    result.failure_mode = FailureMode.NONE if result.reward is not None else (
+        failed[-1].failure_mode if failed else FailureMode.VERIFIER_ERROR)
+    result.error = "; ".join(f"step {r.name}: {r.error}" for r in result.steps if r.error) or None
+
+
+def step_stops(min_reward, reward: dict[str, float] | None) -> str | None:
+    """Harbor's min_reward: a float gates `reward`, a map gates each key; a missing reward
+    or key counts as -inf. Returns why the remaining steps stop, or None."""
+    if min_reward is None:
+        return None if reward is not None else "no reward"
+    thresholds = {"reward": min_reward} if isinstance(min_reward, int | float) else min_reward
+    for key, threshold in thresholds.items():
+        actual = (reward or {}).get(key, float("-inf"))
+        if actual < threshold:
+            return f"{key}={actual} below min_reward {threshold}"
+    return None
+
+
+def prepare_step(ctx: TrialContext, view: Task, box: Sandbox, step) -> None:
+    """A step's fresh /logs/agent, its workdir/ (and setup.sh), its healthcheck."""
+    runtime, container = ctx.runtime, box.agent_container
+    runtime.exec_output(container, ["sh", "-c", f"rm -rf {AGENT_LOGS} && mkdir -p {AGENT_LOGS} "
+                                                f"&& chmod 777 {AGENT_LOGS}"])
+    seed = view.workdir_seed
+    if seed is not None and seed.is_dir():
+        runtime.put_archive(container, box.workdir, tar_directory(seed, ".", mode=0o666))
+        if (seed / "setup.sh").is_file():
+            outcome = runtime.exec(container, ["bash", f"{box.workdir}/setup.sh"],
+                                   deadline=time.time() + 300, workdir=box.workdir)
+            if outcome.exit_code != 0:
+                raise StepSetupFailed(f"setup.sh exited with {outcome.exit_code}")
+    if step.healthcheck is not None:
+        wait_healthy(runtime, box, step.healthcheck)
 
 
 def classify_agent(result: TrialResult, proxy: ModelProxy | None) -> str:

@@ -93,7 +93,7 @@ def resolve_env(env: dict[str, str]) -> dict[str, str]:
 
 def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
            paths: TrialDir, result: TrialResult, evidence: Path | None = None,
-           watchdog: DiskWatchdog | None = None) -> None:
+           watchdog: DiskWatchdog | None = None, keep_alive: bool = False) -> None:
     """Grade the trial with tests/test.sh, /tests arriving only now, /logs/verifier empty.
 
     - shared (Harbor's default): in the live agent container, after the agent command's
@@ -106,7 +106,7 @@ def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
     mode = task.config.verifier.environment_mode
     result.verifier_forgeable = mode != "separate"
     if mode == "shared":
-        _verify_live(runtime, task, box, paths, result, evidence, watchdog)
+        _verify_live(runtime, task, box, paths, result, evidence, watchdog, keep_alive)
     else:
         _verify_fresh(runtime, task, images, box, paths, result, evidence, watchdog)
 
@@ -122,7 +122,8 @@ def _script(box: Sandbox, timeout: float | None = None) -> str:
 
 
 def _stage(runtime: DockerRuntime, container: str, task: Task, evidence: Path | None) -> None:
-    runtime.put_archive(container, "/", tar_directory(task.path / "tests", STAGED_TESTS.lstrip("/")))
+    for folder in task.tests_dirs:  # the task's tests, then a step's own over them
+        runtime.put_archive(container, "/", tar_directory(folder, STAGED_TESTS.lstrip("/")))
     if evidence is not None:
         runtime.put_archive(container, "/", tar_files(
             {f"{ARTIFACTS.lstrip('/')}/{EVIDENCE_NAME}": evidence.read_bytes()},
@@ -130,7 +131,8 @@ def _stage(runtime: DockerRuntime, container: str, task: Task, evidence: Path | 
 
 
 def _verify_live(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir,
-                 result: TrialResult, evidence: Path | None, watchdog: DiskWatchdog | None) -> None:
+                 result: TrialResult, evidence: Path | None, watchdog: DiskWatchdog | None,
+                 keep_alive: bool) -> None:
     verifier = task.config.verifier
     container = box.agent_container
     if not runtime.is_running(container):  # a watchdog or an OOM stopped it: the files stay
@@ -159,7 +161,10 @@ def _verify_live(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialD
     if not runtime.is_running(container) and exit_code is not None and exit_code != 0:
         runtime.start(container)  # killed mid-grading (disk, OOM): read what test.sh wrote
     _read_outcome(runtime, container, paths, result, exit_code)
-    runtime.kill(container)
+    if keep_alive:  # the next step runs in this environment, under the agent's policy
+        switch_network(runtime, box, task.config.network_for("agent"), container, back=True)
+    else:
+        runtime.kill(container)
 
 
 def _verify_fresh(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,

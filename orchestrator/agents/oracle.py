@@ -11,7 +11,7 @@ class OracleAgent:
     name = "oracle"
 
     def files(self, task: Task) -> dict[str, bytes]:
-        folder = task.path / "solution"
+        folder = task.solution_dir  # a step's own solution for a step
         if not (folder / "solve.sh").is_file():
             raise InputError(f"{folder / 'solve.sh'}: missing (the oracle agent needs it)")
         return {

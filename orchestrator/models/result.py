@@ -68,6 +68,18 @@ class PhaseTimings(BaseModel):
     cleanup: float = 0.0
 
 
+class StepResult(BaseModel):
+    """One of Harbor's [[steps]] within a trial."""
+
+    name: str
+    reward: dict[str, float] | None = None
+    failure_mode: FailureMode = FailureMode.NONE
+    error: str | None = None
+    agent_exit_code: int | None = None
+    seconds: float = 0.0
+    stopped: str | None = None  # why the remaining steps did not run (min_reward)
+
+
 class TrialResult(BaseModel):
     trial_id: str
     job: str
@@ -109,6 +121,7 @@ class TrialResult(BaseModel):
     node: str | None = None  # the Ray node that ran it (backend ray)
     workers: list[dict] = []  # roster workers: member, name, exit code, model counts
     retries: list[str] = []
+    steps: list[StepResult] = []  # multi-step tasks: per-step rewards, in order
     started_at: float = 0.0
     finished_at: float = 0.0
 

@@ -223,6 +223,23 @@ class MemorySection(_Section):
     flags: list[str] = []
 
 
+class StepSection(_Section):
+    """One of Harbor's `[[steps]]`: its own instruction, tests and solution under
+    steps/<name>/, run in turn in the same environment."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    agent: AgentSection = AgentSection()
+    verifier: VerifierSection = VerifierSection()
+    min_reward: float | dict[str, float] | None = None
+    healthcheck: Healthcheck | None = None
+    artifacts: list[str] = []
+
+    @field_validator("artifacts", mode="before")
+    @classmethod
+    def _artifacts(cls, entries) -> list[str]:
+        return TaskConfig._artifacts(entries)
+
+
 class TaskConfig(_Section):
     """The parsed task.toml."""
 
@@ -238,8 +255,8 @@ class TaskConfig(_Section):
     relay: RelaySection = RelaySection()
     memory: MemorySection = MemorySection()
     artifacts: list[str] = []
-    steps: list[dict] | None = None
-    multi_step_reward_strategy: str | None = None
+    steps: list[StepSection] | None = None
+    multi_step_reward_strategy: Literal["mean", "final"] | None = None
 
     @field_validator("artifacts", mode="before")
     @classmethod
@@ -270,7 +287,18 @@ class TaskConfig(_Section):
     @model_validator(mode="after")
     def _refuse_unsupported(self) -> TaskConfig:
         if self.steps is not None:
-            raise cannot_honour("steps", "multi-step tasks are not run by orchestra yet")
+            if not self.steps:
+                raise ValueError("steps: a multi-step task needs at least one [[steps]]")
+            names = [step.name for step in self.steps]
+            if len(set(names)) != len(names):
+                raise ValueError(f"steps: step names must be unique ({', '.join(names)})")
+            modes = {self.verifier.environment_mode} | {
+                s.verifier.environment_mode for s in self.steps
+                if "environment_mode" in s.verifier.model_fields_set}
+            if modes != {"shared"}:
+                raise cannot_honour("steps with environment_mode separate or snapshot",
+                                    "multi-step tasks are graded in the live environment "
+                                    "(shared) here")
         version = self.schema_version or self.version
         if version is not None and not version.startswith("1"):
             raise ValueError(f"schema_version: {version!r} is not supported (expected 1.x)")

@@ -203,6 +203,11 @@ class DockerRuntime:
     def connect_network(self, container: str, network: str) -> None:
         self.api.connect_container_to_network(container, network)
 
+    def connect_network_if_absent(self, container: str, network: str) -> None:
+        attached = self.api.inspect_container(container)["NetworkSettings"]["Networks"] or {}
+        if network not in attached:
+            self.api.connect_container_to_network(container, network)
+
     def disconnect_network(self, container: str, network: str) -> None:
         try:
             self.api.disconnect_container_from_network(container, network, force=True)

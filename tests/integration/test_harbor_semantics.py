@@ -125,3 +125,45 @@ def test_pip_install_in_a_build_works_through_the_ca_bundle(runtime, tmp_path):
                       JobOptions(job_name="ca", jobs_dir=tmp_path / "jobs",
                                  ca_bundle=Path("/etc/ssl/certs/ca-certificates.crt")))
     assert with_ca.counts == {"none": 1} and with_ca.mean_reward == 1.0
+
+
+def _multi_step(root, name: str, first_solution: str, min_reward: str) -> None:
+    """A two-step Harbor task: write a file, then append to it; shared tests/helpers.sh."""
+    task = root / name
+    files = {
+        "task.toml": f'schema_version = "1.4"\n[environment]\ncpus = 0.5\n\n[[steps]]\nname = "create"\n'
+                     f'min_reward = {min_reward}\n[steps.agent]\ntimeout_sec = 30\n\n'
+                     '[[steps]]\nname = "append"\n[steps.verifier]\nenv = { WANT = "two" }\n',
+        "environment/Dockerfile": "FROM python:3.12-slim-bookworm\nWORKDIR /app\n",
+        "tests/helpers.sh": "score() { mkdir -p /logs/verifier; if eval \"$1\"; then echo 1; else echo 0; fi > /logs/verifier/reward.txt; }\n",
+        "steps/create/instruction.md": "Write 'one' to /app/out.txt.\n",
+        "steps/create/solution/solve.sh": first_solution,
+        "steps/create/tests/test.sh": ". /tests/helpers.sh\nscore '[ \"$(head -1 /app/out.txt)\" = one ]'\n",
+        "steps/append/instruction.md": "Append a line from /app/word.txt to /app/out.txt.\n",
+        "steps/append/workdir/word.txt": "two\n",
+        "steps/append/workdir/setup.sh": "echo prepared > /app/setup-ran\n",
+        "steps/append/solution/solve.sh": "cat /app/word.txt >> /app/out.txt\n",
+        "steps/append/tests/test.sh": ". /tests/helpers.sh\nscore '[ -e /app/setup-ran ] && [ \"$(tail -1 /app/out.txt)\" = \"$WANT\" ]'\n",
+    }
+    for rel, text in files.items():
+        (task / rel).parent.mkdir(parents=True, exist_ok=True)
+        (task / rel).write_text(text)
+
+
+def test_a_multi_step_task_runs_its_steps_in_one_environment_and_stops_below_min_reward(runtime, tmp_path):
+    _multi_step(tmp_path / "ds", "two-steps", "echo one > /app/out.txt\n", "1.0")
+    _multi_step(tmp_path / "ds", "stops-early", "echo wrong > /app/out.txt\n", "1.0")
+    _multi_step(tmp_path / "ds", "goes-on", "echo wrong > /app/out.txt\n", "0.0")
+    _, trials = run(runtime, tmp_path / "ds", tmp_path / "jobs", name="steps")
+    t = by_task(trials)
+    assert [(s.name, s.reward) for s in t["two-steps"].steps] == [
+        ("create", {"reward": 1.0}), ("append", {"reward": 1.0})]
+    assert t["two-steps"].reward == {"reward": 1.0}
+    assert [s.name for s in t["stops-early"].steps] == ["create"]
+    assert "below min_reward 1.0" in t["stops-early"].steps[0].stopped
+    assert t["stops-early"].reward == {"reward": 0.0}
+    # min_reward 0 lets it go on: the mean of 0 and 1 (the file's last line is right)
+    assert t["goes-on"].reward == {"reward": 0.5} and len(t["goes-on"].steps) == 2
+    folder = next((tmp_path / "jobs/steps/trials").glob("two-steps__*"))
+    assert (folder / "steps/create/verifier/reward.txt").read_text().strip() == "1"
+    assert (folder / "steps/append/agent/instruction.md").read_text().startswith("Append")
