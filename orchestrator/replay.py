@@ -15,7 +15,8 @@ Script (YAML):
       - when: {instruction: "hello.txt"}
         reply: {content: "Done."}
 
-`when` also takes `last_tool_output` (substring of the latest tool result). `{name}` in a
+`when` also takes `last_tool_output` (substring of the latest tool result); a reply may set
+`finish_reason` (e.g. "length": a reply cut at max_tokens). `{name}` in a
 reply is replaced by what `extract` found. `trajectory: PATH` instead of `rules` replays the
 tool calls of a recorded trajectory.jsonl in order, then its last message.
 """
@@ -147,8 +148,8 @@ class ReplayEngine:
         return {
             "id": f"chatcmpl-replay-{uuid.uuid4().hex[:12]}", "object": "chat.completion",
             "created": int(time.time()), "model": request.get("model", "replay"),
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": reply.get(
+                "finish_reason", "tool_calls" if message.get("tool_calls") else "stop")}],
             "usage": {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": completion_tokens,
                       "total_tokens": max(1, len(prompt) // 4) + completion_tokens},
         }

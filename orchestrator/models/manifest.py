@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
 from orchestrator.errors import InputError, validation_problems
 
@@ -40,7 +40,8 @@ class RosterMember(_Strict):
     install: str | None = None  # agent: command: a script baked into a cached image layer
     env: dict[str, str] = {}  # extra environment for this agent (no secrets: use endpoints)
     endpoint: str | None = None
-    generation: dict[str, float | int | str] = {}
+    # Any JSON value the chat-completions API accepts (tool_choice objects, stop lists...).
+    generation: dict[str, JsonValue] = {}
     budget: Budget = Budget()
     flags: dict[str, dict[str, str]] = {}
     prompt: PromptRef | None = None

@@ -204,3 +204,71 @@ def test_roster_workers_run_in_their_own_containers_with_their_own_identities(ru
     assert {n: i["role"] for n, i in evidence["identities"].items()} == {
         "lead": "orchestrator", "helper-1": "worker", "helper-2": "worker", "idle": "worker", "user": "user"}
     assert (folder / "workers/helper-1/stdout.txt").is_file()
+
+
+HELLO = "echo 'Hello, world!' > /app/hello.txt"
+FENCED = "I will create the file.\n```json\n" + json.dumps(
+    {"name": "shell", "arguments": {"command": HELLO}}) + "\n```"
+TAGGED = "<tool_call>\n" + json.dumps({"name": "shell", "arguments": {"command": HELLO}}) + "\n</tool_call>"
+NATIVE = {"tool_calls": [{"name": "shell", "arguments": {"command": HELLO}}]}
+
+
+@pytest.mark.parametrize("case, script", [
+    ("fenced-json", {"rules": [{"when": {"turn": 0}, "reply": {"content": FENCED}},
+                               {"when": {}, "reply": {"content": "Done."}}]}),
+    ("tool-call-tags", {"rules": [{"when": {"turn": 0}, "reply": {"content": TAGGED}},
+                                  {"when": {}, "reply": {"content": "Done."}}]}),
+    ("500-once", {"fail_first": {"status": 500, "times": 1},
+                  "rules": [{"when": {"turn": 0}, "reply": NATIVE}, {"when": {}, "reply": {"content": "Done."}}]}),
+    ("cut-at-length", {"rules": [{"when": {"turn": 0}, "reply": {"content": "Let me think about wh",
+                                                                  "finish_reason": "length"}},
+                                 {"when": {"turn": 1}, "reply": NATIVE},
+                                 {"when": {}, "reply": {"content": "Done."}}]}),
+])
+def test_the_reference_agent_survives_what_real_servers_send(runtime, tmp_path, case, script):
+    import shutil
+    shutil.copytree(ROOT / "tasks/examples/hello-file", tmp_path / "ds" / "hello-file")
+    _, trials = run_with(runtime, tmp_path / "ds", tmp_path / "jobs", manifest("scripted"),
+                         endpoints=[script_endpoint(tmp_path, script)])
+    result, folder = trials["hello-file"]
+    assert result.reward == {"reward": 1.0}, (case, result.error)
+    trajectory = [json.loads(x) for x in (folder / "agent/trajectory.jsonl").read_text().splitlines()]
+    dispatched = [x["event"]["tool"] for x in trajectory if x.get("event", {}).get("kind") == "tool_dispatch"]
+    assert dispatched and dispatched[0]["name"] == "shell" and dispatched[0]["args"] == {"command": HELLO}
+    if case == "cut-at-length":
+        assert any("cut at max_tokens" in (x.get("event", {}).get("text") or "") for x in trajectory)
+        assert result.model["calls"] == 3
+
+
+def test_a_slow_endpoint_is_an_endpoint_error_in_the_trajectory_not_a_crash(runtime, tmp_path):
+    """The upstream never answers in time: the agent records why and exits cleanly."""
+    import http.server
+    import socketserver
+
+    seen: list[float] = []
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            seen.append(time.time())
+            time.sleep(40)
+
+        def log_message(self, *args):
+            pass
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoints = tmp_path / "slow.json"
+    endpoints.write_text(json.dumps({"slow": {"provider": "openai", "base_url":
+                                              f"http://127.0.0.1:{server.server_address[1]}/v1",
+                                              "model": "m"}}))
+    make_task(tmp_path / "ds", "slow", toml="[agent]\ntimeout_sec = 20\n")
+    try:
+        _, trials = run_with(runtime, tmp_path / "ds", tmp_path / "jobs", manifest("slow"),
+                             endpoints=[endpoints])
+    finally:
+        server.shutdown()
+    result, folder = trials["slow"]
+    trajectory = (folder / "agent/trajectory.jsonl").read_text()
+    assert "endpoint" in trajectory and "Traceback" not in (folder / "agent/stderr.txt").read_text()
+    assert result.agent_outcome in ("endpoint_error", "timeout", "crashed") and result.agent_exit_code != 1

@@ -12,6 +12,8 @@ It always writes the trajectory of DESIGN 3.6.
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -49,7 +51,56 @@ TOOLS = [
 
 
 class EndpointError(Exception):
-    pass
+    """Any failure to get a usable reply: timeout, refused connection, 4xx, 5xx, bad JSON."""
+
+
+TOOL_NAMES = {t["name"] for t in TOOLS}
+_FENCED = re.compile(r"```(?:json|tool_call|tool)?\s*(\{.*?\})\s*```", re.DOTALL)
+_TAGGED = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+
+
+def _as_call(obj, index):
+    """A {"name", "arguments"} object naming a known tool, checked against its schema."""
+    if not isinstance(obj, dict):
+        return None
+    name = obj.get("name") or (obj.get("function") or {}).get("name")
+    args = obj.get("arguments", obj.get("parameters", (obj.get("function") or {}).get("arguments", {})))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    if name not in TOOL_NAMES or not isinstance(args, dict):
+        return None
+    schema = next(t for t in TOOLS if t["name"] == name)["parameters"]
+    if any(key not in args for key in schema.get("required", [])):
+        return None
+    if any(not isinstance(args[k], str) for k in schema.get("properties", {}) if k in args):
+        return None
+    return {"id": "text-%d" % index, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def text_tool_calls(content):
+    """Tool calls small open models write as text: ```json fenced objects, Hermes/Qwen
+    <tool_call> tags, or a bare JSON object naming a known tool. Parsed strictly: a call
+    must name a known tool and carry its required string arguments."""
+    if not content:
+        return []
+    candidates = _TAGGED.findall(content) + _FENCED.findall(content)
+    stripped = content.strip()
+    if not candidates and stripped.startswith("{") and stripped.endswith("}"):
+        candidates = [stripped]
+    calls = []
+    for raw in candidates:
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            continue
+        call = _as_call(obj, len(calls))
+        if call is not None:
+            calls.append(call)
+    return calls
 
 
 def _run(argv, stdin=None, timeout=SHELL_TIMEOUT, cwd=None):
@@ -108,27 +159,60 @@ def instruction_from_relay():
     return "[message %s from the user]\n%s" % (asks[-1]["id"], asks[-1]["content"])
 
 
-def chat(messages, generation):
+def chat(messages, generation, deadline):
     url = os.environ["ORCHESTRA_MODEL_URL"].rstrip("/") + "/chat/completions"
     body = dict(generation)
     body.update(model=os.environ.get("ORCHESTRA_MODEL", "default"), messages=messages,
                 tools=[{"type": "function", "function": t} for t in TOOLS])
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
         "Content-Type": "application/json", "Authorization": "Bearer " + os.environ.get("ORCHESTRA_MODEL_TOKEN", "")})
+    timeout = max(5.0, min(180.0, deadline - time.time() - DEADLINE_MARGIN / 2))
     try:
-        with urllib.request.urlopen(request, timeout=180) as response:
-            return json.loads(response.read())
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            reply = json.loads(response.read())
     except urllib.error.HTTPError as exc:
         try:
             detail = json.loads(exc.read())["error"]
+            detail = detail if isinstance(detail, dict) else {"message": str(detail)}
         except Exception:
             detail = {"message": exc.reason}
         raise EndpointError("%s (%s)" % (detail.get("message"), exc.code)) from None
     except urllib.error.URLError as exc:
         raise EndpointError("endpoint unreachable: %s" % exc.reason) from None
+    except (TimeoutError, socket.timeout):
+        raise EndpointError("endpoint timed out after %.0f s" % timeout) from None
+    except (OSError, ValueError) as exc:
+        raise EndpointError("bad reply from the endpoint: %s" % exc) from None
+    try:
+        reply["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        raise EndpointError("bad reply from the endpoint: no choices[0].message") from None
+    return reply
+
+
+def _system_prompt():
+    """The manifest's prompt (its path in ORCHESTRA_PROMPT_FILE, hash checked by the host),
+    else the built-in one."""
+    path = os.environ.get("ORCHESTRA_PROMPT_FILE")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return handle.read()
+        except OSError as exc:
+            sys.stderr.write("prompt file unreadable (%s); using the built-in prompt\n" % exc)
+    return SYSTEM
 
 
 def main():
+    try:
+        return _main()
+    except Exception as exc:  # never leave the trajectory without a closing event
+        trajectory.event("text", "agent crashed: %s: %s" % (exc.__class__.__name__, exc))
+        sys.stderr.write("agent crashed: %s: %s\n" % (exc.__class__.__name__, exc))
+        return 1
+
+
+def _main():
     workdir = os.environ.get("ORCHESTRA_WORKDIR", os.getcwd())
     deadline = float(os.environ.get("ORCHESTRA_DEADLINE", time.time() + 3600))
     generation = json.loads(os.environ.get("ORCHESTRA_GENERATION") or "{}")
@@ -140,7 +224,7 @@ def main():
     if instruction is None:
         with open("/logs/agent/instruction.md", encoding="utf-8") as handle:
             instruction = handle.read()
-    system, user = SYSTEM, instruction
+    system, user = _system_prompt(), instruction
     if not no_memory:
         facts = memory.load_facts(workdir=workdir)
         pins = memory.pinned(facts)
@@ -153,19 +237,31 @@ def main():
             user = "<recall>\n%s\n</recall>\n\n%s" % (block, instruction)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     trajectory.event("message", instruction)
+    truncated = 0
     for _turn in range(max_turns):
         if time.time() > deadline - DEADLINE_MARGIN:
             trajectory.event("text", "stopped: deadline near")
             return 3
         try:
-            response = chat(messages, generation)
+            response = chat(messages, generation, deadline)
         except EndpointError as exc:
             trajectory.event("text", "endpoint error: %s" % exc)
             sys.stderr.write("endpoint error: %s\n" % exc)
             return 4 if "budget exceeded" in str(exc) else 5
-        message = response["choices"][0]["message"]
+        choice = response["choices"][0]
+        message = choice["message"]
+        calls = message.get("tool_calls") or text_tool_calls(message.get("content"))
+        if calls and not message.get("tool_calls"):  # a text tool call, made native
+            message = {"role": "assistant", "content": message.get("content") or "",
+                       "tool_calls": calls}
         messages.append({k: v for k, v in message.items() if v is not None})
-        calls = message.get("tool_calls") or []
+        if not calls and choice.get("finish_reason") == "length":
+            # cut at max_tokens: not an answer; ask for the rest (bounded by max_turns)
+            trajectory.event("text", "reply cut at max_tokens (finish_reason length); continuing")
+            truncated += 1
+            messages.append({"role": "user", "content": "Your reply was cut off. Continue; "
+                             "if you meant to call a tool, send only the tool call."})
+            continue
         if not calls:
             trajectory.event("message", message.get("content") or "")
             print(message.get("content") or "")
@@ -176,11 +272,12 @@ def main():
                 args = json.loads(call["function"].get("arguments") or "{}")
             except ValueError:
                 args = {}
-            tool = {"id": call["id"], "name": name, "args": args}
+            tool = {"id": call.get("id") or "call", "name": name, "args": args}
             trajectory.event("tool_dispatch", tool=tool)
             output, code = run_tool(name, args, workdir)
             trajectory.event("tool_result", tool=dict(tool, output=output, err="" if code == 0 else "exit %d" % code,
                                                       exit_code=code))
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
-    trajectory.event("text", "stopped: max_turns reached")
+            messages.append({"role": "tool", "tool_call_id": tool["id"], "content": output})
+    trajectory.event("text", "stopped: max_turns reached" + (
+        " (%d replies cut at max_tokens)" % truncated if truncated else ""))
     return 4
