@@ -30,6 +30,19 @@ APT = """
         && /usr/bin/hello | grep -q 'Hello, world'; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
 """
 
+FETCH = """
+    mkdir -p /logs/verifier
+    python3 - <<'PY'
+    import urllib.request
+    try:
+        ok = b"Codename: bookworm" in urllib.request.urlopen(
+            "http://deb.debian.org/debian/dists/bookworm/Release", timeout=30).read(4096)
+    except OSError:
+        ok = False
+    open("/logs/verifier/reward.txt", "w").write("1" if ok else "0")
+    PY
+"""
+
 
 def test_a_service_started_by_the_agent_is_graded_live_in_shared_mode(runtime, tmp_path):
     make_task(tmp_path / "ds", "live", solve=SERVICE, test=GRADE_SERVICE)
@@ -49,9 +62,9 @@ def test_the_verifier_network_policy_holds_at_grading_time(runtime, tmp_path):
     make_task(ds, "apt-public", test=APT, toml="[verifier]\ntimeout_sec = 300\n")
     make_task(ds, "apt-none", test=APT,
               toml='[verifier]\ntimeout_sec = 300\nnetwork_mode = "no-network"\n')
-    make_task(ds, "apt-agent-none", test=APT, toml=(
+    make_task(ds, "apt-agent-none", test=FETCH, toml=(
         '[agent]\nnetwork_mode = "no-network"\n[verifier]\ntimeout_sec = 300\n'))
-    make_task(ds, "apt-separate-none", test=APT, toml=(
+    make_task(ds, "apt-separate-none", test=FETCH, toml=(
         '[verifier]\ntimeout_sec = 300\nenvironment_mode = "separate"\nnetwork_mode = "no-network"\n'))
     _, trials = run(runtime, ds, tmp_path / "jobs", name="netpolicy")
     t = by_task(trials)
