@@ -442,9 +442,11 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult) 
         elif runtime.oom_kills(container) > 0:
             result.failure_mode = FailureMode.OOM
             result.error = f"out of memory at memory_mb={task.config.environment.memory_mb}"
-    if task.config.verifier.environment_mode != "shared" or (command is not None and (
-            outcome.timed_out or outcome.exit_code is None)):
+    abnormal = result.failure_mode in (FailureMode.AGENT_TIMEOUT, FailureMode.OOM,
+                                       FailureMode.DISK_LIMIT)
+    if task.config.verifier.environment_mode != "shared" or abnormal:
         # kill, not stop: no 10 s wait, no process survives the deadline. Harbor's shared
-        # mode grades the live container: the agent command's own process tree has ended
-        # (or `timeout -k` ended it); services it started keep running for test.sh.
+        # mode grades the live container after an agent that ended by itself: services it
+        # started keep running for test.sh. After a timeout, an OOM or a disk breach the
+        # container is killed and restarted for grading (files kept, processes gone).
         runtime.kill(container)

@@ -135,15 +135,20 @@ def _verify_live(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialD
                  keep_alive: bool) -> None:
     verifier = task.config.verifier
     container = box.agent_container
-    if not runtime.is_running(container):  # a watchdog or an OOM stopped it: the files stay
+    storage = task.config.environment.storage_mb * 1024 * 1024
+    if not runtime.is_running(container):  # the agent's end stopped it: its files stay
         runtime.start(container)
-        result.verifier_note = "the agent container had stopped; restarted for grading"
+        result.verifier_note = ("the agent phase ended abnormally; test.sh ran in the agent's "
+                                "container restarted (its files, none of its processes)")
+    if watchdog is not None:  # test.sh gets storage_mb of its own on top of what is there
+        used = runtime.writable_layer_bytes(box.job).get(container, 0) if watchdog.tripped(
+            container) else 0
+        watchdog.rearm(container, storage + used)
+    result.verifier_limits = read_limits(runtime, container, task.config.environment.storage_mb,
+                                         box.storage_enforcement)
     switch_network(runtime, box, task.config.network_for("verifier"), container)
     reset_verifier_logs(box)
     _stage(runtime, container, task, evidence)
-    if watchdog is not None and watchdog.tripped(container):
-        watchdog.unregister(container)
-        watchdog.register(container, task.config.environment.storage_mb)
     started = time.time()
     outcome = runtime.exec(container, ["sh", "-c", _script(box, verifier.timeout_sec)],
                            env=resolve_env(verifier.env), user=verifier.user,

@@ -34,6 +34,12 @@ class DiskWatchdog:
         with self._lock:
             self._limits[container] = storage_mb * 1024 * 1024
 
+    def rearm(self, container: str, limit_bytes: int) -> None:
+        """Watch a container again with a new limit (a restarted container, graded live)."""
+        with self._lock:
+            self._tripped.discard(container)
+            self._limits[container] = limit_bytes
+
     def unregister(self, container: str) -> None:
         with self._lock:
             self._limits.pop(container, None)

@@ -200,7 +200,10 @@ def test_bad_task_inputs_exit_2_naming_the_file(tmp_path, rel, content, fragment
 
 
 def test_relay_keys_never_reach_the_verifier(runtime, tmp_path):
-    make_task(tmp_path / "ds", "shared-relay", toml="[relay]\nenabled = true\n" + SMALL, solve="touch /app/ok\n")
+    # snapshot: the verifier is a container made from the agent's (shared grades in place,
+    # where the agent container's config holds no secret either: they go through exec)
+    make_task(tmp_path / "ds", "shared-relay", solve="touch /app/ok\n",
+              toml='[relay]\nenabled = true\n[verifier]\nenvironment_mode = "snapshot"\n' + SMALL)
     envs: list[list[str]] = []
     stop = threading.Event()
 

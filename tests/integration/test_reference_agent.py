@@ -104,7 +104,7 @@ def test_the_api_key_appears_nowhere_in_the_job_folder_or_the_containers(runtime
     endpoints = tmp_path / "live.json"
     endpoints.write_text(json.dumps({"live": {"provider": "openai", "base_url": upstream.url, "model": "gpt-test",
                                               "api_key_env": "ORCH_FAKE_KEY"}}))
-    make_task(tmp_path / "ds", "secret", toml="[verifier]\nenvironment_mode = 'shared'\n")
+    make_task(tmp_path / "ds", "secret", toml="[verifier]\nenvironment_mode = 'snapshot'\n")
     inspected: list[str] = []
     stop = threading.Event()
 
