@@ -9,6 +9,7 @@ Not a test: these machines are noisy, so nothing here asserts a time.
   peak_rss_mb_16        orchestrator (orchestra run) peak RSS at N = 16 (target < 300)
   report_10k_seconds    aggregate + Markdown + HTML + JUnit for 10,000 synthetic trials
   report_10k_peak_mb    peak Python heap while doing it
+  view_job_page_seconds / view_trial_page_seconds   `orchestra view` on a 10,000-trial job
 """
 
 from __future__ import annotations
@@ -113,6 +114,45 @@ def report_10k(tmp: Path) -> None:
     emit("report_10k_peak_mb", round(peak / 2**20, 1))
 
 
+def viewer_10k(tmp: Path) -> None:
+    """`orchestra view` on a synthetic job of 10,000 trials: one job page, one trial page."""
+    import urllib.request
+
+    from orchestrator.job import JobOptions as Options
+    from orchestrator.util import write_json_atomic
+    from orchestrator.view.server import ViewServer
+
+    template = TrialResult(trial_id="x", job="view10k", task="ds/t", task_path="/t", content_hash="h",
+                           condition="c", condition_hash="h", agent="oracle", attempt=0)
+    trials = []
+    for i in range(10_000):
+        t = template.model_copy(deep=True)
+        t.trial_id, t.task, t.attempt = f"{i:064x}", f"ds/task-{i % 500:03d}", i // 500
+        t.reward = {"reward": float(i % 3 == 0)}
+        t.failure_mode = FailureMode.NONE if i % 7 else FailureMode.AGENT_TIMEOUT
+        trials.append(t)
+    folder = tmp / "views" / "view10k"
+    job = summarize(Options(job_name="view10k", jobs_dir=tmp / "views", k=20), default_manifest("oracle"),
+                    "oracle", trials, 0, 0.0)
+    write_json_atomic(folder / "result.json", job)
+    one = folder / "trials" / f"task-000__{trials[0].trial_id[:12]}"
+    write_json_atomic(one / "result.json", trials[0])
+    (one / "agent").mkdir()
+    (one / "agent/trajectory.jsonl").write_text("".join(
+        '{"seq": %d, "event": {"kind": "text", "text": "step %d"}}\n' % (n, n) for n in range(2000)))
+    server = ViewServer([tmp / "views"]).start()
+    try:
+        for name, path in (("view_job_page_seconds", "job/view10k?failed=1&sort=reward"),
+                           ("view_trial_page_seconds", f"job/view10k/trial/{one.name}")):
+            started = time.perf_counter()
+            with urllib.request.urlopen(server.url + path, timeout=60) as response:
+                assert response.status == 200
+                response.read()
+            emit(name, round(time.perf_counter() - started, 3))
+    finally:
+        server.stop()
+
+
 def main() -> None:
     logsetup.configure()
     runtime = DockerRuntime(max_pool_size=64)
@@ -147,6 +187,7 @@ def main() -> None:
         _, status, usage = os.wait4(proc.pid, 0)
         emit("peak_rss_mb_16", round(usage.ru_maxrss / 1024, 1))
         report_10k(tmp)
+        viewer_10k(tmp)
     emit("bench_rss_mb", round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
 
 

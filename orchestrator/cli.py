@@ -227,7 +227,7 @@ def report(
             table.add_row(*row)
         console.print(table)
     (job_dir / "report.md").write_text(to_markdown(job, aggregate, compare))
-    (job_dir / "report.html").write_text(to_html(job, aggregate, compare))
+    (job_dir / "report.html").write_text(to_html(job, aggregate, compare, trials))
     console.print(f"wrote {job_dir / 'report.md'} and {job_dir / 'report.html'}")
     if junit:
         from orchestrator.report.junit import write_junit
@@ -262,6 +262,30 @@ def compare_cmd(
         write_output(json_out, report)
     if markdown:
         write_output(markdown, text)
+
+
+@app.command()
+def view(
+    jobs: Annotated[list[Path] | None, typer.Argument(help="Job folders, or folders of jobs (default: jobs/).")] = None,
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: a free one).")] = 0,
+):
+    """Browse jobs in a local web app: jobs, each trial's failure reason first, its
+    trajectory, relay evidence, output and verifier output. Serves 127.0.0.1 only and
+    opens nothing by itself; Ctrl-C stops it."""
+    from orchestrator.view.server import ViewServer
+
+    roots = jobs or [Path("jobs")]
+    missing = [str(p) for p in roots if not p.exists()]
+    if missing:
+        _fail(InputError([f"{p}: no such folder" for p in missing]))
+    server = ViewServer(roots, port=port).start()
+    console.print(f"orchestra view: {server.url}  (Ctrl-C to stop)", soft_wrap=True)
+    try:
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
 
 
 @images_app.command("bootstrap")

@@ -95,7 +95,25 @@ def _stacked(title: str, means: dict[str, float]) -> str:
     return "".join(parts) + "</svg>"
 
 
-def to_html(job: JobResult, t: JobTables, compare: dict | None = None) -> str:
+def _trial_rows(trials) -> str:
+    """One row per trial, failures first, with the reason and links into its folder."""
+    ordered = sorted(trials, key=lambda r: (r.failure_mode.value == "none" and r.headline >= 1,
+                                            r.task, r.attempt))[:2000]
+    rows = []
+    for r in ordered:
+        folder = f"trials/{r.task.split('/')[-1]}__{r.trial_id[:12]}"
+        reward = "void" if r.voided_reward is not None else (
+            "-" if r.reward is None else f"{r.reward.get('reward', 0.0):g}")
+        links = " ".join(f'<a href="{html.escape(folder)}/{p}">{p.split("/")[-1]}</a>'
+                         for p in ("result.json", "agent/stdout.txt", "verifier/test-stdout.txt"))
+        rows.append(f"<tr><td>{html.escape(r.task)}</td><td>{r.attempt}</td><td>{reward}</td>"
+                    f"<td>{html.escape(r.failure_mode.value)}</td>"
+                    f"<td>{html.escape((r.error or '')[:300])}</td><td>{links}</td></tr>")
+    return ("<h2>Trials</h2><table><tr><th>task</th><th>attempt</th><th>reward</th><th>failure "
+            "mode</th><th>reason</th><th>files</th></tr>" + "".join(rows) + "</table>")
+
+
+def to_html(job: JobResult, t: JobTables, compare: dict | None = None, trials=None) -> str:
     body = [f"<h1>Job {html.escape(job.job)}</h1>",
             f"<p>agent <code>{html.escape(job.agent)}</code>, condition <code>{html.escape(job.condition)}</code>, "
             f"policy <code>{job.policy}</code>, k = {t.k}; {job.n_trials} trials, mean reward "
@@ -116,6 +134,8 @@ def to_html(job: JobResult, t: JobTables, compare: dict | None = None) -> str:
                     + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
                     + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
                     + "</table>")
+    if trials:
+        body.append(_trial_rows(trials))
     style = ("body{font-family:sans-serif;margin:2em;max-width:960px}table{border-collapse:collapse;margin:.5em 0}"
              "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}th{background:#f4f4f4}")
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>orchestra job "

@@ -1,0 +1,123 @@
+"""`orchestra view` in a real headless Chromium, on job folders made by real runs: the
+failure reason, a tool call, a threaded reply and the verifier output are on the page; an
+agent-written <script> does not run; `../` is refused. Screenshots land in the pytest
+temporary folder (printed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, make_task
+
+ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
+SCRIPT = "<script>document.title='pwned'</script>"
+
+RELAY_SOLVE = f"""
+    python3 - <<'PY'
+    import json, subprocess
+    def run(*a):
+        return subprocess.run(a, capture_output=True, text=True, check=True).stdout
+    me = json.loads(run("chan", "whoami"))["pubkey"]
+    ask = [m for m in json.loads(run("chan", "read", "--json")) if me in m["mentioned_pubkeys"]][-1]
+    run("chan", "reply", ask["id"], "The answer is 41, threaded under the question.")
+    PY
+    traj tool shell "echo 41 > /app/answer.txt" --output "{SCRIPT}"
+    echo 41 > /app/answer.txt
+    echo "{SCRIPT}"
+"""
+RELAY_TEST = """
+    mkdir -p /logs/verifier
+    found=$(cat /app/answer.txt)
+    echo "expected 42, found $found"
+    [ "$found" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt
+"""
+
+
+def orchestra(*args):
+    return subprocess.run([ORCHESTRA, *args], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200"}, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def viewer(tmp_path_factory):
+    root = tmp_path_factory.mktemp("view")
+    make_task(root / "ds", "wrong-answer", toml="[relay]\nenabled = true\n", solve=RELAY_SOLVE,
+              test=RELAY_TEST)
+    shutil.copytree(ROOT / "tasks/memorybench/mb-exact", root / "mb" / "mb-exact")
+    assert orchestra("run", "--path", str(root / "ds"), "--agent", "oracle", "--jobs-dir",
+                     str(root / "jobs"), "--job-name", "relay", "-q").returncode == 0
+    assert orchestra("run", "--path", str(root / "mb"), "--agent", "oracle", "--policy", "memory-off",
+                     "--jobs-dir", str(root / "jobs"), "--job-name", "mb-off", "-q").returncode == 0
+    proc = subprocess.Popen([ORCHESTRA, "view", str(root / "jobs")], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    url = line.split("orchestra view: ")[1].split()[0]
+    yield url, root
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def fetch(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def browse(url: str, root: Path, shot: str) -> str:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (scripts/ensure-chromium.sh installs it)")
+    common = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+              "--disable-background-networking", "--disable-component-update", "--disable-sync",
+              f"--user-data-dir={root / 'chrome'}", "--window-size=1200,1600"]
+    subprocess.run(common + [f"--screenshot={root / shot}", url], capture_output=True, timeout=120)
+    dom = subprocess.run(common + ["--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-500:]
+    return dom.stdout
+
+
+def test_the_jobs_list_and_a_failing_relay_trial(viewer):
+    url, root = viewer
+    jobs = browse(url, root, "jobs.png")
+    assert "relay" in jobs and "mb-off" in jobs
+    job = browse(url + "job/relay?failed=1", root, "job.png")
+    assert "wrong-answer" in job and "failed 1" in job
+    folder = next((root / "jobs/relay/trials").iterdir()).name
+    trial = browse(f"{url}job/relay/trial/{folder}", root, "trial-relay.png")
+    assert "failure mode" in trial and "reward" in trial  # the reason comes first
+    assert trial.index("failed") < trial.index("Trajectory")
+    assert "expected 42, found 41" in trial  # the verifier output
+    assert "echo 41 &gt; /app/answer.txt" in trial  # a tool call of the trajectory
+    assert "The answer is 41, threaded under the question." in trial and "(reply)" in trial
+    # the agent's <script> is text on the page, never code: the title is the page's own
+    assert "<title>pwned</title>" not in trial and "&lt;script&gt;" in trial
+    assert (root / "trial-relay.png").stat().st_size > 1000
+    print(f"\nviewer screenshots: {root}")
+
+
+def test_a_failing_memorybench_trial_shows_its_reason_and_tool_calls(viewer):
+    url, root = viewer
+    folder = next((root / "jobs/mb-off/trials").iterdir()).name
+    trial = browse(f"{url}job/mb-off/trial/{folder}", root, "trial-mb.png")
+    # memory-off: nothing recalled, so the oracle wrote an empty answer; reward 0
+    assert "failure mode" in trial and trial.index("failed") < trial.index("Trajectory")
+    assert "shell" in trial and "answer.txt" in trial and "Verifier output" in trial
+
+
+def test_paths_outside_the_job_folders_are_refused(viewer):
+    url, root = viewer
+    (root / "secret.txt").write_text("outside")
+    for path in ("file/relay/../../secret.txt", "file/relay/%2e%2e/%2e%2e/secret.txt",
+                 "file/relay/..%2f..%2fsecret.txt", "job/relay/trial/..%2f..%2f"):
+        status, body = fetch(url + path)
+        assert status == 404 and "outside" not in body, path
+    status, body = fetch(url + "file/relay/result.json")
+    assert status == 200 and "mean_reward" in body
