@@ -11,6 +11,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass
 
+from orchestrator.errors import InputError
 from orchestrator.models.result import VOID, JobResult, TrialSummary
 
 BOOTSTRAP_SAMPLES = 2000
@@ -79,6 +80,13 @@ def _k_stats(trials: list[TrialSummary]) -> dict:
 
 
 def compare(first: JobResult, second: JobResult) -> dict:
+    """Refuses (InputError, exit 2) two jobs that differ in neither policy nor condition:
+    a paired difference between identical arms would only measure noise."""
+    if first.policy == second.policy and first.condition_hash == second.condition_hash:
+        same = "the same job twice" if first.job == second.job else "two jobs"
+        raise InputError(f"compare: {same} ({first.job}, {second.job}) with the same policy "
+                         f"{first.policy!r} and condition {first.condition!r}: nothing differs "
+                         "between the arms, so there is nothing to compare")
     on, off = choose_arms(first, second)
     off_index = {(t.task, t.attempt): t for t in off.trials}
     matched = [Pair(t.task, t.attempt, t, off_index[(t.task, t.attempt)])
@@ -97,8 +105,10 @@ def compare(first: JobResult, second: JobResult) -> dict:
     classes: dict[str, list[Pair]] = defaultdict(list)
     for p in pairs:
         classes[p.on.scenario_class or "-"].append(p)
+    differs = [what for what, a, b in (("policy", on.policy, off.policy),
+                                       ("condition", on.condition_hash, off.condition_hash)) if a != b]
     report = {
-        "on_job": on.job, "off_job": off.job,
+        "on_job": on.job, "off_job": off.job, "arms_differ_in": differs,
         "paired": n,
         "unpaired": [f"{task}#{attempt}" for task, attempt in unpaired],
         "void_pairs_excluded": voided,
@@ -122,8 +132,22 @@ def compare(first: JobResult, second: JobResult) -> dict:
     return report
 
 
+def verdict(report: dict) -> str:
+    """The result in one plain sentence, statistics after."""
+    n, helped, hurt = report["paired"], len(report["helpful"]), len(
+        report["harmful"]) + len(report["harmful_without_recall"])
+    chance = ("the difference is unlikely to be chance" if report["p_value"] < 0.05
+              else "the difference could well be chance")
+    return (f"Memory helped on {helped} of {n} paired trials and hurt on {hurt}; {chance} "
+            f"(p = {report['p_value']:.3g}, delta {report['utility_delta_pp']:+.1f} pp).")
+
+
 def to_markdown(report: dict) -> str:
     lines = [f"# memory-on vs memory-off: {report['on_job']} vs {report['off_job']}", "",
+             verdict(report), "",
+             f"The arms differ in: {', '.join(report.get('arms_differ_in') or ['-'])}"
+             + (f"; unpaired trials: {len(report['unpaired'])}" if report.get("unpaired") else ""),
+             "",
              "## Utility", "",
              f"- paired trials: {report['paired']}"
              + (f" ({len(report.get('void_pairs_excluded', []))} void pair(s) left out: "

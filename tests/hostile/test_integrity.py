@@ -428,7 +428,13 @@ def test_job_names_are_one_safe_segment_and_outputs_never_replace_devices(runtim
     assert os.path.islink("/dev/stdout")  # still the link it was, not a file put in its place
     proc = subprocess.run([ORCHESTRA, "compare", str(tmp_path / "jobs/out"), str(tmp_path / "jobs/out"),
                            "--json", "-"], capture_output=True, text=True)
-    assert '"paired"' in proc.stdout
+    assert proc.returncode == 2 and "nothing differs" in proc.stderr  # a job against itself
+    proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--jobs-dir",
+                           str(tmp_path / "jobs"), "--job-name", "off", "-q", "--policy", "memory-off"],
+                          capture_output=True, text=True)
+    proc = subprocess.run([ORCHESTRA, "compare", str(tmp_path / "jobs/out"), str(tmp_path / "jobs/off"),
+                           "--json", "-"], capture_output=True, text=True)
+    assert proc.returncode == 0 and '"paired": 1' in proc.stdout
 
 
 def test_cleanup_never_touches_what_orchestra_did_not_create(runtime, tmp_path):

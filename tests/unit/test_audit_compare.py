@@ -172,3 +172,16 @@ def test_compare_leaves_voided_pairs_out_and_says_how_many():
     assert report["paired"] == 4 and report["void_pairs_excluded"] == ["a-1#0"]
     assert report["helpful"] == ["b-2#0"]
     assert "1 void pair(s) left out: a-1#0" in to_markdown(report)
+
+
+def test_compare_refuses_arms_that_do_not_differ_and_says_it_plainly():
+    from orchestrator.errors import InputError
+    from orchestrator.report.compare import verdict
+
+    with pytest.raises(InputError) as info:
+        compare(ON, ON)
+    assert "nothing differs" in str(info.value)
+    report = compare(ON, OFF)
+    assert report["arms_differ_in"] == ["policy"]
+    assert verdict(report).startswith("Memory helped on 2 of 5 paired trials and hurt on 1;")
+    assert to_markdown(report).splitlines()[2] == verdict(report)
