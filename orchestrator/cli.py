@@ -201,16 +201,27 @@ def report(
     job_dir: Annotated[Path, typer.Argument(help="A job folder.")],
     junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML here.")] = None,
     fail_under: Annotated[float | None, typer.Option(help="Exit 1 when the mean reward is below this.")] = None,
+    baseline: Annotated[Path | None, typer.Option(help="A baseline job: list tasks that passed there and fail now (and the reverse), per layer.")] = None,
+    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="With --baseline: exit 1 when a regression-layer task regressed.")] = False,
+    allow_changed: Annotated[bool, typer.Option("--allow-changed", help="With --baseline: compare tasks whose content changed between the jobs.")] = False,
 ):
     """Summarise a job: tables per task, layer, class and failure mode, pass@k, tokens and
-    cost, phase timings; writes report.md and a self-contained report.html into the job."""
+    cost, phase timings; writes report.md and a self-contained report.html into the job.
+    With --baseline, a regression gate for release pipelines."""
     from orchestrator.report.load import load_job_result, load_trials
     from orchestrator.report.render import sections, to_html, to_markdown
     from orchestrator.report.tables import tables
 
+    regression = None
     try:
         job = load_job_result(job_dir)
         trials = load_trials(job_dir)
+        if fail_on_regression and baseline is None:
+            raise InputError("--fail-on-regression: needs --baseline JOB_DIR")
+        if baseline is not None:
+            from orchestrator.report.gate import gate
+
+            regression = gate(trials, load_trials(baseline), allow_changed)
     except InputError as exc:
         _fail(exc)
     aggregate = tables(trials)
@@ -232,10 +243,24 @@ def report(
     if junit:
         from orchestrator.report.junit import write_junit
 
-        write_junit(job.job, job_dir, trials, junit)
+        write_junit(job.job, job_dir, trials, junit,
+                    regressed={t for ts in regression.regressions.values() for t in ts}
+                    if regression else set())
         console.print(f"wrote {junit}")
+    if regression is not None:
+        (job_dir / "regressions.json").write_text(json.dumps(regression.as_dict(), indent=2))
+        for kind, by_layer in (("regressed", regression.regressions),
+                               ("improved", regression.improvements)):
+            for layer, names in sorted(by_layer.items()):
+                console.print(f"{kind} ({layer} layer): {', '.join(names)}", markup=False, soft_wrap=True)
+        if not regression.regressions:
+            console.print(f"no regressions against {baseline}", soft_wrap=True)
     if fail_under is not None and job.mean_reward < fail_under:
         err.print(f"mean reward {job.mean_reward:.3f} is below --fail-under {fail_under}")
+        raise typer.Exit(1)
+    if fail_on_regression and regression is not None and regression.regression_layer_failed:
+        err.print("regression gate: " + ", ".join(regression.regressions["regression"])
+                  + " passed in the baseline and fail now")
         raise typer.Exit(1)
 
 

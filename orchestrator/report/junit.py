@@ -19,7 +19,8 @@ def _details(job_dir: Path, trial: TrialResult) -> str:
     return "\n".join(parts)
 
 
-def write_junit(job_name: str, job_dir: Path, trials: list[TrialResult], out: Path) -> None:
+def write_junit(job_name: str, job_dir: Path, trials: list[TrialResult], out: Path,
+                regressed: set[str] | None = None) -> None:
     suite = ET.Element("testsuite", name=job_name, tests=str(len(trials)))
     failures = errors = 0
     total_time = 0.0
@@ -35,6 +36,8 @@ def write_junit(job_name: str, job_dir: Path, trials: list[TrialResult], out: Pa
         elif t.headline < 1.0 or t.failure_mode.value != "none":
             failures += 1
             message = f"reward {t.headline:g}; failure mode {t.failure_mode.value}"
+            if t.task in (regressed or set()):
+                message = "REGRESSION (passed in the baseline): " + message
             if t.voided_reward is not None:
                 message += f" (void: the verifier gave {t.voided_reward.get('reward', 0):g})"
             node = ET.SubElement(case, "failure", type=t.failure_mode.value, message=message)
