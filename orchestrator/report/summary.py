@@ -12,7 +12,9 @@ def render_job(job: JobResult, trials: list[TrialResult], console: Console | Non
     console = console or Console()
     table = Table(title=f"job {job.job}  ({job.agent}, k={job.k})")
     for column in ("task", "attempt", "reward", "failure mode", "agent s", "verify s", "total s"):
-        table.add_column(column, justify="right" if column.endswith("s") else "left")
+        # the task name is never cut: it wraps (fold) and keeps at least its own width
+        table.add_column(column, justify="right" if column.endswith(" s") else "left",
+                         overflow="fold", no_wrap=column == "task" and console.width >= 100)
     for r in sorted(trials, key=lambda t: (t.task, t.attempt)):
         reward = "-" if r.reward is None else f"{r.reward.get('reward', 0.0):g}"
         if r.voided_reward is not None:
@@ -22,8 +24,12 @@ def render_job(job: JobResult, trials: list[TrialResult], console: Console | Non
                       f"{r.finished_at - r.started_at:.2f}")
     console.print(table)
     counts = ", ".join(f"{mode}: {n}" for mode, n in sorted(job.counts.items()))
-    console.print(f"trials: {job.n_trials}   mean reward: {job.mean_reward:.3f}   "
-                  f"images built: {job.images_built}   ({counts})", markup=False)
+    failed = sum(1 for r in trials if r.failure_mode.value != "none" or r.headline < 1.0)
+    errors = sum(1 for r in trials if r.reward is None)
+    console.print(f"trials: {job.n_trials}   passed: {job.n_trials - failed}   failed: {failed} "
+                  f"(reward below 1: {failed - errors}, no reward: {errors})   mean reward: "
+                  f"{job.mean_reward:.3f}   images built: {job.images_built}   ({counts})",
+                  markup=False, soft_wrap=True)
     forgeable = sum(1 for r in trials if r.verifier_forgeable)
     if forgeable:
         console.print(f"note: {forgeable} trial(s) graded with verifier_mode shared (Harbor's "

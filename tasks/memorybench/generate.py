@@ -55,6 +55,16 @@ def fact(name, description, body, *, scope="project", subject_key=None, keywords
     return scope, name, "\n".join(lines)
 
 
+# Every grader says why: the rule it checked and what it found, so test-stdout.txt is
+# never empty (the viewer and JUnit show it).
+GRADE_TAIL = """
+print("PASS" if ok else "FAIL")
+print("rule checked:", {rule})
+print("answer.txt:", repr(read("answer.txt")[:300]) if os.path.exists("answer.txt") else "(absent)")
+print("files in", os.getcwd() + ":", sorted(os.listdir("."))[:50])
+sys.exit(0 if ok else 1)
+"""
+
 SOLVE_HEAD = """#!/bin/bash
 # Oracle: recall the task's memory like an agent would (the `recall` tool of the agent
 # stack, which records a memory_recall event), then act on what came back. In the
@@ -242,7 +252,7 @@ def main() -> None:
         for rel, text in spec.get("workdir", {}).items():
             write(root / "workdir" / rel, text)
         write(root / "tests/grade.py", GRADE_HEAD.format(name=name, cls=spec["cls"]) + spec["grade"]
-              + "sys.exit(0 if ok else 1)\n")
+              + GRADE_TAIL.format(rule=repr(spec["grade"].strip())))
         write(root / "tests/test.sh", "#!/bin/bash\n# reward 1 when the grader exits 0\nmkdir -p /logs/verifier\n"
               "if python3 /tests/grade.py; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n", 0o755)
         write(root / "solution/solve.sh", SOLVE_HEAD + spec["solve"], 0o755)

@@ -15,4 +15,9 @@ def read(path):
 
 
 ok = "make check-fast --tag=MEMKEY-EXACT7Q" in read("answer.txt")
+
+print("PASS" if ok else "FAIL")
+print("rule checked:", 'ok = "make check-fast --tag=MEMKEY-EXACT7Q" in read("answer.txt")')
+print("answer.txt:", repr(read("answer.txt")[:300]) if os.path.exists("answer.txt") else "(absent)")
+print("files in", os.getcwd() + ":", sorted(os.listdir("."))[:50])
 sys.exit(0 if ok else 1)

@@ -20,4 +20,9 @@ try:
     ok = util.add(2, 3) == 5
 except Exception:
     ok = False
+
+print("PASS" if ok else "FAIL")
+print("rule checked:", 'sys.path.insert(0, os.getcwd())\ntry:\n    import util\n    ok = util.add(2, 3) == 5\nexcept Exception:\n    ok = False')
+print("answer.txt:", repr(read("answer.txt")[:300]) if os.path.exists("answer.txt") else "(absent)")
+print("files in", os.getcwd() + ":", sorted(os.listdir("."))[:50])
 sys.exit(0 if ok else 1)

@@ -16,4 +16,9 @@ def read(path):
 
 lines = read("notes.txt").splitlines()
 ok = bool(lines) and "MEMKEY-PIN4D" in lines[0] and "hello" in [l.strip() for l in lines]
+
+print("PASS" if ok else "FAIL")
+print("rule checked:", 'lines = read("notes.txt").splitlines()\nok = bool(lines) and "MEMKEY-PIN4D" in lines[0] and "hello" in [l.strip() for l in lines]')
+print("answer.txt:", repr(read("answer.txt")[:300]) if os.path.exists("answer.txt") else "(absent)")
+print("files in", os.getcwd() + ":", sorted(os.listdir("."))[:50])
 sys.exit(0 if ok else 1)

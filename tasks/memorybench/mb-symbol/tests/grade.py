@@ -16,4 +16,9 @@ def read(path):
 
 ok = re.search(r"(?m)^max_backoff_ms = 250$", read("policy/retry.toml")) is not None
 ok = ok and "MAX_BACKOFF" not in read(".env").upper()
+
+print("PASS" if ok else "FAIL")
+print("rule checked:", 'ok = re.search(r"(?m)^max_backoff_ms = 250$", read("policy/retry.toml")) is not None\nok = ok and "MAX_BACKOFF" not in read(".env").upper()')
+print("answer.txt:", repr(read("answer.txt")[:300]) if os.path.exists("answer.txt") else "(absent)")
+print("files in", os.getcwd() + ":", sorted(os.listdir("."))[:50])
 sys.exit(0 if ok else 1)

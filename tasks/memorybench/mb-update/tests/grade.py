@@ -16,4 +16,9 @@ def read(path):
 
 answer = read("answer.txt")
 ok = "https://api.v2.example" in answer and "https://api.v1.example" not in answer
+
+print("PASS" if ok else "FAIL")
+print("rule checked:", 'answer = read("answer.txt")\nok = "https://api.v2.example" in answer and "https://api.v1.example" not in answer')
+print("answer.txt:", repr(read("answer.txt")[:300]) if os.path.exists("answer.txt") else "(absent)")
+print("files in", os.getcwd() + ":", sorted(os.listdir("."))[:50])
 sys.exit(0 if ok else 1)
