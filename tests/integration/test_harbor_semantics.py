@@ -26,7 +26,10 @@ GRADE_SERVICE = """
 """
 APT = """
     mkdir -p /logs/verifier
-    if apt-get update -qq >/logs/verifier/apt.txt 2>&1 && apt-get install -y -qq hello >>/logs/verifier/apt.txt 2>&1 \\
+    apt="-o Acquire::http::Timeout=10 -o Acquire::Retries=0"
+    # without a network `apt-get update` only warns (the image keeps debootstrap's lists),
+    # so the install is what must fail; DNS without a network hangs, hence the timeout
+    if timeout 90 sh -c "apt-get $apt update -qq && apt-get $apt install -y -qq hello" >/logs/verifier/apt.txt 2>&1 \\
         && /usr/bin/hello | grep -q 'Hello, world'; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
 """
 
