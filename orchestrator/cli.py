@@ -61,7 +61,8 @@ def run(
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="With --resume: also re-run trials that ended in infra_error, launch_error or build_error (after a fix).")] = False,
     policy: Annotated[str, typer.Option(help="memory-on | memory-off")] = "memory-on",
     endpoints: Annotated[list[Path] | None, typer.Option(
-        "--endpoints", help="Endpoint config JSON (repeatable; default: every endpoints/*.json).")] = None,
+        "--endpoints", "--endpoint-config", help="Endpoint config JSON (repeatable; default: every endpoints/*.json).")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Run the reference agent on this endpoint (a name in the endpoint config) without writing a manifest.")] = None,
     max_retries: Annotated[int, typer.Option(min=0, help="Retries of infrastructure failures per trial.")] = 2,
     max_cpus: Annotated[float | None, typer.Option(help="Admission budget in cpus (default: the engine's).")] = None,
     max_memory_mb: Annotated[int | None, typer.Option(help="Admission budget in MB (default: the engine's).")] = None,
@@ -137,9 +138,16 @@ def run(
             if not tasks:
                 raise InputError(f"{path}: no task has [metadata] evaluation_layer = {layer!r}")
         if resume is None:
-            lineup = load_manifest(manifest) if manifest else default_manifest(agent or "oracle")
+            lineup = load_manifest(manifest) if manifest else default_manifest(
+                agent or ("reference" if model else "oracle"))
         if agent:
             lineup = lineup.with_agent(agent)
+        if model:
+            lineup = lineup.with_endpoint(model)
+        lead = lineup.orchestrator
+        if lead.agent == "command" and not lead.command:
+            raise InputError("--agent command: the command agent needs a run template; write a "
+                             "manifest with `command:` (and `install:`) for the orchestrator")
         endpoint_files = [p.resolve() for p in (endpoints or default_endpoint_files())]
         if resume is not None:
             manifest_dir = Path(resumed_manifest_dir) if resumed_manifest_dir else None

@@ -84,6 +84,16 @@ class Manifest(_Strict):
         )
         return hashlib.sha256(canonical.encode()).hexdigest()
 
+    def with_endpoint(self, endpoint: str) -> Manifest:
+        """The same lineup with the orchestrator on this endpoint (`--model`); an agent
+        that calls no model (oracle, nop) becomes the reference agent."""
+        roster = [
+            m.model_copy(update={"endpoint": endpoint, "agent": m.agent if m.agent in (
+                "reference", "command") else "reference"}) if m.kind == "orchestrator" else m
+            for m in self.roster
+        ]
+        return self.model_copy(update={"roster": roster})
+
     def with_agent(self, agent: AgentKind) -> Manifest:
         """The same lineup with the orchestrator's agent replaced (`--agent`)."""
         roster = [

@@ -272,3 +272,15 @@ def test_a_slow_endpoint_is_an_endpoint_error_in_the_trajectory_not_a_crash(runt
     trajectory = (folder / "agent/trajectory.jsonl").read_text()
     assert "endpoint" in trajectory and "Traceback" not in (folder / "agent/stderr.txt").read_text()
     assert result.agent_outcome in ("endpoint_error", "timeout", "crashed") and result.agent_exit_code != 1
+
+
+def test_model_and_endpoint_config_pick_an_endpoint_without_a_manifest(tmp_path):
+    proc = subprocess.run([ORCHESTRA, "run", "--path", str(ROOT / "tasks/examples/hello-file"),
+                           "--endpoint-config", str(ROOT / "endpoints/replay.json"), "-m", "replay",
+                           "--jobs-dir", str(tmp_path), "--job-name", "m", "-q"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads((tmp_path / "m/result.json").read_text())
+    assert job["agent"] == "reference" and job["mean_reward"] == 1.0
+    refused = subprocess.run([ORCHESTRA, "run", "--path", str(ROOT / "tasks/examples/hello-file"),
+                              "--agent", "command", "--jobs-dir", str(tmp_path)], capture_output=True, text=True)
+    assert refused.returncode == 2 and "run template" in refused.stderr
