@@ -86,11 +86,12 @@ def job_seconds(runtime, path: Path, n: int, k: int, jobs: Path):
     return time.perf_counter() - started, job
 
 
-def report_10k(tmp: Path) -> None:
-    template = TrialResult(trial_id="x", job="synthetic", task="ds/t", task_path="/t", content_hash="h",
+def synthetic_trials(job: str, n: int = 10_000) -> list[TrialResult]:
+    """n trials of 500 tasks: a third pass, every seventh timed out, two layers."""
+    template = TrialResult(trial_id="x", job=job, task="ds/t", task_path="/t", content_hash="h",
                            condition="c", condition_hash="h", agent="oracle", attempt=0)
     trials = []
-    for i in range(10_000):
+    for i in range(n):
         t = template.model_copy(deep=True)
         t.trial_id, t.task, t.attempt = f"{i:064x}", f"ds/task-{i % 500:03d}", i // 500
         t.reward = {"reward": float(i % 3 == 0)}
@@ -98,6 +99,11 @@ def report_10k(tmp: Path) -> None:
         t.layer, t.scenario_class = ("regression", "exact") if i % 2 else ("workflow", "stale")
         t.started_at, t.finished_at = 0.0, 1.0
         trials.append(t)
+    return trials
+
+
+def report_10k(tmp: Path) -> None:
+    trials = synthetic_trials("synthetic")
     tracemalloc.start()
     started = time.perf_counter()
     from orchestrator.job import JobOptions as Options
@@ -122,15 +128,7 @@ def viewer_10k(tmp: Path) -> None:
     from orchestrator.util import write_json_atomic
     from orchestrator.view.server import ViewServer
 
-    template = TrialResult(trial_id="x", job="view10k", task="ds/t", task_path="/t", content_hash="h",
-                           condition="c", condition_hash="h", agent="oracle", attempt=0)
-    trials = []
-    for i in range(10_000):
-        t = template.model_copy(deep=True)
-        t.trial_id, t.task, t.attempt = f"{i:064x}", f"ds/task-{i % 500:03d}", i // 500
-        t.reward = {"reward": float(i % 3 == 0)}
-        t.failure_mode = FailureMode.NONE if i % 7 else FailureMode.AGENT_TIMEOUT
-        trials.append(t)
+    trials = synthetic_trials("view10k")
     folder = tmp / "views" / "view10k"
     job = summarize(Options(job_name="view10k", jobs_dir=tmp / "views", k=20), default_manifest("oracle"),
                     "oracle", trials, 0, 0.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -64,3 +65,31 @@ def by_task(trials: list[TrialResult]) -> dict[str, TrialResult]:
 def orchestra_objects(runtime) -> tuple[list, list]:
     containers, networks, _volumes = runtime.labelled("orchestra.job")
     return containers, networks
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.1) -> None:
+    """Poll for a condition with a deadline (never a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError("timed out waiting")
+
+
+LEAKY_FACT = ("---\nname: secret\ndescription: d\nmetadata:\n  type: project\n  scope: project\n"
+              "---\n\nThe deploy password hint is correct horse battery staple.\n")
+
+
+def make_leaky_task(root: Path, name: str) -> Path:
+    """A badly built task whose image ships its own memory folder: the oracle finds the
+    seed source there, cats it and logs the read (an answer leak)."""
+    return make_task(root, name, files={"memory/project/secret.md": LEAKY_FACT,
+                                        "environment/memory/project/secret.md": LEAKY_FACT},
+                     dockerfile="FROM python:3.12-slim-bookworm\nWORKDIR /app\nCOPY memory /srv/task/memory\n",
+                     solve="""
+                       cd /srv/task
+                       out=$(cat memory/project/secret.md)
+                       traj tool shell "cat memory/project/secret.md" --output "$out"
+                       touch /app/ok
+                     """)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import docker.errors
 import pytest
-from conftest import make_task
+from conftest import make_leaky_task, make_task, wait_for
 
 from orchestrator.job import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
@@ -334,15 +334,6 @@ def test_a_retry_is_graded_from_its_own_files_and_keeps_the_earlier_try(tmp_path
     assert (earlier / "agent/trajectory.jsonl").read_text() != (folder / "agent/trajectory.jsonl").read_text()
 
 
-def _wait_for(predicate, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting")
-
-
 def test_ctrl_c_while_the_verifier_runs_is_cancelled_and_resume_reruns_it(runtime, tmp_path):
     make_task(tmp_path / "ds", "slow-grade", toml=SMALL, solve="touch /app/ok\n",
               test="sleep 6\n" + REWARD_OK)
@@ -351,7 +342,7 @@ def test_ctrl_c_while_the_verifier_runs_is_cancelled_and_resume_reruns_it(runtim
     proc = subprocess.Popen([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle",
                              "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "cancel", "-q"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(lambda: events.is_file() and '"phase": "verify"' in events.read_text(), 120)
+    wait_for(lambda: events.is_file() and '"phase": "verify"' in events.read_text(), 120)
     time.sleep(1)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 130
@@ -387,16 +378,7 @@ def test_resume_with_retry_errors_reruns_infrastructure_failures(runtime, tmp_pa
 
 
 def test_a_leaked_answer_is_void_and_fails_every_gate(runtime, tmp_path):
-    fact = "---\nname: secret\ndescription: d\nmetadata:\n  type: project\n  scope: project\n---\n\nThe deploy password hint is correct horse battery staple.\n"
-    make_task(tmp_path / "ds", "leaky", files={"memory/project/secret.md": fact,
-                                               "environment/memory/project/secret.md": fact},
-              dockerfile="FROM python:3.12-slim-bookworm\nWORKDIR /app\nCOPY memory /srv/task/memory\n",
-              solve="""
-                cd /srv/task
-                out=$(cat memory/project/secret.md)
-                traj tool shell "cat memory/project/secret.md" --output "$out"
-                touch /app/ok
-              """)
+    make_leaky_task(tmp_path / "ds", "leaky")
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle",
                            "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "void"],
                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, make_task
+from conftest import ROOT, make_leaky_task, make_task
 
 from orchestrator.job import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
@@ -90,18 +90,9 @@ def test_state_roots_are_fresh_random_and_hold_the_facts_only_in_the_on_arm(runt
 
 def test_an_agent_reading_a_seed_source_is_answer_leak_and_the_job_exits_non_zero(runtime, tmp_path):
     ds = tmp_path / "ds"
-    fact = "---\nname: secret\ndescription: d\nmetadata:\n  type: project\n  scope: project\n---\n\nThe deploy password hint is correct horse battery staple.\n"
-    # A badly built task whose image ships its own memory folder: the agent finds and cats it.
     for later in ("b-later", "c-later"):
         make_task(ds, later, solve="touch /app/ok")
-    make_task(ds, "a-leaky", files={"memory/project/secret.md": fact, "environment/memory/project/secret.md": fact},
-              dockerfile="FROM python:3.12-slim-bookworm\nWORKDIR /app\nCOPY memory /srv/task/memory\n",
-              solve="""
-                cd /srv/task
-                out=$(cat memory/project/secret.md)
-                traj tool shell "cat memory/project/secret.md" --output "$out"
-                touch /app/ok
-              """)
+    make_leaky_task(ds, "a-leaky")
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(ds), "--agent", "oracle", "--jobs-dir",
                            str(tmp_path / "jobs"), "--job-name", "leak", "--n-concurrent", "1"],
                           capture_output=True, text=True)
