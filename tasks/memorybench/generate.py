@@ -254,7 +254,7 @@ def main() -> None:
         write(root / "tests/grade.py", GRADE_HEAD.format(name=name, cls=spec["cls"]) + spec["grade"]
               + GRADE_TAIL.format(rule=repr(spec["grade"].strip())))
         write(root / "tests/test.sh", "#!/bin/bash\n# reward 1 when the grader exits 0\nmkdir -p /logs/verifier\n"
-              "if python3 /tests/grade.py; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n", 0o755)
+              "if python3 /tests/grade.py; then r=1; else r=0; fi\necho $r > /logs/verifier/reward.txt\n", 0o755)
         write(root / "solution/solve.sh", SOLVE_HEAD + spec["solve"], 0o755)
 
 
