@@ -85,24 +85,23 @@ def _dead_owner(labels: dict[str, str], host: str) -> bool:
     return labels.get(LABEL_HOST) == host and pid.isdigit() and not _alive(int(pid))
 
 
-def dead_jobs(runtime: DockerRuntime) -> set[str]:
-    """Jobs on this host whose orchestrator process no longer exists."""
+def dead_jobs(runtime: DockerRuntime, rows: list[dict] | None = None) -> set[str]:
+    """Jobs on this host whose orchestrator process no longer exists (from `rows` of
+    runtime.owned_objects() when the caller already has them)."""
     host = socket.gethostname()
-    return {row["labels"].get(LABEL_JOB, "") for row in runtime.owned_objects()
+    rows = runtime.owned_objects() if rows is None else rows
+    return {row["labels"].get(LABEL_JOB, "") for row in rows
             if _dead_owner(row["labels"], host)} - {""}
 
 
 def plan(runtime: DockerRuntime, job: str | None = None, everything: bool = False) -> list[dict]:
     """What a clean-up would remove: every orchestra-created object (everything), one job's,
     or (default) those of dead owners on this host. Never anything orchestra did not create."""
-    host = socket.gethostname()
     rows = runtime.owned_objects()
     if everything:
         return rows
-    if job is not None:
-        return [r for r in rows if r["labels"].get(LABEL_JOB) == job]
-    dead = {r["labels"].get(LABEL_JOB) for r in rows if _dead_owner(r["labels"], host)}
-    return [r for r in rows if r["labels"].get(LABEL_JOB) in dead]
+    jobs = {job} if job is not None else dead_jobs(runtime, rows)
+    return [r for r in rows if r["labels"].get(LABEL_JOB) in jobs]
 
 
 def reap_orphans(runtime: DockerRuntime) -> dict[str, int]:

@@ -43,7 +43,7 @@ from orchestrator.trial import (
     trial_id,
 )
 from orchestrator.util import write_json_atomic
-from orchestrator.verify import resolve_env
+from orchestrator.verify import EnvTemplateError, resolve_env
 
 log = structlog.get_logger()
 LAYER_DEFAULT_K = {"regression": 1, "workflow": 3}
@@ -121,9 +121,8 @@ def preflight(tasks: list[Task], manifest: Manifest, endpoints=None, admission=N
     for t in tasks:  # Harbor's ${VAR} templates in verifier.env must resolve on this host
         try:
             resolve_env(t.config.verifier.env)
-        except ValueError as exc:
-            problems.append(f"{t.path / 'task.toml'}: field '{str(exc).split(':')[0]}': "
-                            f"{str(exc).split(': ', 1)[1]}")
+        except EnvTemplateError as exc:
+            problems.append(f"{t.path / 'task.toml'}: field '{exc.field}': {exc.reason}")
     if problems:
         raise InputError(problems)
     return in_use

@@ -26,7 +26,7 @@ from orchestrator.collect import EVIDENCE_NAME, collect, export_evidence
 from orchestrator.images import TaskImages
 from orchestrator.memory import StateRoots, file_seed_archive, seed_engrams
 from orchestrator.models.manifest import Manifest, flag_env
-from orchestrator.models.result import FailureMode, StepResult, TrialResult
+from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TrialDir
 from orchestrator.proxy import ModelProxy, Upstreams
 from orchestrator.relay.session import TrialRelay, start_relay
@@ -36,7 +36,6 @@ from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.sandbox import (
     NetworkPool,
     Sandbox,
-    Unhealthy,
     applied_limits,
     close_sandbox,
     open_sandbox,
@@ -44,6 +43,7 @@ from orchestrator.sandbox import (
     wait_healthy,
 )
 from orchestrator.scrub import scrub_tree
+from orchestrator.steps import run_steps
 from orchestrator.tasks import Task
 from orchestrator.util import write_json_atomic
 from orchestrator.verify import verify
@@ -184,7 +184,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             result.collected = dict(box.collected)
             if relay is not None and last:
                 export_evidence(relay, where, result)
-            scrubbed = scrub_tree(where.root, trial_secrets + scrub.current())
+            scrubbed = scrub_tree(where.root, scrub.current())  # the trial's own included
             if scrubbed:  # the agent wrote a secret somewhere: replaced, and said so
                 result.scrubbed_files = (result.scrubbed_files + scrubbed)[:50]
             audit = audit_trajectory(
@@ -223,7 +223,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
                                        user=task.config.agent.user, env=box.exec_env)
                 result.memory["engram_seeds"] = [asdict(r) for r in records]
         if task.config.steps:
-            run_steps(ctx, task, box, paths, result, episode)
+            run_steps(ctx.runtime, task, box, paths, result, episode)
         else:
             episode(task, paths, last=True)
         if result.memory.get("leaks"):  # void: counted as failed everywhere, listed as void
@@ -281,85 +281,12 @@ def _finish(ctx: TrialContext, result: TrialResult, paths: TrialDir, box: Sandbo
         result.timings.cleanup = round(close_sandbox(ctx.runtime, box), 3)
     result.finished_at = time.time()
     if result.error:
-        result.error = scrub.scrub_text(result.error, secrets + scrub.current())
+        result.error = scrub.scrub_text(result.error)  # every live secret, this trial's too
     write_json_atomic(paths.result, result)
     log.info("trial.done", trial=result.trial_id[:12], task=result.task, attempt=result.attempt,
              reward=result.reward, failure_mode=result.failure_mode.value)
     scrub.unregister(*secrets)
     return result
-
-
-# ---- Harbor's [[steps]] ----------------------------------------------------------------
-class StepSetupFailed(Exception):
-    pass
-
-
-def run_steps(ctx: TrialContext, task: Task, box: Sandbox, paths: TrialDir,
-              result: TrialResult, episode) -> None:
-    """Each step in turn in the same environment: its workdir/ uploaded and setup.sh run,
-    its healthcheck, then its agent, collect and verify (results under steps/<name>/).
-    A step below its min_reward (or without a reward) stops the rest, as Harbor does; the
-    trial's reward is the per-key mean over graded steps, or the final step's."""
-    steps = task.config.steps or []
-    for index, step in enumerate(steps):
-        view = task.step_view(step)
-        started = time.monotonic()
-        result.failure_mode, result.error, result.reward = FailureMode.NONE, None, None
-        record = StepResult(name=step.name)
-        try:
-            prepare_step(ctx, view, box, step)
-            episode(view, TrialDir(paths.root / "steps" / step.name), index == len(steps) - 1)
-        except (StepSetupFailed, Unhealthy) as exc:
-            result.failure_mode, result.error = FailureMode.LAUNCH_ERROR, str(exc)
-        record.reward, record.failure_mode, record.error = result.reward, result.failure_mode, result.error
-        record.agent_exit_code, record.seconds = result.agent_exit_code, round(time.monotonic() - started, 3)
-        result.steps.append(record)
-        stop = step_stops(step.min_reward, record.reward)
-        if stop is not None and index < len(steps) - 1:
-            record.stopped = stop
-            log.info("trial.steps_stopped", trial=result.trial_id[:12], step=step.name, why=stop)
-            break
-    graded = [r.reward for r in result.steps if r.reward is not None]
-    if task.config.multi_step_reward_strategy == "final":
-        result.reward = result.steps[-1].reward
-    else:
-        keys = sorted({k for reward in graded for k in reward})
-        result.reward = {k: round(sum(r.get(k, 0.0) for r in graded) / len(graded), 6)
-                         for k in keys} if graded else None
-    failed = [r for r in result.steps if r.failure_mode != FailureMode.NONE]
-    result.failure_mode = FailureMode.NONE if result.reward is not None else (
-        failed[-1].failure_mode if failed else FailureMode.VERIFIER_ERROR)
-    result.error = "; ".join(f"step {r.name}: {r.error}" for r in result.steps if r.error) or None
-
-
-def step_stops(min_reward, reward: dict[str, float] | None) -> str | None:
-    """Harbor's min_reward: a float gates `reward`, a map gates each key; a missing reward
-    or key counts as -inf. Returns why the remaining steps stop, or None."""
-    if min_reward is None:
-        return None if reward is not None else "no reward"
-    thresholds = {"reward": min_reward} if isinstance(min_reward, int | float) else min_reward
-    for key, threshold in thresholds.items():
-        actual = (reward or {}).get(key, float("-inf"))
-        if actual < threshold:
-            return f"{key}={actual} below min_reward {threshold}"
-    return None
-
-
-def prepare_step(ctx: TrialContext, view: Task, box: Sandbox, step) -> None:
-    """A step's fresh /logs/agent, its workdir/ (and setup.sh), its healthcheck."""
-    runtime, container = ctx.runtime, box.agent_container
-    runtime.exec_output(container, ["sh", "-c", f"rm -rf {AGENT_LOGS} && mkdir -p {AGENT_LOGS} "
-                                                f"&& chmod 777 {AGENT_LOGS}"])
-    seed = view.workdir_seed
-    if seed is not None and seed.is_dir():
-        runtime.put_archive(container, box.workdir, tar_directory(seed, ".", mode=0o666))
-        if (seed / "setup.sh").is_file():
-            outcome = runtime.exec(container, ["bash", f"{box.workdir}/setup.sh"],
-                                   deadline=time.time() + 300, workdir=box.workdir)
-            if outcome.exit_code != 0:
-                raise StepSetupFailed(f"setup.sh exited with {outcome.exit_code}")
-    if step.healthcheck is not None:
-        wait_healthy(runtime, box, step.healthcheck)
 
 
 def classify_agent(result: TrialResult, proxy: ModelProxy | None) -> str:

@@ -75,6 +75,14 @@ def read_reward(verifier_dir: Path) -> dict[str, float]:
     raise RewardError("the verifier wrote neither /logs/verifier/reward.json nor reward.txt")
 
 
+class EnvTemplateError(ValueError):
+    """A `${VAR}` in verifier.env with no value on the host and no default."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
+
+
 def resolve_env(env: dict[str, str]) -> dict[str, str]:
     """Harbor's `${VAR}` / `${VAR:-default}` templates in verifier.env, from the host."""
     resolved = {}
@@ -87,7 +95,8 @@ def resolve_env(env: dict[str, str]) -> dict[str, str]:
         elif match.group(2) is not None:
             resolved[key] = match.group(2)
         else:
-            raise ValueError(f"verifier.env.{key}: ${{{match.group(1)}}} is not set on the host")
+            raise EnvTemplateError(f"verifier.env.{key}",
+                                   f"${{{match.group(1)}}} is not set on the host")
     return resolved
 
 
@@ -121,13 +130,9 @@ def _script(box: Sandbox, timeout: float | None = None) -> str:
             f"{run} >{VERIFIER_LOGS}/test-stdout.txt 2>&1")
 
 
-def _stage(runtime: DockerRuntime, container: str, task: Task, evidence: Path | None) -> None:
+def _stage_tests(runtime: DockerRuntime, container: str, task: Task) -> None:
     for folder in task.tests_dirs:  # the task's tests, then a step's own over them
         runtime.put_archive(container, "/", tar_directory(folder, STAGED_TESTS.lstrip("/")))
-    if evidence is not None:
-        runtime.put_archive(container, "/", tar_files(
-            {f"{ARTIFACTS.lstrip('/')}/{EVIDENCE_NAME}": evidence.read_bytes()},
-            dirs=["logs", ARTIFACTS.lstrip("/")]))
 
 
 def _verify_live(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir,
@@ -148,7 +153,8 @@ def _verify_live(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialD
                                          box.storage_enforcement)
     switch_network(runtime, box, task.config.network_for("verifier"), container)
     reset_verifier_logs(box)
-    _stage(runtime, container, task, evidence)
+    _stage_tests(runtime, container, task)
+    _stage_evidence(runtime, container, evidence)
     started = time.time()
     outcome = runtime.exec(container, ["sh", "-c", _script(box, verifier.timeout_sec)],
                            env=resolve_env(verifier.env), user=verifier.user,
@@ -197,7 +203,7 @@ def _verify_fresh(runtime: DockerRuntime, task: Task, images: TaskImages, box: S
     )
     container = runtime.create(spec)
     box.containers.append(container)
-    _stage(runtime, container, task, None)
+    _stage_tests(runtime, container, task)
     if verifier.environment_mode == "separate":  # the agent's files, streamed from disk
         if paths.artifacts.is_dir():
             with spool_directory(paths.artifacts, ARTIFACTS.lstrip("/")) as spool:
