@@ -4,17 +4,25 @@ a bounded threading server on a background thread, JSON replies, no request-line
 Bounds (DESIGN 3.5), the same for every server, so one trial's agent cannot grow the
 orchestrator or starve another trial:
 - at most `max_connections` connections at once per server (one thread each); one past
-  the cap gets `503` and is closed at once, without a thread;
+  the cap gets `503` and is closed at once, without a thread (a client still sending a
+  large body may see the close before it can read the 503); refusals are paced at 50 a
+  second per server;
 - a connection idle for `idle_timeout` seconds is closed (slowloris, parked keep-alives);
 - a request body must be framed by a valid `Content-Length` no larger than the server's
   cap, checked before a byte of it is read: chunked bodies get `411`, a negative or
-  non-numeric length `400`, a large one `413`.
+  non-numeric length `400`, a large one `413`;
+- the body bytes a server accepts are rate-limited (a token bucket, `BODY_RATE` a second
+  after a burst of one full body): decoding JSON holds the GIL (a 2 MB body of tiny values
+  costs ~70 ms and ~20 MB), so without it one agent's flood of large bodies stalls every
+  other trial's relay and proxy. A body that would wait more than `BODY_WAIT_SEC` gets
+  `429` with `Retry-After`.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import structlog
@@ -22,12 +30,43 @@ import structlog
 log = structlog.get_logger()
 MAX_CONNECTIONS = 16
 IDLE_TIMEOUT_SEC = 15.0
+BODY_RATE = 1024 * 1024  # body bytes a second, per server
+BODY_WAIT_SEC = 5.0
+REFUSAL_PAUSE_SEC = 0.02
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, retry_after: float | None = None):
         super().__init__(message)
-        self.status = status
+        self.status, self.retry_after = status, retry_after
+
+
+class ByteBudget:
+    """A token bucket over request-body bytes: `rate` a second, at most `burst` saved up.
+    A taker may run into debt of up to `max_wait` seconds of refill (it sleeps that long,
+    off the GIL); past that it is refused."""
+
+    def __init__(self, rate: int, burst: int, max_wait: float = BODY_WAIT_SEC):
+        self.rate, self.burst, self.max_wait = rate, burst, max_wait
+        self._tokens, self._at = float(burst), time.monotonic()
+        self._lock = threading.Lock()
+        self.waited = 0.0  # seconds spent waiting, all takers
+        self.refused = 0
+
+    def take(self, n: int) -> float:
+        """Reserve n bytes; returns how long the caller must wait, or raises HttpError 429."""
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+            self._at = now
+            wait = max(0.0, (n - self._tokens) / self.rate)
+            if wait > self.max_wait:
+                self.refused += 1
+                raise HttpError(429, f"request bodies arrive faster than {self.rate // 1024} KiB/s "
+                                     "(this trial's rate cap); retry later", retry_after=wait)
+            self._tokens -= n
+            self.waited += wait
+            return wait
 
 
 class JsonHandler(BaseHTTPRequestHandler):
@@ -35,11 +74,13 @@ class JsonHandler(BaseHTTPRequestHandler):
     event = "http.request"
     timeout = IDLE_TIMEOUT_SEC  # socket timeout: idle and slow connections are closed
 
-    def reply(self, status: int, body: dict | bytes) -> None:
+    def reply(self, status: int, body: dict | bytes, retry_after: float | None = None) -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if retry_after is not None:
+            self.send_header("Retry-After", str(max(1, round(retry_after))))
         if status >= 400 and status not in (401, 402, 403, 404, 409):
             self.send_header("Connection", "close")  # framing may be broken: do not reuse
             self.close_connection = True
@@ -56,7 +97,23 @@ class JsonHandler(BaseHTTPRequestHandler):
         length = int(raw)
         if length > max_bytes:
             raise HttpError(413, f"body: {length} bytes is over the {max_bytes} byte limit")
-        return self.rfile.read(length) if length else b""
+        if not length:
+            return b""
+        budget = getattr(self.server, "budget", None)
+        if budget is not None:
+            try:
+                time.sleep(budget.take(length))
+            except HttpError:
+                self._discard(length)  # so that the client, still sending, can read the 429
+                raise
+        return self.rfile.read(length)
+
+    def _discard(self, length: int) -> None:
+        while length > 0:
+            chunk = self.rfile.read(min(length, 64 * 1024))
+            if not chunk:
+                break
+            length -= len(chunk)
 
     def log_message(self, format: str, *args) -> None:
         """Request lines are not logged: an agent's flood (or a key in a URL) must not grow
@@ -75,8 +132,10 @@ class BoundedServer(ThreadingHTTPServer):
     request_queue_size = 64  # the accept loop answers past the cap at once; a short
                              # backlog would only make a flood's connects hang instead
 
-    def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS):
+    def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS,
+                 budget: ByteBudget | None = None):
         super().__init__(address, handler)
+        self.budget = budget
         self.slots = threading.BoundedSemaphore(max_connections)
         self.refused = 0  # connections turned away at the cap
 
@@ -88,6 +147,10 @@ class BoundedServer(ThreadingHTTPServer):
             except OSError:
                 pass
             self.shutdown_request(request)
+            # This trial's server only: a flood's refusals are paced (at most 1/REFUSAL_PAUSE a
+            # second), so the flood costs the orchestrator little CPU and the other trials
+            # keep their latency; further connects wait in the backlog.
+            time.sleep(REFUSAL_PAUSE_SEC)
             return
         try:
             super().process_request(request, client_address)
@@ -109,8 +172,12 @@ class BackgroundServer:
     """`handler` served on host:port (0: any free port) until stop()."""
 
     def __init__(self, handler: type[BaseHTTPRequestHandler], host: str, port: int = 0,
-                 name: str = "http", path: str = "", max_connections: int = MAX_CONNECTIONS):
-        self.httpd = BoundedServer((host, port), handler, max_connections)
+                 name: str = "http", path: str = "", max_connections: int = MAX_CONNECTIONS,
+                 max_body: int | None = None):
+        """`max_body`: the largest body a request may have; given, body bytes are also
+        rate-limited (BODY_RATE a second after a burst of one such body)."""
+        budget = ByteBudget(BODY_RATE, max(max_body, BODY_RATE)) if max_body else None
+        self.httpd = BoundedServer((host, port), handler, max_connections, budget)
         self.path = path
         self._thread = threading.Thread(target=self.httpd.serve_forever,
                                         kwargs={"poll_interval": 0.05}, name=name, daemon=True)
@@ -134,4 +201,4 @@ class BackgroundServer:
         self._thread.join(timeout=5)
 
 
-__all__ = ["BackgroundServer", "HttpError", "JsonHandler"]
+__all__ = ["BackgroundServer", "ByteBudget", "HttpError", "JsonHandler"]

@@ -33,7 +33,9 @@ from orchestrator.httpserve import BackgroundServer, HttpError, JsonHandler
 from orchestrator.models.manifest import Budget
 
 log = structlog.get_logger()
-MAX_REQUEST = 8 * 1024 * 1024
+# A request body's cap (~500k tokens of context). Decoded, 2 MB of tiny JSON values is
+# ~20 MB of objects: the cap and the byte rate (httpserve) bound what an agent costs us.
+MAX_REQUEST = 2 * 1024 * 1024
 
 
 class Retryable(Exception):
@@ -71,11 +73,14 @@ class ModelProxy:
             def do_POST(self):  # noqa: N802
                 try:  # the token is checked before the body is read, the size before reading
                     status, body = proxy.handle(self.path, self.headers, self.read_body)
+                    retry_after = None
                 except HttpError as exc:
                     status, body = exc.status, {"error": {"message": f"orchestra proxy: {exc}"}}
-                self.reply(status, proxy.scrub(json.dumps(body).encode() if isinstance(body, dict) else body))
+                    retry_after = exc.retry_after
+                self.reply(status, proxy.scrub(json.dumps(body).encode() if isinstance(body, dict) else body),
+                           retry_after)
 
-        self.server = BackgroundServer(Handler, host, name="model-proxy", path="/v1")
+        self.server = BackgroundServer(Handler, host, name="model-proxy", path="/v1", max_body=MAX_REQUEST)
 
     @classmethod
     def for_upstream(cls, host: str, upstream: Upstream, budget: Budget,
@@ -138,8 +143,10 @@ class ModelProxy:
             return 402, {"error": {"message": f"orchestra budget exceeded: {refusal}; no more model calls in this trial",
                                    "type": "budget_exceeded", "code": "budget_exceeded"}}
         request["model"] = self.model
+        data = json.dumps(request).encode()
+        del request  # the decoded body can be ten times its size: not kept while waiting upstream
         try:
-            status, body = self._forward(json.dumps(request).encode())
+            status, body = self._forward(data)
         except RetryError as exc:
             last = exc.last_attempt.exception()
             with self._lock:
@@ -189,7 +196,10 @@ class ModelProxy:
                                 + completion * self.prices.get("output", 0.0)) / 1e6
 
     def summary(self) -> dict:
-        return asdict(self.stats)
+        budget = self.server.httpd.budget
+        return {**asdict(self.stats), "connections_refused": self.server.refused,
+                "body_rate_refused": budget.refused if budget else 0,
+                "body_rate_waited_sec": round(budget.waited, 2) if budget else 0.0}
 
 
 @dataclass

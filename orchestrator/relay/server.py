@@ -45,7 +45,7 @@ class RelayServer:
         self.rejected = 0
         self.limit_hits: dict[str, int] = {}
         handler = type("Handler", (_Handler,), {"relay": self})
-        self.server = BackgroundServer(handler, host, name="relay")
+        self.server = BackgroundServer(handler, host, name="relay", max_body=MAX_BODY)
 
     def note_rejection(self, reason: str) -> None:
         self.rejected += 1
@@ -176,11 +176,13 @@ class _Handler(JsonHandler):
     event = "relay.request"
 
     def _serve(self) -> None:
+        retry_after = None
         try:
-            body = self.read_body(MAX_BODY)  # framing and size checked before reading
+            body = self.read_body(MAX_BODY)  # framing, size and rate checked before reading
             status, payload = self.relay.handle(self.command, self.path, self.headers, body)
         except (RelayError, HttpError) as exc:
             status, payload = exc.status, {"error": str(exc)}
+            retry_after = getattr(exc, "retry_after", None)
             if status == 401 or status == 403:
                 self.relay.note_rejection(str(exc))
             elif status in (411, 413, 429, 507):
@@ -190,6 +192,6 @@ class _Handler(JsonHandler):
         except Exception as exc:  # a bug must not kill the relay thread
             log.error("relay.error", error=str(exc))
             status, payload = 500, {"error": f"relay error: {exc.__class__.__name__}"}
-        self.reply(status, payload)
+        self.reply(status, payload, retry_after)
 
     do_GET = do_POST = do_PUT = do_DELETE = _serve

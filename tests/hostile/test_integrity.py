@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -24,7 +25,8 @@ import pytest
 from conftest import make_leaky_task, make_task, wait_for
 
 from orchestrator.job import JobOptions, run_job
-from orchestrator.models.manifest import default_manifest
+from orchestrator.models.endpoint import load_endpoints
+from orchestrator.models.manifest import Manifest, default_manifest
 from orchestrator.models.result import TrialResult
 from orchestrator.runtime.docker import DockerRuntime
 from orchestrator.scrub import REDACTED
@@ -36,6 +38,8 @@ SMALL = "[environment]\ncpus = 0.5\nmemory_mb = 256\nstorage_mb = 256\n"
 RELAY = "[relay]\nenabled = true\n" + SMALL
 REWARD_OK = "mkdir -p /logs/verifier; if [ -e /app/ok ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
 HOST_PORT_FILE = "host-port"
+
+WINDOW_SEC = 8  # each bystander measures, and each flood presses, this long
 
 RELAY_FLOOD = r"""
 python3 - <<'PY'
@@ -59,44 +63,112 @@ out["abc"] = raw(b"POST /v1/engrams HTTP/1.1\r\nHost: r\r\nContent-Length: abc\r
 out["chunked"] = raw(b"POST /v1/engrams HTTP/1.1\r\nHost: r\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
 out["huge"] = raw(b"POST /v1/engrams HTTP/1.1\r\nHost: r\r\nContent-Length: 50000000\r\n\r\n")
 out["limit0"] = subprocess.run(["chan", "read", "--limit", "0"], capture_output=True, text=True).stderr[-200:]
-held, busy = [], 0
-for _ in range(300):  # idle connections: the relay keeps a bounded number, refuses the rest
-    try:
-        s = socket.create_connection(addr, timeout=2)
-        held.append(s)
-    except OSError:
-        busy += 1
-time.sleep(0.5)
-for s in held:
-    s.settimeout(0.2)
-    try:
-        if s.recv(100).startswith(b"HTTP/1.1 503"):
+busy, end = 0, time.monotonic() + WINDOW
+while time.monotonic() < end:  # idle connections: the relay keeps a bounded number, refuses the rest
+    held = []
+    for _ in range(300):
+        try:
+            held.append(socket.create_connection(addr, timeout=2))
+        except OSError:
             busy += 1
-    except OSError:
-        pass
+    time.sleep(0.5)
+    for s in held:
+        s.settimeout(0.2)
+        try:
+            if s.recv(100).startswith(b"HTTP/1.1 503"):
+                busy += 1
+        except OSError:
+            pass
+    for s in held:
+        s.close()
 out["refused_or_503"] = busy
-for s in held:
-    s.close()
 time.sleep(1)
 out["whoami_after"] = subprocess.run(["chan", "whoami"], capture_output=True).returncode
 json.dump(out, open("/logs/artifacts/flood.json", "w"))
 PY
 touch /app/ok
-"""
+""".replace("WINDOW", str(WINDOW_SEC))
 
 BYSTANDER = r"""
 python3 - <<'PY'
-import json, subprocess, time
-times = []
-for _ in range(15):
+import json, sys, time
+sys.path.insert(0, "/opt/orchestra/lib")
+from orchestra_client import Client
+client, times = Client(), []
+end = time.monotonic() + WINDOW
+while time.monotonic() < end:
     t = time.monotonic()
-    assert subprocess.run(["chan", "whoami"], capture_output=True).returncode == 0
+    client.whoami()
     times.append(time.monotonic() - t)
+    time.sleep(0.02)
 times.sort()
-json.dump({"p95": times[int(0.95 * len(times)) - 1]}, open("/logs/artifacts/latency.json", "w"))
+json.dump({"p95": times[int(0.95 * len(times)) - 1], "median": times[len(times) // 2], "n": len(times)},
+          open("/logs/artifacts/latency.json", "w"))
 PY
 touch /app/ok
-"""
+""".replace("WINDOW", str(WINDOW_SEC))
+
+PROXY_FLOOD = r"""
+python3 - <<'PY'
+import json, os, socket, threading, time, urllib.error, urllib.parse, urllib.request
+base, token = os.environ["ORCHESTRA_MODEL_URL"], os.environ["ORCHESTRA_MODEL_TOKEN"]
+url = urllib.parse.urlsplit(base)
+addr, path = (url.hostname, url.port), (url.path + "/chat/completions").encode()
+auth = b"Authorization: Bearer " + token.encode() + b"\r\n"
+
+def raw(head):
+    s = socket.create_connection(addr, timeout=5)
+    s.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: p\r\n" + head + b"\r\n")
+    try:
+        line = s.recv(200).split(b"\r\n")[0].decode(errors="replace")
+    except OSError as exc:
+        line = f"error {exc}"
+    s.close()
+    return line
+
+def call(body):
+    req = urllib.request.Request(base + "/chat/completions", data=body, method="POST",
+                                 headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError as exc:  # past the connection cap, closed while still sending
+        return "closed" if "Broken pipe" in str(exc) or "reset" in str(exc) else str(exc)[:80]
+
+out = {}
+out["negative"] = raw(auth + b"Content-Length: -5\r\n")
+out["abc"] = raw(auth + b"Content-Length: abc\r\n")
+out["chunked"] = raw(auth + b"Transfer-Encoding: chunked\r\n")
+out["huge"] = raw(auth + b"Content-Length: 50000000\r\n")
+out["no_token_huge"] = raw(b"Content-Length: 50000000\r\n")
+# the costliest body under the 2 MiB cap: tiny JSON values (ten times its size once decoded)
+tiny = json.dumps({"messages": [{"role": "user", "content": "x"}] * 60000}).encode()
+statuses, end = [], time.monotonic() + WINDOW
+def press():
+    while time.monotonic() < end:
+        statuses.append(call(tiny))
+workers = [threading.Thread(target=press) for _ in range(24)]
+for w in workers:
+    w.start()
+held, busy = [], 0
+for _ in range(300):
+    try:
+        held.append(socket.create_connection(addr, timeout=2))
+    except OSError:
+        busy += 1
+for w in workers:
+    w.join()
+for s in held:
+    s.close()
+out["big_bodies"] = {str(k): statuses.count(k) for k in set(statuses)}
+out["body_bytes"] = len(tiny)
+out["ok_after"] = call(json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode())
+json.dump(out, open("/logs/artifacts/flood.json", "w"))
+PY
+touch /app/ok
+""".replace("WINDOW", str(WINDOW_SEC))
 
 
 def cases(host_port: int) -> dict[str, dict]:
@@ -143,6 +215,7 @@ def cases(host_port: int) -> dict[str, dict]:
             grep -q "^blocked relay=0$" /logs/artifacts/probe.txt && touch /app/ok
         """),
         "relay-flood": dict(toml=RELAY, solve=RELAY_FLOOD),
+        "proxy-flood": dict(solve=PROXY_FLOOD),
         "bystander-a": dict(toml=RELAY, solve=BYSTANDER),
         "bystander-b": dict(toml=RELAY, solve=BYSTANDER),
     }
@@ -159,8 +232,43 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+FIRST = ("bystander-a", "bystander-b", "relay-flood", "proxy-flood")  # the first wave, together
+FD_LIMIT = 1024  # `ulimit -n 1024`: one trial's flood must not starve the job of files
+
+
+UPSTREAM = """
+import sys, time
+from orchestrator.replay import ReplayServer
+server = ReplayServer({"rules": [{"when": {}, "reply": {"content": "ok"}}]}).start()
+print(server.url, flush=True)
+time.sleep(3600)
+"""
+
+
 @pytest.fixture(scope="module")
-def integrity(runtime, tmp_path_factory):
+def upstream(tmp_path_factory):
+    """A model endpoint in its own process, as a real one is (the replay server in-process
+    would count its decoding against the orchestrator). Every trial gets a model proxy in
+    front of it; the oracle never calls it, the proxy-flood agent does."""
+    server = subprocess.Popen([sys.executable, "-c", UPSTREAM], stdout=subprocess.PIPE, text=True)
+    url = server.stdout.readline().strip()
+    root = tmp_path_factory.mktemp("upstream")
+    (root / "endpoints.json").write_text(json.dumps({"upstream": {"model": "m", "base_url": url}}))
+    yield load_endpoints([root / "endpoints.json"])
+    server.kill()
+    server.wait()
+
+
+def _trials(job_dir: Path) -> dict:
+    trials = {}
+    for folder in (job_dir / "trials").iterdir():
+        r = TrialResult.model_validate_json((folder / "result.json").read_text())
+        trials[r.task.split("/")[-1]] = (r, folder)
+    return trials
+
+
+@pytest.fixture(scope="module")
+def integrity(runtime, upstream, tmp_path_factory):
     root = tmp_path_factory.mktemp("integrity")
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -169,6 +277,14 @@ def integrity(runtime, tmp_path_factory):
     for name, case in cases(listener.getsockname()[1]).items():
         make_task(root / "ds", name, toml=case.get("toml", SMALL), solve=case.get("solve", "true\n"),
                   test=case.get("test", REWARD_OK))
+    manifest = Manifest.model_validate({"condition": "hostile", "roster": [
+        {"id": "lead", "kind": "orchestrator", "agent": "oracle", "endpoint": "upstream"}]})
+    endpoints = upstream
+    tasks = sorted(load_tasks(root / "ds"), key=lambda t: t.name.split("/")[-1] not in FIRST)
+    # The quiet baseline: the two bystanders alone, same images, same machine.
+    quiet = [t for t in tasks if t.name.split("/")[-1].startswith("bystander")]
+    run_job(runtime, quiet, manifest, JobOptions(job_name="integrity-quiet", jobs_dir=root / "jobs",
+                                                 n_concurrent=4, endpoints=endpoints))
     samples = {"threads": threading.active_count(), "rss": _rss_mb(), "fds": _fds()}
     baseline = dict(samples)
     stop = threading.Event()
@@ -181,10 +297,14 @@ def integrity(runtime, tmp_path_factory):
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    options = JobOptions(job_name="integrity", jobs_dir=root / "jobs", n_concurrent=4, max_retries=2)
+    options = JobOptions(job_name="integrity", jobs_dir=root / "jobs", n_concurrent=4, max_retries=2,
+                         endpoints=endpoints)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(FD_LIMIT, hard), hard))
     try:
-        job = run_job(runtime, load_tasks(root / "ds"), default_manifest("oracle"), options)
+        job = run_job(runtime, tasks, manifest, options)
     finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         stop.set()
         sampler.join()
         listener.close()
@@ -192,17 +312,16 @@ def integrity(runtime, tmp_path_factory):
     FIGURES["orchestrator_threads_before"] = baseline["threads"]
     FIGURES["orchestrator_rss_growth_mb"] = round(samples["rss"] - baseline["rss"], 1)
     FIGURES["orchestrator_fds_peak"] = samples["fds"]
-    trials = {}
-    for folder in (root / "jobs/integrity/trials").iterdir():
-        r = TrialResult.model_validate_json((folder / "result.json").read_text())
-        trials[r.task.split("/")[-1]] = (r, folder)
+    trials = _trials(root / "jobs/integrity")
+    for name, (r, folder) in _trials(root / "jobs/integrity-quiet").items():
+        trials[f"quiet-{name}"] = (r, folder)
     yield job, trials, root
     print("\nintegrity figures: " + json.dumps(FIGURES, sort_keys=True))
 
 
 def test_every_trial_is_graded_once_and_nothing_is_retried(integrity, runtime):
     job, t, _ = integrity
-    assert job.n_trials == len(t) == 10
+    assert job.n_trials == 11 and len(t) == 13  # and the quiet job's two bystanders
     assert {name: r.retries for name, (r, _) in t.items() if r.retries} == {}
     assert {name for name, (r, _) in t.items() if r.failure_mode in ("infra_error", "launch_error")} == set()
     assert runtime.labelled("orchestra.job=integrity") == ([], [], [])
@@ -211,11 +330,42 @@ def test_every_trial_is_graded_once_and_nothing_is_retried(integrity, runtime):
 def test_bystanders_are_graded_and_the_orchestrator_stays_bounded(integrity):
     _, t, _ = integrity
     for name in ("bystander-a", "bystander-b"):
+        loud, quiet = (json.loads((t[n][1] / "artifacts/latency.json").read_text())
+                       for n in (name, f"quiet-{name}"))
         assert t[name][0].reward == {"reward": 1.0}, t[name][0].error
-        FIGURES[f"{name}_relay_p95_s"] = round(json.loads((t[name][1] / "artifacts/latency.json").read_text())["p95"], 3)
-    # 4 trials at a time, each relay at most 16 connection threads plus its own: bounded.
-    assert FIGURES["orchestrator_threads_peak"] <= FIGURES["orchestrator_threads_before"] + 4 * 17 + 30
-    assert FIGURES["orchestrator_rss_growth_mb"] < 150
+        FIGURES[f"{name}_relay_p95_s"] = round(loud["p95"], 4)
+        FIGURES[f"{name}_relay_p95_quiet_s"] = round(quiet["p95"], 4)
+        assert loud["n"] >= 50 and quiet["n"] >= 50
+        # beside both floods, a bystander's relay answers within 2x its quiet p95
+        assert loud["p95"] <= 2 * quiet["p95"], (loud, quiet)
+    # the floods ran while the bystanders measured (the first wave of four)
+    for name in FIRST:
+        assert t[name][0].timings.agent > WINDOW_SEC - 1, name
+    # 4 trials at a time, each relay and proxy at most 16 connection threads plus its own
+    assert FIGURES["orchestrator_threads_peak"] <= FIGURES["orchestrator_threads_before"] + 4 * 2 * 17 + 30
+    assert FIGURES["orchestrator_rss_growth_mb"] <= 50
+    assert FIGURES["orchestrator_fds_peak"] < FD_LIMIT // 2  # the job ran under ulimit -n 1024
+
+
+def test_a_proxy_flood_is_refused_clearly_and_costs_the_orchestrator_little(integrity):
+    _, t, _ = integrity
+    result, folder = t["proxy-flood"]
+    flood = json.loads((folder / "artifacts/flood.json").read_text())
+    assert flood["negative"].startswith("HTTP/1.1 400") and flood["abc"].startswith("HTTP/1.1 400")
+    assert flood["chunked"].startswith("HTTP/1.1 411") and flood["huge"].startswith("HTTP/1.1 413")
+    assert flood["no_token_huge"].startswith("HTTP/1.1 401")  # the token before the body
+    assert 1.9e6 < flood["body_bytes"] < 2 * 1024 * 1024
+    big = flood["big_bodies"]
+    # answered, made to wait for the byte rate, told to retry later (429), or past the
+    # connection cap: 503, or closed before the client finished sending its 2 MB
+    assert big.get("200", 0) >= 1 and big.get("429", 0) >= 1, big
+    assert set(big) <= {"200", "429", "503", "closed"}, big
+    assert big.get("503", 0) + big.get("closed", 0) <= result.model["connections_refused"]
+    assert result.model["body_rate_waited_sec"] > 1 and result.model["body_rate_refused"] == big.get("429", 0)
+    assert flood["ok_after"] == 200 and result.reward == {"reward": 1.0}
+    assert result.model["calls"] >= big["200"] and result.failure_mode == "none"
+    FIGURES["proxy_flood_big_bodies"] = big
+    FIGURES["proxy_flood_connections_refused"] = result.model["connections_refused"]
 
 
 def test_a_malformed_trajectory_value_makes_the_audit_incomplete_not_infra(integrity):

@@ -11,7 +11,7 @@ import time
 import pytest
 from conftest import make_task
 
-from orchestrator.httpserve import BackgroundServer, JsonHandler
+from orchestrator.httpserve import BackgroundServer, ByteBudget, HttpError, JsonHandler
 from orchestrator.relay import store as relay_store
 from orchestrator.relay.store import RelayError, RelayStore
 from orchestrator.scheduler import Admission, Item, Scheduler
@@ -66,6 +66,26 @@ def test_connections_past_the_cap_get_503_at_once_and_cost_no_thread(server):
         s.close()
     time.sleep(0.3)
     assert send(server, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").endswith("200 OK")
+
+
+def test_body_bytes_are_rate_limited_first_by_waiting_then_by_429():
+    budget = ByteBudget(rate=1000, burst=2000, max_wait=1.5)
+    assert budget.take(2000) == 0  # the burst
+    assert budget.take(1000) == pytest.approx(1.0, abs=0.05)  # debt: wait for the refill
+    with pytest.raises(HttpError) as refused:
+        budget.take(1000)  # would wait ~2 s, past max_wait
+    assert refused.value.status == 429 and refused.value.retry_after > 1.5 and budget.refused == 1
+
+
+def test_a_rate_limited_client_reads_its_429_while_still_sending():
+    srv = BackgroundServer(Echo, "127.0.0.1", max_body=1000).start()
+    srv.httpd.budget = ByteBudget(rate=10, burst=1000, max_wait=0.1)
+    try:
+        first = send(srv, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n" + b"x" * 900)
+        second = send(srv, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n" + b"x" * 900)
+    finally:
+        srv.stop()
+    assert first.endswith("200 OK") and second.endswith("429 Too Many Requests")
 
 
 def test_the_relay_store_is_bounded_and_lists_in_o_of_the_result(monkeypatch):
