@@ -16,6 +16,7 @@ from pathlib import Path
 
 import structlog
 
+from orchestrator import verifier_tools
 from orchestrator.archive import tar_files
 from orchestrator.cleanup import owner_labels
 from orchestrator.images import AGENT_STACK as AGENT_STACK_DIR
@@ -45,6 +46,7 @@ class Sandbox:
     network: Network | None = None
     loop_disk: disk.LoopDisk | None = None
     volumes: list[VolumeMount] = field(default_factory=list)
+    static_tools: bool = False  # the verifier's static tools are mounted (verifier_tools)
     containers: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
     agent_container: str | None = None
@@ -143,12 +145,16 @@ def _build(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str
                                                 str(box.loop_disk.mountpoint / part),
                                                 box.labels("volume"))
             box.volumes.append(VolumeMount(source=volume, target=target))
+    # shared mode grades in this container: the verifier's static tools are mounted now
+    # (read-only; a running container cannot gain a mount later)
+    tools = verifier_tools.host_tools() if task.config.verifier.environment_mode == "shared" else {}
+    box.static_tools = bool(tools)
     spec = SandboxSpec(
         image=image, name=f"{name}-agent", labels=box.labels("agent"),
         command=["sleep", "infinity"], cpus=environment.cpus, memory_mb=environment.memory_mb,
         pids_limit=environment.pids_limit, network=box.network.name, workdir=box.workdir,
         env=env, drop_all_capabilities=environment.drop_all_capabilities, mounts=box.volumes,
-        read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK}, runtime=oci_runtime,
+        read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK, **tools}, runtime=oci_runtime,
     )
     box.agent_container = runtime.create(spec)
     box.containers.append(box.agent_container)

@@ -12,6 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
+from orchestrator import verifier_tools
 from orchestrator.archive import safe_extract, spool_directory, tar_directory, tar_files
 from orchestrator.images import TaskImages
 from orchestrator.models.result import FailureMode, TrialResult
@@ -120,14 +121,19 @@ def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
         _verify_fresh(runtime, task, images, box, paths, result, evidence, watchdog)
 
 
-def _script(box: Sandbox, timeout: float | None = None) -> str:
-    run = f"bash {TESTS}/test.sh"
-    if timeout is not None:  # the live container has no host wait of its own
+def _command(box: Sandbox, static: bool, timeout: float | None = None) -> list[str]:
+    """The verifier's command: fresh /tests, empty /logs/verifier, test.sh under bash;
+    `static`: all of it from the host's read-only tools (verifier_tools)."""
+    shell, util, bash = verifier_tools.wrapper(static)
+    run = f"{bash} {TESTS}/test.sh"
+    if timeout is not None and static:  # the live container has no host wait of its own
+        run = f"{util}timeout -k 5 {timeout:g} {run}"
+    elif timeout is not None:
         run = (f"if command -v timeout >/dev/null 2>&1; then timeout -k 5 {timeout:g} {run}; "
                f"else {run}; fi")
-    return (f"rm -rf {TESTS} {VERIFIER_LOGS} && mv {STAGED_TESTS} {TESTS} && mkdir -p "
-            f"{VERIFIER_LOGS} && cd {shlex.quote(box.workdir)} 2>/dev/null; "
-            f"{run} >{VERIFIER_LOGS}/test-stdout.txt 2>&1")
+    return [*shell, f"{util}rm -rf {TESTS} {VERIFIER_LOGS} && {util}mv {STAGED_TESTS} {TESTS} && "
+                    f"{util}mkdir -p {VERIFIER_LOGS} && cd {shlex.quote(box.workdir)} 2>/dev/null; "
+                    f"{run} >{VERIFIER_LOGS}/test-stdout.txt 2>&1"]
 
 
 def _stage_tests(runtime: DockerRuntime, container: str, task: Task) -> None:
@@ -156,7 +162,8 @@ def _verify_live(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialD
     _stage_tests(runtime, container, task)
     _stage_evidence(runtime, container, evidence)
     started = time.time()
-    outcome = runtime.exec(container, ["sh", "-c", _script(box, verifier.timeout_sec)],
+    result.verifier_interpreter = verifier_tools.interpreter_note(box.static_tools)
+    outcome = runtime.exec(container, _command(box, box.static_tools, verifier.timeout_sec),
                            env=resolve_env(verifier.env), user=verifier.user,
                            deadline=started + verifier.timeout_sec + 10)
     elapsed = time.time() - started
@@ -195,11 +202,19 @@ def _verify_fresh(runtime: DockerRuntime, task: Task, images: TaskImages, box: S
         image, mounts = images.task_image, []
     runtime.remove(box.agent_container)  # no live agent process exists past this point
     network = verifier_network(box, task.config.network_for("verifier"))
+    # snapshot: the agent's filesystem, so the host's static tools run it (if there are
+    # any); separate: the clean image's own.
+    if verifier.environment_mode == "snapshot":
+        tools = verifier_tools.host_tools()
+        result.verifier_interpreter = verifier_tools.interpreter_note(bool(tools))
+    else:
+        tools, result.verifier_interpreter = {}, "the clean task image's own sh and bash"
     spec = SandboxSpec(
         image=image, name=f"{box.name}-verifier", labels=box.labels("verifier"),
-        command=["sh", "-c", _script(box)], cpus=environment.cpus,
+        command=_command(box, bool(tools)), cpus=environment.cpus,
         memory_mb=environment.memory_mb, pids_limit=environment.pids_limit, network=network,
         workdir=None, env=resolve_env(verifier.env), user=verifier.user, mounts=mounts,
+        read_only_binds=tools,
     )
     container = runtime.create(spec)
     box.containers.append(container)

@@ -6,6 +6,16 @@ set -euo pipefail
 
 docker_answers() { timeout 10 docker info >/dev/null 2>&1; }
 
+# bash-static and busybox-static: the verifier's read-only interpreter in shared and
+# snapshot modes (orchestrator/verifier_tools.py); without them the image's own is used.
+if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1 \
+   && { [ ! -x /bin/bash-static ] || ! dpkg -s busybox-static >/dev/null 2>&1; }; then
+  echo "orchestra: installing bash-static and busybox-static (the verifier's own interpreter)..." >&2
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get install -y -qq bash-static busybox-static || { apt-get update -qq && apt-get install -y -qq bash-static busybox-static; }; } >/dev/null 2>&1 \
+    || echo "orchestra: could not install bash-static/busybox-static; shared-mode grading uses the image's own shell" >&2
+fi
+
 if command -v docker >/dev/null 2>&1 && docker_answers; then
   exit 0
 fi
@@ -17,10 +27,10 @@ if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
 fi
 
 if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
-  echo "orchestra: installing docker.io and debootstrap from Debian packages..." >&2
+  echo "orchestra: installing docker.io, debootstrap, bash-static and busybox-static from Debian packages..." >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
-  apt-get install -y -qq docker.io debootstrap >/dev/null
+  apt-get install -y -qq docker.io debootstrap bash-static busybox-static >/dev/null
 fi
 
 if ! pgrep -x dockerd >/dev/null 2>&1; then

@@ -109,6 +109,7 @@ class TrialResult(BaseModel):
     # shared mode grades in the agent's own environment: the agent could influence grading
     verifier_forgeable: bool = False
     verifier_note: str | None = None
+    verifier_interpreter: str | None = None  # what ran test.sh (verifier_tools)
     timings: PhaseTimings = PhaseTimings()
     tokens: int = 0
     cost: float = 0.0

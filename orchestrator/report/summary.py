@@ -32,10 +32,12 @@ def render_job(job: JobResult, trials: list[TrialResult], console: Console | Non
                   markup=False, soft_wrap=True)
     forgeable = sum(1 for r in trials if r.verifier_forgeable)
     if forgeable:
-        console.print(f"note: {forgeable} trial(s) graded with verifier_mode shared (Harbor's "
-                      "default): test.sh ran on the agent's own filesystem, so the agent could "
-                      "influence its grade. Use environment_mode = \"separate\" where that matters.",
-                      markup=False)
+        static = sum(1 for r in trials if r.verifier_forgeable and (r.verifier_interpreter or "").startswith("static"))
+        console.print(f"note: {forgeable} trial(s) graded with verifier_mode shared or snapshot "
+                      "(shared is Harbor's default): test.sh ran on the agent's own filesystem, so "
+                      f"the agent could influence its grade ({static} of them ran test.sh under the "
+                      "host's read-only static bash; what test.sh calls was still the agent's). "
+                      "Use environment_mode = \"separate\" where that matters.", markup=False)
     void = [r for r in trials if r.voided_reward is not None]
     if void:
         console.print(f"void: {len(void)} trial(s) voided by the audit (answer leak) count as "

@@ -527,6 +527,43 @@ def test_resume_with_retry_errors_reruns_infrastructure_failures(runtime, tmp_pa
     assert job.counts == {"none": 1} and job.mean_reward == 1.0
 
 
+FORGE_TOOLS = """
+python3 - <<'PY'
+import os
+forger = ("#!/usr/bin/python3\\nimport os\\nos.makedirs('/logs/verifier', exist_ok=True)\\n"
+          "open('/logs/verifier/reward.txt', 'w').write('1')\\n")
+for tool in ("bash", "dash", "sh", "timeout", "rm", "mv", "mkdir"):
+    tmp = f"/usr/bin/.{tool}.new"
+    open(tmp, "w").write(forger)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, f"/usr/bin/{tool}")  # a rename: the running bash keeps its own file
+PY
+"""
+
+
+@pytest.mark.parametrize("mode", ["shared", "snapshot"])
+def test_a_forged_bash_and_sh_cannot_grade_a_shared_or_snapshot_trial(runtime, tmp_path, monkeypatch, mode):
+    """The agent replaces bash, sh, timeout, rm, mv and mkdir with a forger writing reward 1
+    and does not do the task. The verifier's wrapper and test.sh run under the host's static
+    bash and busybox, mounted read-only: reward 0. Without them (the old way) the forger wins."""
+    make_task(tmp_path / "ds", "forge", solve=FORGE_TOOLS, test=REWARD_OK.split("; ", 1)[1],
+              toml=f'[verifier]\nenvironment_mode = "{mode}"\n[environment]\ncpus = 0.5\n')
+    from orchestrator import verifier_tools
+    assert verifier_tools.host_tools(), "make test installs bash-static and busybox-static"
+    rewards = {}
+    for label, tools in (("static", verifier_tools.host_tools()), ("image", {})):
+        monkeypatch.setattr(verifier_tools, "host_tools", lambda tools=tools: tools)
+        options = JobOptions(job_name=f"forge-{mode}-{label}", jobs_dir=tmp_path / "jobs")
+        run_job(runtime, load_tasks(tmp_path / "ds"), default_manifest("oracle"), options)
+        (folder,) = (tmp_path / "jobs" / options.job_name / "trials").iterdir()
+        rewards[label] = TrialResult.model_validate_json((folder / "result.json").read_text())
+    static, image = rewards["static"], rewards["image"]
+    assert static.reward == {"reward": 0.0}, static.error
+    assert static.verifier_interpreter.startswith("static bash + busybox") and static.verifier_forgeable
+    assert image.reward == {"reward": 1.0}  # the forger graded itself: the case is real
+    assert image.verifier_interpreter.startswith("the image's own")
+
+
 def test_a_leaked_answer_is_void_and_fails_every_gate(runtime, tmp_path):
     make_leaky_task(tmp_path / "ds", "leaky")
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle",
