@@ -20,6 +20,7 @@ from typing import BinaryIO
 import docker
 import requests
 import structlog
+import urllib3.exceptions
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import IPAMConfig, IPAMPool, LogConfig, Mount
 
@@ -57,6 +58,11 @@ def connect(max_pool_size: int = 16) -> docker.DockerClient:
             f"Docker engine unreachable ({exc.__class__.__name__}: {exc}). "
             "Start dockerd (or run `make docker`) and retry."
         ) from exc
+
+
+# A broken connection to the engine while a response streams (docker-py reads streams from
+# urllib3 directly, so its errors are not always wrapped by requests).
+TRANSPORT_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, OSError)
 
 
 class DockerRuntime:
@@ -98,8 +104,8 @@ class DockerRuntime:
             if exc.status_code is not None and exc.status_code < 500:
                 raise BuildFailed(f"{exc}") from exc  # the engine refused this build's input
             raise RuntimeFault(f"the engine failed during the build: {exc}") from exc
-        except requests.RequestException as exc:  # transport: infrastructure, retried
-            raise RuntimeFault(f"the engine failed during the build: {exc}") from exc
+        except TRANSPORT_ERRORS as exc:  # the connection to the engine: infrastructure, retried
+            raise RuntimeFault(f"the engine failed during the build: {exc.__class__.__name__}: {exc}") from exc
 
     def pull(self, ref: str, timeout_sec: float = 600) -> None:
         """Pull an image (only for a task's `docker_image`); BuildFailed with the engine's
@@ -109,8 +115,10 @@ class DockerRuntime:
             for chunk in self.api.pull(repository, tag=tag, stream=True, decode=True):
                 if "error" in chunk:
                     raise BuildFailed(f"pull {ref}: {chunk['error']}")
-        except (APIError, requests.RequestException) as exc:
+        except APIError as exc:
             raise BuildFailed(f"pull {ref}: {exc}") from exc
+        except TRANSPORT_ERRORS as exc:
+            raise RuntimeFault(f"the engine failed during the pull of {ref}: {exc}") from exc
         if not self.image_exists(ref):
             raise BuildFailed(f"pull {ref}: the engine reported no image")
 

@@ -18,8 +18,10 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
+import docker
 import docker.errors
 import pytest
 from conftest import make_leaky_task, make_task, wait_for
@@ -525,6 +527,77 @@ def test_resume_with_retry_errors_reruns_infrastructure_failures(runtime, tmp_pa
     options.retry_errors = True
     job = run_job(runtime, load_tasks(tmp_path / "ds"), default_manifest("oracle"), options)
     assert job.counts == {"none": 1} and job.mean_reward == 1.0
+
+
+class CuttingEngineProxy:
+    """A unix socket in front of the real engine's that cuts the first `cuts` build
+    requests mid-answer: a real transport failure during a real build."""
+
+    def __init__(self, path: Path, cuts: int = 1):
+        self.path, self.cuts, self.cut = path, cuts, 0
+        self.listener = socket.socket(socket.AF_UNIX)
+        self.listener.bind(str(path))
+        self.listener.listen(32)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            engine = socket.socket(socket.AF_UNIX)
+            engine.connect("/var/run/docker.sock")
+            state = {"cut": False}
+            threading.Thread(target=self._pump, args=(client, engine, state, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(engine, client, state, False), daemon=True).start()
+
+    def _pump(self, src, dst, state, upstream):
+        try:
+            while data := src.recv(65536):
+                if upstream and b"/build?" in data[:200] and self.cut < self.cuts:
+                    self.cut += 1
+                    state["cut"] = True
+                dst.sendall(data)
+                if not upstream and state["cut"]:  # the engine began answering: cut here
+                    break
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self):
+        self.listener.close()
+
+
+def test_a_transport_failure_mid_build_is_infra_and_retried_and_a_bad_dockerfile_is_not(tmp_path):
+    """Build: an engine/transport error during a build is infrastructure (retried, the trial
+    then graded); a Dockerfile that fails is build_error (not retried)."""
+    marker = uuid.uuid4().hex
+    make_task(tmp_path / "ds", "cut-build", solve="touch /app/ok\n",
+              dockerfile=f"FROM python:3.12-slim-bookworm\nWORKDIR /app\nRUN echo {marker} > /marker\n")
+    make_task(tmp_path / "ds", "bad-dockerfile", solve="touch /app/ok\n",
+              dockerfile="FROM python:3.12-slim-bookworm\nRUN exit 9\n")
+    proxy = CuttingEngineProxy(tmp_path / "docker.sock", cuts=1)
+    try:
+        engine = DockerRuntime(docker.DockerClient(base_url=f"unix://{tmp_path}/docker.sock", timeout=120))
+        options = JobOptions(job_name="cut-build", jobs_dir=tmp_path / "jobs", n_concurrent=1,
+                             backoff_multiplier=0.1)
+        tasks = sorted(load_tasks(tmp_path / "ds"), key=lambda t: t.name.endswith("bad-dockerfile"))
+        run_job(engine, tasks, default_manifest("oracle"), options)
+    finally:
+        proxy.close()
+    results = _trials(tmp_path / "jobs/cut-build")
+    cut, bad = results["cut-build"][0], results["bad-dockerfile"][0]
+    assert proxy.cut == 1, (cut, bad)
+    assert cut.reward == {"reward": 1.0} and cut.failure_mode == "none"
+    assert len(cut.retries) == 1 and "infra_error" in cut.retries[0], cut.retries
+    assert "the engine failed during the build" in cut.retries[0]
+    assert bad.failure_mode == "build_error" and bad.retries == [] and "exit" in bad.error.lower()
 
 
 FORGE_TOOLS = """
