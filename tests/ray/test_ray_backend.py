@@ -90,3 +90,19 @@ def test_a_node_lost_mid_trial_is_retried_elsewhere_and_every_trial_runs_once(cl
         result = json.loads(next((job_dir / "trials").glob(f"*__{trial['trial_id'][:12]}/result.json")).read_text())
         assert result["retries"] and result["retries"][0].startswith("infra_error: ray:")
     assert orchestra_objects(runtime) == ([], [])
+
+
+def test_an_exception_from_orchestras_own_code_on_a_node_stops_the_job(cluster, runtime, tmp_path):
+    """Only node loss and Ray's own errors are infrastructure. A bug in orchestra's code on a
+    node (injected by tests/ray/loopback/sitecustomize.py for this task name) surfaces as
+    itself, exit 3, never retried as infra; the job still writes its result and cleans up."""
+    make_task(tmp_path / "ds", "injected-own-bug", solve="touch /app/ok\n")
+    job_dir = tmp_path / "jobs" / "own-bug"
+    run = orchestra("run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q", "--backend", "ray",
+                    "--ray-address", cluster.address, "--jobs-dir", str(tmp_path / "jobs"),
+                    "--job-name", "own-bug", timeout=300)
+    assert run.returncode == 3, (run.returncode, run.stderr[-3000:])
+    assert "ZeroDivisionError" in run.stderr and "injected: a bug in orchestra's own code" in run.stderr
+    assert "infra_error" not in run.stdout + run.stderr and "ray.trial_lost" not in run.stderr
+    assert (job_dir / "result.json").is_file()
+    assert orchestra_objects(runtime) == ([], [])

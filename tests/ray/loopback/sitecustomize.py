@@ -29,3 +29,33 @@ class _PinLoopback(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _PinLoopback())
+
+
+class _InjectOwnBug(importlib.abc.MetaPathFinder):
+    """A bug in orchestra's own code, on the nodes of the test cluster only, for one task
+    name: tests/ray's `test_an_exception_from_orchestras_own_code_on_a_node_stops_the_job`.
+    Every other task runs the real run_trial."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "orchestrator.trial":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        original = spec.loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            real = module.run_trial
+
+            def run_trial(ctx, task, *args, **kwargs):
+                if task.name.endswith("injected-own-bug"):
+                    raise ZeroDivisionError("injected: a bug in orchestra's own code on the node")
+                return real(ctx, task, *args, **kwargs)
+
+            module.run_trial = run_trial
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _InjectOwnBug())
