@@ -67,6 +67,23 @@ def orchestra_objects(runtime) -> tuple[list, list]:
     return containers, networks
 
 
+def orchestra_loop_devices() -> list[str]:
+    """Loop devices whose backing file is one of orchestra's trial disks."""
+    import subprocess
+
+    from orchestrator.runtime.disk import DISK_ROOT
+
+    out = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if str(DISK_ROOT) in line]
+
+
+def nothing_left(runtime) -> dict[str, list]:
+    """What orchestra made that is still there: containers, networks, volumes, loop devices."""
+    containers, networks, volumes = runtime.labelled("orchestra.job")
+    return {k: v for k, v in {"containers": containers, "networks": networks, "volumes": volumes,
+                              "loop_devices": orchestra_loop_devices()}.items() if v}
+
+
 def wait_for(predicate, timeout: float, interval: float = 0.1) -> None:
     """Poll for a condition with a deadline (never a fixed sleep)."""
     deadline = time.monotonic() + timeout

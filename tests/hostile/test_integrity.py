@@ -24,7 +24,7 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
-from conftest import make_leaky_task, make_task, wait_for
+from conftest import make_leaky_task, make_task, nothing_left, wait_for
 
 from orchestrator.job import JobOptions, run_job
 from orchestrator.models.endpoint import load_endpoints
@@ -171,6 +171,13 @@ json.dump(out, open("/logs/artifacts/flood.json", "w"))
 PY
 touch /app/ok
 """.replace("WINDOW", str(WINDOW_SEC))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _nothing_left_after_this_module(runtime):
+    """Rerunning the hostile matrix leaves no labelled object and no loop device (issue 11)."""
+    yield
+    assert nothing_left(runtime) == {}
 
 
 def cases(host_port: int) -> dict[str, dict]:

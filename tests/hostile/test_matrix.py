@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_task, orchestra_objects
+from conftest import make_task, nothing_left, orchestra_objects
 
 from orchestrator.job import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
@@ -81,6 +81,13 @@ CASES = {
     "bystander-a": dict(toml=SMALL, solve="touch /app/ok\n"),
     "bystander-b": dict(toml=SMALL, solve="touch /app/ok\n"),
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _nothing_left_after_this_module(runtime):
+    """Rerunning the hostile matrix leaves no labelled object and no loop device (issue 11)."""
+    yield
+    assert nothing_left(runtime) == {}
 
 
 @pytest.fixture(scope="module")
