@@ -28,6 +28,7 @@ from orchestrator.models.result import (
     TrialSummary,
 )
 from orchestrator.proxy import Upstreams
+from orchestrator.report.shadow import memory_shadow
 from orchestrator.runtime.base import LABEL_JOB
 from orchestrator.runtime.docker import DockerRuntime
 from orchestrator.runtime.watchdog import DiskWatchdog
@@ -350,6 +351,8 @@ def summarize(options: JobOptions, manifest: Manifest, agent: str, results: list
     for r in results:
         by_task.setdefault(r.task, []).append(r.headline)
     k = max((len(v) for v in by_task.values()), default=options.k or 1)
+    summaries = [trial_summary(r) for r in results]
+    shadow = memory_shadow(summaries)
     return JobResult(
         job=options.job_name, condition=manifest.condition,
         condition_hash=manifest.condition_hash(), agent=agent, policy=options.policy, k=k,
@@ -363,15 +366,21 @@ def summarize(options: JobOptions, manifest: Manifest, agent: str, results: list
         peak_cpus=admission.peak_cpus if admission else None,
         peak_memory_mb=admission.peak_memory_mb if admission else None,
         retried=sum(1 for r in results if r.retries),
-        trials=[TrialSummary(trial_id=r.trial_id, task=r.task, attempt=r.attempt,
-                             reward=r.reward.get("reward") if r.reward and r.failure_mode not in VOID else None,
-                             failure_mode=r.failure_mode, scenario_class=r.scenario_class,
-                             layer=r.layer, recall_events=r.memory.get("recall_events", 0),
-                             injected_chars=r.memory.get("injected_chars", 0),
-                             audit_complete=r.memory.get("complete", True), retries=len(r.retries),
-                             node=r.node)
-                for r in results],
+        trials=summaries, memory_shadow=shadow.model_dump() if shadow else None,
     )
+
+
+def trial_summary(r: TrialResult) -> TrialSummary:
+    memory = r.memory
+    return TrialSummary(
+        trial_id=r.trial_id, task=r.task, attempt=r.attempt, content_hash=r.content_hash,
+        reward=r.reward.get("reward") if r.reward and r.failure_mode not in VOID else None,
+        failure_mode=r.failure_mode, scenario_class=r.scenario_class, layer=r.layer,
+        recall_events=memory.get("recall_events", 0), injected_chars=memory.get("injected_chars", 0),
+        hits=memory.get("hits", 0), suppressed=memory.get("suppressed", 0),
+        markers=memory.get("markers", 0), marker_used=bool(memory.get("markers_used")),
+        shadow_events=memory.get("shadow_events", 0), shadow_agree=memory.get("shadow_agree", 0),
+        audit_complete=memory.get("complete", True), retries=len(r.retries), node=r.node)
 
 
 def _mean(values: list[float]) -> float | None:

@@ -142,8 +142,15 @@ class TrialSummary(BaseModel):
     failure_mode: FailureMode
     scenario_class: str | None = None
     layer: str | None = None
+    content_hash: str | None = None  # the task's content: compare pairs only equal ones
     recall_events: int = 0
     injected_chars: int = 0
+    hits: int = 0
+    suppressed: int = 0
+    markers: int = 0  # point-of-use markers the task declares
+    marker_used: bool = False  # one reached a tool argument or the answer after a recall
+    shadow_events: int = 0
+    shadow_agree: int = 0
     audit_complete: bool = True
     retries: int = 0
     node: str | None = None
@@ -169,4 +176,5 @@ class JobResult(BaseModel):
     retried: int = 0
     started_at: float = 0.0
     finished_at: float = 0.0
+    memory_shadow: dict | None = None  # report/shadow.py's MemoryShadow, when memory was in play
     trials: list[TrialSummary] = []

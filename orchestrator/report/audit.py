@@ -1,7 +1,9 @@
 """Trajectory audit (SPEC-TASKS B.1, DESIGN 2 step 9): recall stats, markers used at point
 of use, and the answer-file scan.
 
-- Recall stats: memory_recall records, their hits, injected chars, suppressed count.
+- Recall stats: memory_recall records, their hits, injected chars, suppressed count; the
+  memory shadow: records that carry a V2 shadow retriever's top-1 beside the primary's,
+  and how many of those agree (counted where at least one of the two found something).
 - A marker is *used at point of use* only if it appears in a tool's arguments or in answer
   text after a recall that returned hits (from the start when markers_in_prefix).
 - Leak: a read of grading material the agent must not have. Concretely: a successful tool
@@ -35,6 +37,9 @@ class Audit:
     hits: int = 0
     injected_chars: int = 0
     suppressed: int = 0
+    markers: int = 0  # point-of-use markers the task declares
+    shadow_events: int = 0
+    shadow_agree: int = 0
     markers_used: list[str] = field(default_factory=list)
     markers_before_recall: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
@@ -134,7 +139,7 @@ def audit_trajectory(path: Path, facts, markers: list[str], markers_in_prefix: b
 def _audit(path: Path, facts, markers: list[str], markers_in_prefix: bool,
            state_home: str | None) -> Audit:
     records, malformed = read_trajectory(path)
-    audit = Audit(malformed_lines=malformed[:50])
+    audit = Audit(malformed_lines=malformed[:50], markers=len(markers))
     if malformed:
         audit.mark_incomplete(f"{len(malformed)} malformed trajectory line(s)")
     armed = markers_in_prefix
@@ -148,6 +153,10 @@ def _audit(path: Path, facts, markers: list[str], markers_in_prefix: bool,
             audit.injected_chars += _count(recall.get("used_chars"), audit, number)
             audit.suppressed += _count(recall.get("suppressed"), audit, number)
             armed = armed or bool(hits)
+            shadow = recall.get("shadow")
+            if isinstance(shadow, dict) and (recall.get("top1") or shadow.get("top1")):
+                audit.shadow_events += 1
+                audit.shadow_agree += int(recall.get("top1") == shadow.get("top1"))
             continue
         event = record.get("event")
         if not isinstance(event, dict):

@@ -1,7 +1,8 @@
 """Paired counterfactual comparison of two job results (SPEC-TASKS B.1): memory-on vs off.
 
 Order-independent: the arm with more recall events is "on" (ties: the job's policy, then
-the order given). Pairs are (task, attempt). A trial passes when its reward is >= 1.
+the order given). Pairs are (task, attempt) of the same task content hash; every trial
+that could not be paired is listed with the reason. A trial passes when its reward is >= 1.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from orchestrator.errors import InputError
 from orchestrator.models.result import VOID, JobResult, TrialSummary
+from orchestrator.report.shadow import MemoryShadow, memory_shadow
 
 BOOTSTRAP_SAMPLES = 2000
 
@@ -88,14 +90,10 @@ def compare(first: JobResult, second: JobResult) -> dict:
                          f"{first.policy!r} and condition {first.condition!r}: nothing differs "
                          "between the arms, so there is nothing to compare")
     on, off = choose_arms(first, second)
-    off_index = {(t.task, t.attempt): t for t in off.trials}
-    matched = [Pair(t.task, t.attempt, t, off_index[(t.task, t.attempt)])
-               for t in sorted(on.trials, key=lambda t: (t.task, t.attempt))
-               if (t.task, t.attempt) in off_index]
+    matched, why_unpaired = _pairs(on, off)
     # A voided trial (answer leak) has no honest outcome: its pair leaves the statistics.
     pairs = [p for p in matched if p.on.failure_mode not in VOID and p.off.failure_mode not in VOID]
     voided = [f"{p.task}#{p.attempt}" for p in matched if p not in pairs]
-    unpaired = sorted({(t.task, t.attempt) for t in on.trials} ^ {(t.task, t.attempt) for t in off.trials})
     helpful = [p for p in pairs if p.on_pass and not p.off_pass]
     harmful = [p for p in pairs if not p.on_pass and p.off_pass and p.on.recall_events > 0]
     discordant_harm = [p for p in pairs if not p.on_pass and p.off_pass]
@@ -110,7 +108,8 @@ def compare(first: JobResult, second: JobResult) -> dict:
     report = {
         "on_job": on.job, "off_job": off.job, "arms_differ_in": differs,
         "paired": n,
-        "unpaired": [f"{task}#{attempt}" for task, attempt in unpaired],
+        "unpaired": list(why_unpaired),
+        "unpaired_reasons": why_unpaired,
         "void_pairs_excluded": voided,
         "on_pass_rate": round(on_rate, 4), "off_pass_rate": round(off_rate, 4),
         "utility_delta_pp": round(100 * (on_rate - off_rate), 2),
@@ -129,7 +128,30 @@ def compare(first: JobResult, second: JobResult) -> dict:
     }
     if max(on.k, off.k) > 1:
         report["k"] = {"on": _k_stats(on.trials), "off": _k_stats(off.trials)}
+    shadows = {arm: memory_shadow(job.trials) for arm, job in (("on", on), ("off", off))}
+    if any(shadows.values()):
+        report["memory_shadow"] = {arm: (sh.model_dump() | {"marker_rate": sh.marker_rate,
+                                                            "agreement": sh.agreement}) if sh else None
+                                   for arm, sh in shadows.items()}
     return report
+
+
+def _pairs(on: JobResult, off: JobResult) -> tuple[list[Pair], dict[str, str]]:
+    """Trials paired by (task, attempt) when both ran the same task content; the rest with
+    the reason they could not be paired."""
+    on_index = {(t.task, t.attempt): t for t in on.trials}
+    off_index = {(t.task, t.attempt): t for t in off.trials}
+    pairs, why = [], {}
+    for key in sorted(set(on_index) | set(off_index)):
+        a, b = on_index.get(key), off_index.get(key)
+        label = f"{key[0]}#{key[1]}"
+        if a is None or b is None:
+            why[label] = f"ran only in {(on if a is not None else off).job}"
+        elif a.content_hash and b.content_hash and a.content_hash != b.content_hash:
+            why[label] = "the task's content differs between the two jobs"
+        else:
+            pairs.append(Pair(key[0], key[1], a, b))
+    return pairs, why
 
 
 def verdict(report: dict) -> str:
@@ -147,6 +169,7 @@ def to_markdown(report: dict) -> str:
              verdict(report), "",
              f"The arms differ in: {', '.join(report.get('arms_differ_in') or ['-'])}"
              + (f"; unpaired trials: {len(report['unpaired'])}" if report.get("unpaired") else ""),
+             *[f"- not paired: {label}: {reason}" for label, reason in report.get("unpaired_reasons", {}).items()],
              "",
              "## Utility", "",
              f"- paired trials: {report['paired']}"
@@ -165,6 +188,12 @@ def to_markdown(report: dict) -> str:
     lines += ["", "## Per class", "", "| class | n | on | off | delta pp |", "|---|---|---|---|---|"]
     lines += [f"| {c} | {v['n']} | {v['on']:.2f} | {v['off']:.2f} | {v['delta_pp']:+.1f} |"
               for c, v in report["per_class"].items()]
+    if report.get("memory_shadow"):
+        lines += ["", "## Memory shadow", "", "| metric | on | off |", "|---|---|---|"]
+        arms = {arm: MemoryShadow.model_validate(v).rows() if v else None
+                for arm, v in report["memory_shadow"].items()}
+        for i, (metric, _) in enumerate(next(r for r in arms.values() if r)):
+            lines.append(f"| {metric} | " + " | ".join(r[i][1] if r else "-" for r in (arms["on"], arms["off"])) + " |")
     if "k" in report:
         lines += ["", "## k attempts", "", "| arm | pass^k | pass@k | mean pass@1 | flaky |", "|---|---|---|---|---|"]
         for arm in ("on", "off"):

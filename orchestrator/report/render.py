@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 
 from orchestrator.models.result import JobResult
+from orchestrator.report.shadow import MemoryShadow
 from orchestrator.report.tables import PHASES, JobTables
 
 COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1"]
@@ -34,6 +35,8 @@ def sections(job: JobResult, t: JobTables) -> list[tuple[str, list[str], list[li
     if t.regression_behaviours:
         out.append(("Regression behaviours", ["behaviour", "verdict", "failure mode"],
                     [list(r) for r in t.regression_behaviours]))
+    if job.memory_shadow:
+        out.append(("Memory shadow", ["metric", "value"], MemoryShadow.model_validate(job.memory_shadow).rows()))
     out.append(("Failure modes", ["failure mode", "trials"], [[m, str(n)] for m, n in t.failure_modes.items()]))
     out.append(("Mean phase time (s)", list(PHASES), [[f"{t.phase_means[p]:.3f}" for p in PHASES]]))
     return out

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.models.result import JobResult, TrialResult
+from orchestrator.report.shadow import MemoryShadow
 
 
 def render_job(job: JobResult, trials: list[TrialResult], console: Console | None = None) -> None:
@@ -30,6 +31,8 @@ def render_job(job: JobResult, trials: list[TrialResult], console: Console | Non
                   f"(reward below 1: {failed - errors}, no reward: {errors})   mean reward: "
                   f"{job.mean_reward:.3f}   images built: {job.images_built}   ({counts})",
                   markup=False, soft_wrap=True)
+    if job.memory_shadow:
+        console.print(MemoryShadow.model_validate(job.memory_shadow).line(), markup=False, soft_wrap=True)
     forgeable = sum(1 for r in trials if r.verifier_forgeable)
     if forgeable:
         static = sum(1 for r in trials if r.verifier_forgeable and (r.verifier_interpreter or "").startswith("static"))

@@ -11,6 +11,7 @@ import urllib.parse
 from pathlib import Path
 
 from orchestrator.models.result import ERRORED, VOID, JobResult, TrialResult
+from orchestrator.report.shadow import MemoryShadow
 
 PAGE_ROWS = 100
 FILE_PAGE_BYTES = 64 * 1024
@@ -66,7 +67,9 @@ def jobs_page(jobs: dict[str, Path], text: str = "") -> str:
             "<button>filter</button></form>")
     head = ("<tr><th>job</th><th>condition</th><th>policy</th><th>agent</th><th>k</th>"
             "<th>trials</th><th>mean reward</th><th>failures</th><th>started</th><th>took</th></tr>")
-    return page("jobs", form + f"<table>{head}{''.join(rows)}</table>")
+    from orchestrator.view.compare_page import compare_form
+
+    return page("jobs", form + f"<table>{head}{''.join(rows)}</table>" + compare_form(sorted(jobs)))
 
 
 def load_job(folder: Path) -> JobResult | None:
@@ -128,6 +131,10 @@ def job_page(name: str, folder: Path, job: JobResult, params: dict[str, str]) ->
                      for n in range(1, pages + 1)) if pages > 1 else ""
     head = ("<tr><th>task</th><th>attempt</th><th>reward</th><th>failure mode</th><th>class</th>"
             "<th>layer</th><th>retries</th></tr>")
+    if job.memory_shadow:
+        summary += "<h2>Memory shadow</h2><table>" + "".join(
+            f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
+            for k, v in MemoryShadow.model_validate(job.memory_shadow).rows()) + "</table>"
     return page(f"job {name}", summary + filters + f"<p>sort: {sorts}</p><p>{len(trials)} trial(s)"
                 f" {pager}</p><table>{head}{''.join(rows)}</table>")
 
@@ -237,8 +244,13 @@ def _trajectory(path: Path, markers: list[str], limit: int = 500) -> str:
             recall = record.get("memory_recall")
             if isinstance(recall, dict):
                 hits = ", ".join(str(h.get("id")) for h in recall.get("hits") or [] if isinstance(h, dict))
+                shadow = recall.get("shadow") if isinstance(recall.get("shadow"), dict) else None
+                agree = (f"; top-1 {esc(recall.get('top1'))}, V2 shadow {esc(shadow.get('top1'))}"
+                         f"{' (agree)' if recall.get('top1') == shadow.get('top1') else ' (differ)'}"
+                         if shadow else "")
                 turns.append(f"<div class='turn recall'>memory recall: hits {esc(hits or 'none')}; "
-                             f"{esc(recall.get('used_chars'))} chars, {esc(recall.get('suppressed'))} suppressed</div>")
+                             f"{esc(recall.get('used_chars'))} chars, {esc(recall.get('suppressed'))} suppressed"
+                             f"{agree}</div>")
                 continue
             event = record.get("event") if isinstance(record.get("event"), dict) else {}
             tool = event.get("tool") if isinstance(event.get("tool"), dict) else None

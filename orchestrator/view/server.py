@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from orchestrator.view import pages
+from orchestrator.view.compare_page import compare_page
 
 
 def find_jobs(roots: list[Path]) -> dict[str, Path]:
@@ -74,6 +75,8 @@ class ViewServer:
         try:
             if not parts:
                 return 200, pages.jobs_page(jobs, params.get("q", ""))
+            if parts == ["compare"]:
+                return compare_page(jobs, params.get("a", ""), params.get("b", ""))
             if parts[0] == "job" and len(parts) >= 2 and parts[1] in jobs:
                 folder = jobs[parts[1]]
                 if len(parts) == 2:

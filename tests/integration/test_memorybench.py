@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +106,43 @@ def test_an_agent_reading_a_seed_source_is_answer_leak_and_the_job_exits_non_zer
     assert results["a-leaky"]["memory"]["leaks"] == ["shell read memory/project/secret.md"]
     # The leak stopped the suite: the trials after it never ran to a score.
     assert {results[n]["failure_mode"] for n in ("b-later", "c-later")} == {"cancelled"}
+
+
+SHADOW_TASKS = ("mb-exact", "mb-distractor", "mb-cjk", "mb-paraphrase")
+
+
+def test_the_reference_agent_reports_the_memory_shadow_in_every_format(tmp_path):
+    """The demo's arms (reference agent on replay, memory-on and -off) on four memorybench
+    tasks: the memory shadow (recall counts, marker x/N, the V2 shadow's top-1 agreement) is
+    in the run output, result.json, report.md/html and compare (text and JSON)."""
+    for name in SHADOW_TASKS:
+        shutil.copytree(SUITE / name, tmp_path / "mb" / name)
+    common = ["--path", str(tmp_path / "mb"), "--manifest", str(ROOT / "manifests/solo-replay.yaml"),
+              "--jobs-dir", str(tmp_path / "jobs"), "-n", "4"]
+    env = {**os.environ, "COLUMNS": "200"}
+    on = subprocess.run([ORCHESTRA, "run", *common, "--job-name", "on"], capture_output=True, text=True, env=env)
+    off = subprocess.run([ORCHESTRA, "run", *common, "--job-name", "off", "--policy", "memory-off"],
+                         capture_output=True, text=True, env=env)
+    assert on.returncode == 0, on.stderr[-2000:]
+    assert off.returncode == 0 and "mean reward: 0.000" in off.stdout  # memory-off misses every fact
+    assert "memory shadow: recall events 4, hits 4" in on.stdout
+    assert "point-of-use markers (x/N) 4/4" in on.stdout
+    assert "top-1 agreement, primary vs V2 shadow 100% (4/4)" in on.stdout
+    shadow = json.loads((tmp_path / "jobs/on/result.json").read_text())["memory_shadow"]
+    assert (shadow["recall_events"], shadow["marker_trials"], shadow["marker_eligible"]) == (4, 4, 4)
+    assert (shadow["shadow_events"], shadow["shadow_agree"]) == (4, 4)
+    off_shadow = json.loads((tmp_path / "jobs/off/result.json").read_text())["memory_shadow"]
+    assert (off_shadow["recall_events"], off_shadow["marker_trials"], off_shadow["marker_eligible"]) == (0, 0, 4)
+    report = subprocess.run([ORCHESTRA, "report", str(tmp_path / "jobs/on")], capture_output=True, text=True)
+    assert report.returncode == 0
+    for name in ("report.md", "report.html"):
+        text = (tmp_path / "jobs/on" / name).read_text()
+        assert "Memory shadow" in text and "4/4" in text and "100% (4/4)" in text, name
+    out = tmp_path / "compare.json"
+    compared = subprocess.run([ORCHESTRA, "compare", str(tmp_path / "jobs/off"), str(tmp_path / "jobs/on"),
+                               "--json", str(out)], capture_output=True, text=True, env=env)
+    assert compared.returncode == 0, compared.stderr
+    assert "## Memory shadow" in compared.stdout and "| point-of-use markers (x/N) | 4/4 | 0/4 |" in compared.stdout
+    data = json.loads(out.read_text())
+    assert data["memory_shadow"]["on"]["agreement"] == 1.0 and data["memory_shadow"]["off"]["marker_rate"] == "0/4"
+    assert data["paired"] == 4 and data["unpaired"] == [] and len(data["helpful"]) == 4

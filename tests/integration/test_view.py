@@ -55,6 +55,11 @@ def viewer(tmp_path_factory):
                      str(root / "jobs"), "--job-name", "relay", "-q").returncode == 0
     assert orchestra("run", "--path", str(root / "mb"), "--agent", "oracle", "--policy", "memory-off",
                      "--jobs-dir", str(root / "jobs"), "--job-name", "mb-off", "-q").returncode == 0
+    # the demo's two arms (reference agent on replay) on one memorybench task: compare page
+    arms = ["--path", str(root / "mb"), "--manifest", str(ROOT / "manifests/solo-replay.yaml"),
+            "--jobs-dir", str(root / "jobs"), "-q"]
+    assert orchestra("run", *arms, "--job-name", "ref-on").returncode == 0
+    assert orchestra("run", *arms, "--job-name", "ref-off", "--policy", "memory-off").returncode == 0
     proc = subprocess.Popen([ORCHESTRA, "view", str(root / "jobs")], stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     url = line.split("orchestra view: ")[1].split()[0]
@@ -110,6 +115,29 @@ def test_a_failing_memorybench_trial_shows_its_reason_and_tool_calls(viewer):
     # memory-off: nothing recalled, so the oracle wrote an empty answer; reward 0
     assert "failure mode" in trial and trial.index("failed") < trial.index("Trajectory")
     assert "shell" in trial and "answer.txt" in trial and "Verifier output" in trial
+
+
+def test_the_compare_page_draws_the_verdict_pairs_ci_and_memory_shadow(viewer):
+    url, root = viewer
+    jobs = browse(url, root, "jobs.png")
+    assert "<form action=\"/compare\">" in jobs or "action=\"/compare\"" in jobs
+    page = browse(url + "compare?a=ref-off&b=ref-on", root, "compare.png")
+    # the arm that recalled is "on" whatever the order given; the verdict comes first
+    assert "compare ref-on vs ref-off" in page
+    assert "Memory helped on 1 of 1 paired trials and hurt on 0" in page
+    assert "memorybench/mb-exact" in page and "helpful" in page
+    assert 'class="ci"' in page and "95% CI" in page
+    assert "Memory shadow" in page and "point-of-use markers (x/N)" in page and "1/1" in page
+    assert page.index("Memory helped") < page.index("Pairs")
+    job = browse(url + "job/ref-on", root, "job-shadow.png")
+    assert "Memory shadow" in job and "100% (1/1)" in job
+    folder = next((root / "jobs/ref-on/trials").iterdir()).name
+    trial = browse(f"{url}job/ref-on/trial/{folder}", root, "trial-recall.png")
+    assert "V2 shadow" in trial and "(agree)" in trial
+    # a job against itself is refused, saying why
+    status, body = fetch(url + "compare?a=ref-on&b=ref-on")
+    assert status == 400 and "nothing differs" in body
+    assert (root / "compare.png").stat().st_size > 1000
 
 
 def test_paths_outside_the_job_folders_are_refused(viewer):

@@ -230,9 +230,12 @@ def _main():
         pins = memory.pinned(facts)
         if pins:
             system += "\n\nRules you always follow:\n" + memory.render(pins)
-        hits, suppressed = memory.recall(instruction, [f for f in facts if f not in pins])
+        recallable = [f for f in facts if f not in pins]
+        hits, suppressed = memory.recall(instruction, recallable)
         block = memory.render(hits)
-        trajectory.memory_recall([h["id"] for h in pins + hits], len(block) + len(memory.render(pins)), suppressed)
+        shadow = {"retriever": memory.SHADOW_RETRIEVER, "top1": memory.shadow_top1(instruction, recallable)}
+        trajectory.memory_recall([h["id"] for h in pins + hits], len(block) + len(memory.render(pins)), suppressed,
+                                 top1=hits[0]["id"] if hits else None, shadow=shadow)
         if block:
             user = "<recall>\n%s\n</recall>\n\n%s" % (block, instruction)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]

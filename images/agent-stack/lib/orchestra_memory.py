@@ -111,6 +111,34 @@ def recall(query, facts, k=3, max_chars=4000):
     return hits, suppressed
 
 
+SHADOW_RETRIEVER = "trigram-cosine-v2"
+
+
+def shadow_top1(query, facts):
+    """The V2 shadow retriever: character-trigram cosine over the same fact texts, scored
+    independently of BM25's word tokens. Its top-1 id (None when nothing scores) is recorded
+    beside the primary's, never used: the report's top-1 agreement rate compares the two."""
+    def grams(text):
+        flat = " ".join(text.lower().split())
+        counts = {}
+        for i in range(len(flat) - 2):
+            counts[flat[i:i + 3]] = counts.get(flat[i:i + 3], 0) + 1
+        return counts
+
+    wanted = grams(query)
+    norm = math.sqrt(sum(v * v for v in wanted.values()))
+    best, best_score = None, 0.0
+    for fact in facts:
+        have = grams(fact_text(fact))
+        size = math.sqrt(sum(v * v for v in have.values()))
+        if not norm or not size:
+            continue
+        score = sum(v * have.get(g, 0) for g, v in wanted.items()) / (norm * size)
+        if score > best_score:
+            best, best_score = fact["id"], score
+    return best
+
+
 def pinned(facts):
     return [f for f in facts if f["meta"].get("activation") == "pinned"]
 

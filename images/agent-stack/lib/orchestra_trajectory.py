@@ -26,6 +26,11 @@ def event(kind, text="", tool=None):
     return append({"event": body})
 
 
-def memory_recall(hit_ids, used_chars, suppressed):
-    return append({"memory_recall": {"hits": [{"id": h} for h in hit_ids],
-                                     "used_chars": used_chars, "suppressed": suppressed}})
+def memory_recall(hit_ids, used_chars, suppressed, top1=None, shadow=None):
+    """`top1`: the primary retriever's best id; `shadow`: {"retriever", "top1"} of the V2
+    shadow retriever run on the same query (orchestra_memory.shadow_top1)."""
+    record = {"hits": [{"id": h} for h in hit_ids], "used_chars": used_chars, "suppressed": suppressed}
+    if shadow is not None:
+        record["top1"] = top1
+        record["shadow"] = shadow
+    return append({"memory_recall": record})
