@@ -168,12 +168,13 @@ def run(
         _terminate_as_interrupt()
         with Progress(err, live=False if quiet or verbose else None) as progress:
             job = run_job(runtime, tasks, lineup, options, on_trial_done=progress.trial_done,
-                          on_phase=progress.phase)
+                          on_phase=progress.phase, on_plan=progress.plan,
+                          on_admission=progress.admission)
     except (InputError, InfraError) as exc:
         _fail(exc)
     except KeyboardInterrupt:
-        err.print(f"[yellow]cancelled[/]: unfinished trials are marked cancelled; resume with "
-                  f"`orchestra run --resume {jobs_dir / name}`")
+        err.print(f"[yellow]cancelled[/]: {_cancel_counts(jobs_dir / name)}; resume with "
+                  f"`orchestra run --resume {jobs_dir / name}`", soft_wrap=True)
         raise typer.Exit(130) from None
     from orchestrator.models.result import TrialResult
 
@@ -188,6 +189,19 @@ def run(
         err.print(f"[bold red]answer leak[/] in {leaks} trial(s): the agent read a task's memory "
                   "source files; the suite was stopped and its results are void.")
         raise typer.Exit(4)
+
+
+def _cancel_counts(job_dir: Path) -> str:
+    """How a cancelled job ended, from the result.json it wrote on the way out."""
+    from orchestrator.models.result import JobResult
+
+    try:
+        job = JobResult.model_validate_json((job_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        return "unfinished trials are marked cancelled"
+    cancelled = job.counts.get("cancelled", 0)
+    return (f"{job.n_trials - cancelled} of {job.n_trials} trial(s) finished, {cancelled} "
+            "cancelled (marked so in the job folder)")
 
 
 def _terminate_as_interrupt() -> None:

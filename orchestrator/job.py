@@ -163,7 +163,11 @@ def load_finished(job_dir: Path, tasks: list[Task],
 
 
 def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
-            options: JobOptions, on_trial_done=None, on_phase=None) -> JobResult:
+            options: JobOptions, on_trial_done=None, on_phase=None, on_plan=None,
+            on_admission=None) -> JobResult:
+    """Run every trial of `tasks` under `manifest`. Observers (all optional): on_plan(total)
+    once the trials to run are known, on_phase(trial_id, label, phase), on_admission(task,
+    why-waiting or None), on_trial_done(result, done, total)."""
     info = runtime.api.info()
     admission_cancel = threading.Event()
     backend = None
@@ -225,6 +229,9 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
     started = time.time()
     results: list[TrialResult] = list(finished.values())
     total = len(items)
+    admission.listener = on_admission
+    if on_plan:
+        on_plan(total, len(results))
 
     def done(result: TrialResult) -> None:
         results.append(result)

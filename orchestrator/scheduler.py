@@ -48,20 +48,36 @@ class Admission:
         self.memory_mb = 0
         self.peak_cpus = 0.0
         self.peak_memory_mb = 0
+        self.listener: Callable[[Task, str | None], None] | None = None  # (task, why waiting)
         self._cond = threading.Condition()
 
     def fits_ever(self, task: Task) -> bool:
         env = task.config.environment
         return env.cpus <= self.max_cpus and env.memory_mb <= self.max_memory_mb
 
+    def why_waiting(self, task: Task) -> str | None:
+        """Why `task` cannot start now (the budget it would pass), or None if it fits."""
+        env = task.config.environment
+        short = []
+        if self.cpus + env.cpus > self.max_cpus + 1e-9:
+            short.append(f"cpus {self.cpus:g} of {self.max_cpus:g} in use, needs {env.cpus:g}")
+        if self.memory_mb + env.memory_mb > self.max_memory_mb:
+            short.append(f"memory {self.memory_mb} of {self.max_memory_mb} MB in use, needs {env.memory_mb}")
+        return "; ".join(short) or None
+
     def acquire(self, task: Task) -> None:
         env = task.config.environment
         with self._cond:
-            while (self.cpus + env.cpus > self.max_cpus + 1e-9
-                   or self.memory_mb + env.memory_mb > self.max_memory_mb):
+            told = False
+            while (reason := self.why_waiting(task)) is not None:
                 if self.cancel.is_set():
                     raise AdmissionCancelled()
+                if not told and self.listener is not None:
+                    self.listener(task, reason)  # the live view says why this trial waits
+                    told = True
                 self._cond.wait(timeout=0.5)
+            if told and self.listener is not None:
+                self.listener(task, None)
             if self.cancel.is_set():
                 raise AdmissionCancelled()
             self.cpus += env.cpus

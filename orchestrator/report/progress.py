@@ -1,5 +1,6 @@
-"""Progress of a running job: a live rich display on a terminal (done / running / failed,
-ETA, the current phase of each running trial), plain lines otherwise or with --quiet."""
+"""Progress of a running job: a live rich display on a terminal (done / running / queued /
+failed, elapsed, ETA, the current phase of each running trial and why queued trials wait
+for admission), plain lines otherwise or with --quiet."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ class Progress:
         self.failed = 0
         self.started = time.monotonic()
         self.running: dict[str, tuple[str, str]] = {}  # trial id -> (label, phase)
+        self.waiting: dict[str, str] = {}  # task name -> why it waits for admission
+        self._said_waiting = False
         self._lock = threading.Lock()
         self._live: Live | None = None
 
@@ -43,14 +46,41 @@ class Progress:
 
     def _render(self):
         head = Table.grid(padding=(0, 2))
+        queued = max(0, self.total - self.done - len(self.running))
         head.add_row(f"[bold]{self.done}/{self.total}[/] done", f"{len(self.running)} running",
-                     f"[red]{self.failed}[/] failed", f"ETA {self._eta()}")
+                     f"{queued} queued", f"[red]{self.failed}[/] failed",
+                     f"elapsed {time.monotonic() - self.started:.0f}s", f"ETA {self._eta()}")
         table = Table(show_header=True, header_style="dim", box=None)
         table.add_column("trial")
         table.add_column("phase")
         for label, phase in sorted(self.running.values())[:20]:
             table.add_row(label, phase)
-        return Group(head, table)
+        parts = [head, table]
+        if self.waiting:
+            task, why = next(iter(self.waiting.items()))
+            parts.append(f"[dim]{len(self.waiting)} waiting for admission ({task}: {why})[/]")
+        return Group(*parts)
+
+    def plan(self, total: int, already_done: int) -> None:
+        with self._lock:
+            self.total, self.done = total, already_done
+            self._refresh()
+
+    def admission(self, task, why: str | None) -> None:
+        with self._lock:
+            if why is None:
+                self.waiting.pop(task.name, None)
+            else:
+                if self._live is None and not self._said_waiting:  # plain output: said once
+                    print(f"trials wait for admission (the host budget): {task.name}: {why}",
+                          file=sys.stderr, flush=True)
+                    self._said_waiting = True
+                self.waiting[task.name] = why
+            self._refresh()
+
+    def _refresh(self) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
 
     def phase(self, trial_id: str, label: str, phase: str) -> None:
         with self._lock:

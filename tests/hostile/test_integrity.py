@@ -505,6 +505,7 @@ def test_ctrl_c_while_the_verifier_runs_is_cancelled_and_resume_reruns_it(runtim
     time.sleep(1)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 130
+    assert "0 of 1 trial(s) finished, 1 cancelled" in proc.stderr.read()  # said at Ctrl-C
     result = json.loads(next((job_dir / "trials").glob("*/result.json")).read_text())
     assert result["failure_mode"] == "cancelled"
     hash_before = json.loads((job_dir / "config.json").read_text())["condition_hash"]

@@ -202,3 +202,19 @@ def test_report_writes_markdown_html_and_junit_for_a_real_job(runtime, tmp_path)
     assert "<svg" in browser.stdout and "Mean reward per task" in browser.stdout
     console_errors = [line for line in browser.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert console_errors == []
+
+
+def test_trials_past_the_admission_budget_wait_and_the_output_says_why(tmp_path):
+    """Two 1-cpu trials under --max-cpus 1 with two slots: one waits, and a piped run says
+    which budget it waits for (the live view shows the same under its table)."""
+    for name in ("first", "second"):
+        make_task(tmp_path / "ds", name, solve="sleep 1\ntouch /app/ok\n",
+                  toml="[environment]\ncpus = 1\nmemory_mb = 256\n")
+    orchestra = str(Path(sys.executable).parent / "orchestra")
+    run = subprocess.run([orchestra, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-n", "2",
+                          "--max-cpus", "1", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "budget"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "trials wait for admission (the host budget)" in run.stderr
+    assert "cpus 1 of 1 in use, needs 1" in run.stderr
+    assert "passed: 2" in run.stdout
