@@ -8,22 +8,32 @@ from rich.table import Table
 from orchestrator.models.result import JobResult, TrialResult
 from orchestrator.report.shadow import MemoryShadow
 
+COLUMNS = ("task", "attempt", "reward", "failure mode", "agent s", "verify s", "total s")
+TIMINGS = ("agent s", "verify s", "total s")
+
 
 def render_job(job: JobResult, trials: list[TrialResult], console: Console | None = None) -> None:
     console = console or Console()
-    table = Table(title=f"job {job.job}  ({job.agent}, k={job.k})")
-    for column in ("task", "attempt", "reward", "failure mode", "agent s", "verify s", "total s"):
-        # the task name is never cut: it wraps (fold) and keeps at least its own width
-        table.add_column(column, justify="right" if column.endswith(" s") else "left",
-                         overflow="fold", no_wrap=column == "task" and console.width >= 100)
+    rows = []
     for r in sorted(trials, key=lambda t: (t.task, t.attempt)):
         reward = "-" if r.reward is None else f"{r.reward.get('reward', 0.0):g}"
         if r.voided_reward is not None:
             reward = f"void ({r.voided_reward.get('reward', 0.0):g})"
-        table.add_row(r.task, str(r.attempt), reward, r.failure_mode.value,
-                      f"{r.timings.agent:.2f}", f"{r.timings.verify:.2f}",
-                      f"{r.finished_at - r.started_at:.2f}")
-    console.print(table)
+        rows.append([r.task, str(r.attempt), reward, r.failure_mode.value, f"{r.timings.agent:.2f}",
+                     f"{r.timings.verify:.2f}", f"{r.finished_at - r.started_at:.2f}"])
+    title = f"job {job.job}  ({job.agent}, k={job.k})"
+    if not console.is_terminal:  # piped: plain aligned lines, every task name whole
+        _plain(console, title, list(COLUMNS), rows)
+    else:  # a terminal: the name is never cut; timing columns go first when it is narrow
+        longest = max((len(r[0]) for r in rows), default=4)
+        keep = [c for c in COLUMNS if c not in TIMINGS or console.width >= longest + 75]
+        table = Table(title=title)
+        for column in keep:
+            table.add_column(column, justify="right" if column.endswith(" s") else "left",
+                             no_wrap=column == "task", overflow="fold")
+        for row in rows:
+            table.add_row(*(value for column, value in zip(COLUMNS, row, strict=True) if column in keep))
+        console.print(table)
     counts = ", ".join(f"{mode}: {n}" for mode, n in sorted(job.counts.items()))
     failed = sum(1 for r in trials if r.failure_mode.value != "none" or r.headline < 1.0)
     errors = sum(1 for r in trials if r.reward is None)
@@ -48,6 +58,15 @@ def render_job(job: JobResult, trials: list[TrialResult], console: Console | Non
     for r in trials:
         if r.error:
             console.print(f"  [yellow]{r.task}#{r.attempt}[/]: {r.failure_mode.value}: {r.error[:300]}")
+
+
+def _plain(console: Console, title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i])
+              for i in range(len(header))]
+    console.print(title, markup=False, highlight=False, soft_wrap=True)
+    for line in [header, *rows]:
+        console.print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip(),
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 def render_problems(title: str, problems: list[str], console: Console | None = None) -> None:

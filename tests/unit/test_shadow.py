@@ -75,3 +75,26 @@ def test_compare_pairs_only_the_same_task_content_and_says_why_not():
     assert report["memory_shadow"]["on"]["marker_rate"] == "1/1"
     text = to_markdown(report)
     assert "- not paired: b#0: the task's content differs" in text and "## Memory shadow" in text
+
+
+def test_a_piped_run_prints_every_task_name_whole_and_a_narrow_terminal_drops_timings_first():
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.models.result import TrialResult
+    from orchestrator.report.summary import render_job
+
+    name = "a-dataset/" + "very-long-task-name-" * 4 + "end"
+    trial = TrialResult.model_validate({"trial_id": "t" * 64, "job": "j", "task": name, "task_path": "/x",
+                                        "content_hash": "h", "condition": "c", "condition_hash": "h",
+                                        "agent_id": "lead", "agent": "oracle", "attempt": 0,
+                                        "reward": {"reward": 1.0}})
+    result = job("j", "memory-on", [summary(name)])
+    piped = io.StringIO()
+    render_job(result, [trial], Console(file=piped, width=60))  # not a terminal
+    assert name in piped.getvalue()
+    narrow = io.StringIO()
+    render_job(result, [trial], Console(file=narrow, width=120, force_terminal=True))
+    text = narrow.getvalue()
+    assert name in text and "verify s" not in text  # the name whole, the timing columns gone
