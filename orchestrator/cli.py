@@ -71,14 +71,18 @@ def run(
     oci_runtime: Annotated[str | None, typer.Option("--runtime", help="OCI runtime for agent containers, e.g. runsc (gVisor).")] = None,
     ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) that task image builds trust: pip, curl, node, git behind a TLS-intercepting proxy.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Also write the job result here ('-': stdout).")] = None,
+    baseline: Annotated[Path | None, typer.Option(help="After the run, gate against this baseline job folder (as `orchestra report --baseline`).")] = None,
+    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="With --baseline: exit 1 when a regression-layer task passed there and fails now.")] = False,
+    allow_changed: Annotated[bool, typer.Option("--allow-changed", help="With --baseline: compare tasks whose content changed between the jobs.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain progress lines, no live display.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
 ):
     """Run every task under PATH k times with the manifest's agents; grade each trial.
 
-    Exit codes: 0 the job completed (whatever the rewards), 2 bad input (nothing
-    started), 3 Docker unreachable or another failure before any trial ran, 4 an answer
-    leak was found (the suite stopped), 130 cancelled (Ctrl-C / SIGTERM; results kept).
+    Exit codes: 0 the job completed (whatever the rewards), 1 --fail-on-regression and a
+    regression-layer task regressed against --baseline, 2 bad input (nothing started), 3
+    Docker unreachable or another failure before any trial ran, 4 an answer leak was found
+    (the suite stopped), 130 cancelled (Ctrl-C / SIGTERM; results kept).
     """
     from orchestrator.job import JobOptions, run_job
     from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
@@ -163,6 +167,12 @@ def run(
             source={"path": str(path.resolve()), "layer": layer,
                     "endpoints": [str(p) for p in endpoint_files],
                     "manifest_dir": str(manifest_dir) if manifest_dir else None})
+        if fail_on_regression and baseline is None:
+            raise InputError("--fail-on-regression: needs --baseline JOB_DIR")
+        if baseline is not None:  # read now: a bad baseline is refused before any trial runs
+            from orchestrator.report.load import load_trials
+
+            baseline_trials = load_trials(baseline)
         logsetup.configure(verbose, jobs_dir / name / "events.jsonl")
         runtime = DockerRuntime(max_pool_size=n_concurrent * 3 + 8)
         _terminate_as_interrupt()
@@ -189,6 +199,14 @@ def run(
         err.print(f"[bold red]answer leak[/] in {leaks} trial(s): the agent read a task's memory "
                   "source files; the suite was stopped and its results are void.")
         raise typer.Exit(4)
+    if baseline is not None:
+        from orchestrator.report.gate import gate
+
+        try:
+            regression = gate(trials, baseline_trials, allow_changed)
+        except InputError as exc:  # the job's results are written; only the gate refuses
+            _fail(exc)
+        _report_gate(regression, baseline, jobs_dir / name, fail_on_regression)
 
 
 def _cancel_counts(job_dir: Path) -> str:
@@ -269,20 +287,27 @@ def report(
                     regressed={t for ts in regression.regressions.values() for t in ts}
                     if regression else set())
         console.print(f"wrote {junit}")
-    if regression is not None:
-        (job_dir / "regressions.json").write_text(json.dumps(regression.as_dict(), indent=2))
-        for kind, by_layer in (("regressed", regression.regressions),
-                               ("improved", regression.improvements)):
-            for layer, names in sorted(by_layer.items()):
-                console.print(f"{kind} ({layer} layer): {', '.join(names)}", markup=False, soft_wrap=True)
-        if not regression.regressions:
-            console.print(f"no regressions against {baseline}", soft_wrap=True)
-    if fail_under is not None and job.mean_reward < fail_under:
+    failing = fail_under is not None and job.mean_reward < fail_under
+    if failing:
         err.print(f"mean reward {job.mean_reward:.3f} is below --fail-under {fail_under}")
+    if regression is not None:
+        _report_gate(regression, baseline, job_dir, fail_on_regression)
+    if failing:
         raise typer.Exit(1)
-    if fail_on_regression and regression is not None and regression.regression_layer_failed:
+
+
+def _report_gate(regression, baseline: Path, job_dir: Path, fail_on_regression: bool) -> None:
+    """Print and write (regressions.json) the gate's verdict; exit 1 when asked to fail on a
+    regression-layer task that passed in the baseline and fails now."""
+    (job_dir / "regressions.json").write_text(json.dumps(regression.as_dict(), indent=2))
+    for kind, by_layer in (("regressed", regression.regressions), ("improved", regression.improvements)):
+        for layer, names in sorted(by_layer.items()):
+            console.print(f"{kind} ({layer} layer): {', '.join(names)}", markup=False, soft_wrap=True)
+    if not regression.regressions:
+        console.print(f"no regressions against {baseline}", soft_wrap=True)
+    if fail_on_regression and regression.regression_layer_failed:
         err.print("regression gate: " + ", ".join(regression.regressions["regression"])
-                  + " passed in the baseline and fail now")
+                  + " passed in the baseline and fail now", soft_wrap=True)
         raise typer.Exit(1)
 
 

@@ -21,6 +21,8 @@ def load_job_result(path: Path) -> JobResult:
 
 
 def load_trials(job_dir: Path) -> list[TrialResult]:
+    if not (job_dir / "result.json").is_file() and not (job_dir / "trials").is_dir():
+        raise InputError(f"{job_dir}: not a job folder (no result.json, no trials/)")
     trials, problems = [], []
     for path in sorted((job_dir / "trials").glob("*/result.json")):
         try:

@@ -26,6 +26,17 @@ def test_fail_on_regression_exits_1_when_a_regression_task_went_from_pass_to_fai
     for name, agent in (("base", "oracle"), ("broken", "nop"), ("same", "oracle")):
         assert orchestra("run", "--path", str(tmp_path / "ds"), "--agent", agent, "-k", "1",
                          "--jobs-dir", str(jobs), "--job-name", name, "-q").returncode == 0
+    # the same gate straight from `orchestra run`, for a pipeline's one command
+    gated = orchestra("run", "--path", str(tmp_path / "ds"), "--agent", "nop", "--jobs-dir", str(jobs),
+                      "--job-name", "gated", "-q", "--baseline", str(jobs / "base"), "--fail-on-regression")
+    assert gated.returncode == 1 and "regressed (regression layer): ds/contract" in gated.stdout
+    assert (jobs / "gated/regressions.json").is_file() and (jobs / "gated/result.json").is_file()
+    passing = orchestra("run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "--jobs-dir", str(jobs),
+                        "--job-name", "passing", "-q", "--baseline", str(jobs / "base"), "--fail-on-regression")
+    assert passing.returncode == 0 and "no regressions" in passing.stdout
+    missing = orchestra("run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "--jobs-dir", str(jobs),
+                        "--job-name", "never", "-q", "--baseline", str(jobs / "nothing-here"))
+    assert missing.returncode == 2 and not (jobs / "never").exists()  # refused before any trial
     broken = orchestra("report", str(jobs / "broken"), "--baseline", str(jobs / "base"),
                        "--fail-on-regression", "--junit", str(tmp_path / "junit.xml"))
     assert broken.returncode == 1, broken.stderr
