@@ -19,6 +19,7 @@ import structlog
 from orchestrator import verifier_tools
 from orchestrator.archive import tar_files
 from orchestrator.cleanup import owner_labels
+from orchestrator.egress import EgressProxy
 from orchestrator.images import AGENT_STACK as AGENT_STACK_DIR
 from orchestrator.models.result import AppliedLimits
 from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, LOGS, VERIFIER_LOGS
@@ -47,6 +48,8 @@ class Sandbox:
     loop_disk: disk.LoopDisk | None = None
     volumes: list[VolumeMount] = field(default_factory=list)
     static_tools: bool = False  # the verifier's static tools are mounted (verifier_tools)
+    egress: EgressProxy | None = None  # the trial's way out under an allowlist
+    allowed_hosts: dict[str, list[str]] = field(default_factory=dict)  # phase -> allowlist
     containers: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
     agent_container: str | None = None
@@ -129,7 +132,9 @@ def _build(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str
            name: str, env: dict[str, str], services, oci_runtime: str | None) -> None:
     environment = task.config.environment
     box.name = name
-    box.network = networks.acquire(internal=task.config.network_for("agent") == "no-network")
+    # no-network and allowlist: no route out (an allowlist's one way out is the egress
+    # proxy on this network's gateway)
+    box.network = networks.acquire(internal=task.config.network_for("agent") in ("no-network", "allowlist"))
     box.networks = networks
     if services is not None:
         wired = services(box.network)
@@ -232,7 +237,11 @@ def _public_network(box: Sandbox) -> Network:
 
 
 def verifier_network(box: Sandbox, policy: str) -> str:
-    """The network a fresh verifier container joins under the verifier's policy."""
+    """The network a fresh verifier container joins under the verifier's policy (an
+    allowlist: the trial's internal network, out only through its egress proxy)."""
+    if policy == "allowlist":
+        assert box.network is not None
+        return box.network.name
     return "none" if policy == "no-network" else _public_network(box).name
 
 
@@ -241,6 +250,9 @@ def switch_network(runtime: DockerRuntime, box: Sandbox, policy: str, container:
     """Live grading under the verifier's policy, when it differs from the agent's; with
     `back`, the agent's network again (the next step of a multi-step task)."""
     assert box.network is not None
+    if box.egress is not None:  # the allowlist's proxy follows the phase's policy
+        phase = "agent" if back else "verifier"
+        box.egress.set_policy(policy, box.allowed_hosts.get(phase, []))
     extra = box.extra_networks[-1] if box.extra_networks else None
     if back:
         if extra is not None:

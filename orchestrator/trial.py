@@ -23,6 +23,7 @@ from orchestrator import scrub
 from orchestrator.agents.base import Agent, render_command
 from orchestrator.archive import tar_directory, tar_files
 from orchestrator.collect import EVIDENCE_NAME, collect, export_evidence
+from orchestrator.egress import EgressProxy
 from orchestrator.images import TaskImages
 from orchestrator.memory import StateRoots, file_seed_archive, seed_engrams
 from orchestrator.models.manifest import Manifest, flag_env
@@ -143,11 +144,16 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
     trial_secrets: list[str] = []
     relay: TrialRelay | None = None
     proxy: ModelProxy | None = None
+    egress: EgressProxy | None = None
 
     def start_services(network) -> dict[str, str]:
-        """The relay and the model proxy, on the trial network's gateway."""
-        nonlocal relay, proxy
+        """The relay, the model proxy and (under an allowlist) the egress proxy, on the
+        trial network's gateway."""
+        nonlocal relay, proxy, egress
         env: dict[str, str] = {}
+        if task.config.network_for("agent") == "allowlist":
+            egress = EgressProxy(network.gateway, task.config.allowed_hosts_for("agent")).start()
+            env.update(egress.env(direct=[network.gateway]))
         if task.uses_relay:
             relay = start_relay(task, ctx.manifest, network.gateway, tid, ctx.job)
             result.relay["start_sec"] = round(relay.started_sec, 4)
@@ -211,6 +217,8 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             box = open_sandbox(ctx.runtime, ctx.networks, task, images.agent_image, ctx.job,
                                tid, env=env, workdir=workdir, services=start_services,
                                oci_runtime=ctx.oci_runtime)
+            box.egress = egress
+            box.allowed_hosts = {phase: task.config.allowed_hosts_for(phase) for phase in ("agent", "verifier")}
             result.limits = applied_limits(ctx.runtime, box, task)
             ctx.watchdog.register(box.agent_container, task.config.environment.storage_mb)
             if task.config.environment.healthcheck is not None:
@@ -238,24 +246,24 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
         if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:  # the host is full: stop the
             result.failure_mode, result.error = FailureMode.INFRA_ERROR, f"host disk full: {exc}"
             try:  # job (scheduler), after removing this trial's sandbox
-                _finish(ctx, result, paths, box, relay, proxy, trial_secrets)
+                _finish(ctx, result, paths, box, relay, proxy, trial_secrets, egress)
             except OSError:
                 pass
             raise
         if ctx.cancel.is_set():
             result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
-            return _finish(ctx, result, paths, box, relay, proxy, trial_secrets)
+            return _finish(ctx, result, paths, box, relay, proxy, trial_secrets, egress)
         launching = getattr(exc, "orchestra_phase", "") in ("start", "seed")
         mode = FailureMode.LAUNCH_ERROR if launching else FailureMode.INFRA_ERROR
         result.failure_mode, result.error = mode, f"{exc.__class__.__name__}: {exc}"
         log.error("trial.error", trial=tid[:12], task=task.name, error=result.error,
                   traceback=traceback.format_exc(limit=8))
-    return _finish(ctx, result, paths, box, relay, proxy, trial_secrets)
+    return _finish(ctx, result, paths, box, relay, proxy, trial_secrets, egress)
 
 
 def _finish(ctx: TrialContext, result: TrialResult, paths: TrialDir, box: Sandbox | None,
             relay: TrialRelay | None, proxy: ModelProxy | None,
-            secrets: list[str]) -> TrialResult:
+            secrets: list[str], egress: EgressProxy | None = None) -> TrialResult:
     """Stop the trial's services, remove its sandbox, write result.json (always), then
     forget the trial's secrets (until then every log event is scrubbed of them)."""
     if ctx.cancel.is_set() and (result.reward is None or result.failure_mode != FailureMode.NONE) \
@@ -276,6 +284,9 @@ def _finish(ctx: TrialContext, result: TrialResult, paths: TrialDir, box: Sandbo
     if relay is not None:
         result.relay.update(relay.server.bounds())
         relay.stop()
+    if egress is not None:
+        egress.stop()
+        result.egress = egress.summary()
     if box is not None:
         ctx.watchdog.unregister(box.agent_container)
         result.timings.cleanup = round(close_sandbox(ctx.runtime, box), 3)

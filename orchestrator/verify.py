@@ -209,12 +209,15 @@ def _verify_fresh(runtime: DockerRuntime, task: Task, images: TaskImages, box: S
         result.verifier_interpreter = verifier_tools.interpreter_note(bool(tools))
     else:
         tools, result.verifier_interpreter = {}, "the clean task image's own sh and bash"
+    env = resolve_env(verifier.env)
+    if box.egress is not None and task.config.network_for("verifier") == "allowlist":
+        box.egress.set_policy("allowlist", task.config.allowed_hosts_for("verifier"))
+        env = {**box.egress.env(direct=[box.network.gateway]), **env}
     spec = SandboxSpec(
         image=image, name=f"{box.name}-verifier", labels=box.labels("verifier"),
         command=_command(box, bool(tools)), cpus=environment.cpus,
         memory_mb=environment.memory_mb, pids_limit=environment.pids_limit, network=network,
-        workdir=None, env=resolve_env(verifier.env), user=verifier.user, mounts=mounts,
-        read_only_binds=tools,
+        workdir=None, env=env, user=verifier.user, mounts=mounts, read_only_binds=tools,
     )
     container = runtime.create(spec)
     box.containers.append(container)

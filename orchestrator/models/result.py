@@ -110,6 +110,7 @@ class TrialResult(BaseModel):
     verifier_forgeable: bool = False
     verifier_note: str | None = None
     verifier_interpreter: str | None = None  # what ran test.sh (verifier_tools)
+    egress: dict | None = None  # under an allowlist: the hosts, what went through, what was refused
     timings: PhaseTimings = PhaseTimings()
     tokens: int = 0
     cost: float = 0.0

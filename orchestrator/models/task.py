@@ -3,13 +3,14 @@
 
 Unknown keys are errors everywhere except in [metadata]. Every field of Harbor's schema is
 accepted by the parser; those orchestra cannot honour (Windows, GPUs, TPUs, MCP servers,
-skills, allowlists, multi-step tasks, verifier collect hooks, sidecar artifacts) are
+skills, verifier collect hooks, sidecar artifacts) are
 refused by a validator with "orchestra cannot honour `<field>`", never "unknown key" and
 never silently ignored. Fields without behaviour here (authors, version) are kept.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Literal
 
@@ -64,11 +65,23 @@ class PhaseNetwork(_Section):
 
 
 def _check_network(mode: str | None, hosts: list[str] | None) -> None:
+    """Harbor's rules: allowed_hosts only with allowlist; entries are host names, `*.`
+    wildcards, IP addresses or CIDR ranges, never URLs, ports or paths (egress.py)."""
     if hosts and mode != "allowlist":
         raise ValueError("allowed_hosts is only valid with network_mode = 'allowlist'")
-    if mode == "allowlist":
-        raise cannot_honour("network_mode = 'allowlist'", "egress filtering by host is not "
-                            "enforced here yet; use 'public' or 'no-network'")
+    for host in hosts or []:
+        entry = host.strip().lower().rstrip(".")
+        if not entry:
+            raise ValueError("allowed_hosts entries must be non-empty")
+        if "/" in entry or ":" in entry:
+            try:
+                ipaddress.ip_network(entry, strict=True)
+                continue
+            except ValueError:
+                raise ValueError(f"allowed_hosts: {host!r}: entries are host names, IP addresses "
+                                 "or CIDR ranges, not URLs, ports or paths") from None
+        if "*" in entry and (not entry.startswith("*.") or "*" in entry[2:] or len(entry) < 3):
+            raise ValueError(f"allowed_hosts: {host!r}: a wildcard is a leading '*.' only")
 
 
 class Healthcheck(_Section):
@@ -278,14 +291,24 @@ class TaskConfig(_Section):
             paths.append(path)
         return paths
 
-    def network_for(self, phase: Literal["agent", "verifier"]) -> Literal["public", "no-network"]:
+    def network_for(self, phase: Literal["agent", "verifier"]) -> Literal["public", "no-network", "allowlist"]:
         """Harbor's resolution: the phase's own network_mode if set, else the environment's."""
         section = self.agent if phase == "agent" else self.verifier
         mode = section.network_mode or self.environment.network_mode
-        return "no-network" if mode in ("none", "no-network") else "public"
+        return "no-network" if mode in ("none", "no-network") else mode  # type: ignore[return-value]
+
+    def allowed_hosts_for(self, phase: Literal["agent", "verifier"]) -> list[str]:
+        """The allowlist of a phase under `allowlist`: its own when it set network_mode."""
+        section = self.agent if phase == "agent" else self.verifier
+        hosts = section.allowed_hosts if section.network_mode else self.environment.allowed_hosts
+        return list(hosts or [])
 
     @model_validator(mode="after")
     def _refuse_unsupported(self) -> TaskConfig:
+        if self.network_for("verifier") == "allowlist" and self.network_for("agent") != "allowlist":
+            raise cannot_honour("[verifier] network_mode = 'allowlist' after an agent phase that is "
+                                "not allowlist", "the verifier's allowlist is enforced on the agent's "
+                                "network; give the agent phase (or [environment]) an allowlist too")
         if self.steps is not None:
             if not self.steps:
                 raise ValueError("steps: a multi-step task needs at least one [[steps]]")

@@ -183,3 +183,68 @@ def test_a_multi_step_task_runs_its_steps_in_one_environment_and_stops_below_min
     folder = next((tmp_path / "jobs/steps/trials").glob("two-steps__*"))
     assert (folder / "steps/create/verifier/reward.txt").read_text().strip() == "1"
     assert (folder / "steps/append/agent/instruction.md").read_text().startswith("Append")
+
+
+EGRESS_PROBE = r"""
+python3 - <<'PY'
+import json, os, socket, urllib.error, urllib.request
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=20) as r:  # honours http_proxy
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError as exc:
+        return "error"
+
+def connect(host):  # a CONNECT through the proxy, as TLS clients do
+    proxy = urllib.request.getproxies()["https"].split("//")[1].rstrip("/")
+    s = socket.create_connection(tuple([proxy.split(":")[0], int(proxy.split(":")[1])]), timeout=20)
+    s.sendall(f"CONNECT {host}:443 HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    line = s.recv(100).split(b"\r\n")[0].decode()
+    s.close()
+    return line.split()[1]
+
+def direct():  # around the proxy: no route out
+    try:
+        socket.create_connection(("151.101.0.223", 443), timeout=5).close()
+        return "open"
+    except OSError:
+        return "blocked"
+
+out = {"allowed_http": get("http://deb.debian.org/debian/dists/bookworm/Release"),
+       "refused_http": get("http://pypi.org/simple/"),
+       "allowed_connect": connect("deb.debian.org"), "refused_connect": connect("pypi.org"),
+       "direct": direct()}
+if os.environ.get("ORCHESTRA_RELAY_URL"):  # the relay on the gateway stays direct (NO_PROXY)
+    import subprocess
+    out["relay"] = subprocess.run(["chan", "whoami"], capture_output=True).returncode
+json.dump(out, open(os.environ.get("PROBE_OUT", "/logs/artifacts/egress.json"), "w"))
+PY
+"""
+
+
+def test_an_allowlist_lets_one_host_through_and_refuses_another(runtime, tmp_path):
+    """network_mode = "allowlist": the agent (and the live verifier under the same
+    allowlist) reach deb.debian.org through orchestra's filtering proxy, plain HTTP and
+    CONNECT; pypi.org is refused by the proxy; a direct connection has no route out."""
+    toml = ('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["deb.debian.org"]\n'
+            '[verifier]\ntimeout_sec = 120\n[relay]\nenabled = true\n')
+    test = ("mkdir -p /logs/verifier\nPROBE_OUT=/tmp/v.json bash /tests/probe.sh\n"
+            "python3 -c \"import json; d = json.load(open('/tmp/v.json')); print(d); "
+            "ok = d['allowed_http'] == 200 and d['refused_http'] == 403 and d['direct'] == 'blocked'; "
+            "open('/logs/verifier/reward.txt', 'w').write('1' if ok else '0')\"\n")
+    make_task(tmp_path / "ds", "allow", solve=EGRESS_PROBE, toml=toml, test=test,
+              files={"tests/probe.sh": EGRESS_PROBE})
+    _, trials = run(runtime, tmp_path / "ds", tmp_path / "jobs", name="allowlist")
+    (result,) = trials
+    probe = json.loads((tmp_path / "jobs/allowlist/trials" / next(
+        p.name for p in (tmp_path / "jobs/allowlist/trials").iterdir()) / "artifacts/egress.json").read_text())
+    assert probe["allowed_http"] == 200 and probe["allowed_connect"] == "200"
+    assert probe["refused_http"] == 403 and probe["refused_connect"] == "403"
+    assert probe["direct"] == "blocked" and result.limits.network_internal is True
+    assert probe["relay"] == 0
+    assert result.reward == {"reward": 1.0}, result.error  # the verifier under the same allowlist
+    assert result.egress["allowed"]["deb.debian.org"] >= 3 and result.egress["refused"]["pypi.org"] >= 3
+    assert runtime.labelled("orchestra.job=allowlist") == ([], [], [])

@@ -131,7 +131,7 @@ def test_current_harbor_fields_are_accepted(tmp_path):
     ("[environment]\nmcp_servers = [{ name = 'm', url = 'http://x' }]\n", "environment.mcp_servers"),
     ("[environment]\ntpu = { type = 'v6e', topology = '2x4' }\n", "environment.tpu"),
     ("[environment]\nskills_dir = 'skills'\n", "environment.skills_dir"),
-    ("[environment]\nnetwork_mode = 'allowlist'\nallowed_hosts = ['example.com']\n", "network_mode = 'allowlist'"),
+    ("[verifier]\nnetwork_mode = 'allowlist'\nallowed_hosts = ['example.com']\n", "[verifier] network_mode = 'allowlist'"),
     ("[verifier.environment]\ncpus = 1\n", "verifier.environment"),
     ("[[verifier.collect]]\nservice = 'api'\ncommand = 'true'\n", "verifier.collect"),
     ("artifacts = [{ source = '/x', service = 'api' }]\n", "artifacts.service"),
@@ -143,3 +143,29 @@ def test_fields_orchestra_cannot_honour_are_named_as_such(tmp_path, toml, named)
     message = str(info.value)
     assert f"orchestra cannot honour `{named}" in message
     assert "unknown key" not in message
+
+
+def test_allowlists_resolve_per_phase_as_harbor_does(tmp_path):
+    task = load_task(make_task(tmp_path, "a", toml=(
+        "[environment]\nnetwork_mode = 'allowlist'\nallowed_hosts = ['deb.debian.org', '*.pypi.org', '10.0.0.0/8']\n"
+        "[verifier]\nnetwork_mode = 'public'\n")))
+    c = task.config
+    assert c.network_for("agent") == "allowlist" and c.network_for("verifier") == "public"
+    assert c.allowed_hosts_for("agent") == ["deb.debian.org", "*.pypi.org", "10.0.0.0/8"]
+
+
+@pytest.mark.parametrize("entry", ["https://example.com", "example.com:443", "ex*.com", "10.0.0.1/33", ""])
+def test_allowlist_entries_are_names_addresses_or_ranges(tmp_path, entry):
+    with pytest.raises(InputError) as info:
+        load_task(make_task(tmp_path, "a", toml=f"[environment]\nnetwork_mode = 'allowlist'\nallowed_hosts = ['{entry}']\n"))
+    assert "allowed_hosts" in str(info.value)
+
+
+def test_the_egress_allowlist_matches_names_wildcards_addresses_and_ranges():
+    from orchestrator.egress import Allowlist
+
+    rules = Allowlist(["deb.debian.org", "*.example.com", "192.0.2.7", "10.0.0.0/8"])
+    assert rules.resolve("deb.debian.org") == "deb.debian.org"
+    assert rules.resolve("a.b.example.com") == "a.b.example.com" and rules.resolve("example.com") is None
+    assert rules.resolve("192.0.2.7") == "192.0.2.7" and rules.resolve("192.0.2.8") is None
+    assert rules.resolve("10.1.2.3") == "10.1.2.3" and rules.resolve("pypi.org.evil") is None
