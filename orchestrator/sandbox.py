@@ -33,6 +33,7 @@ from orchestrator.runtime.base import (
     VolumeMount,
 )
 from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.sidecars import start_sidecars, volume_mounts, wait_for
 from orchestrator.tasks import Task
 
 log = structlog.get_logger()
@@ -50,6 +51,8 @@ class Sandbox:
     static_tools: bool = False  # the verifier's static tools are mounted (verifier_tools)
     egress: EgressProxy | None = None  # the trial's way out under an allowlist
     allowed_hosts: dict[str, list[str]] = field(default_factory=dict)  # phase -> allowlist
+    named_volumes: list[str] = field(default_factory=list)  # compose volumes
+    sidecars: dict[str, str] = field(default_factory=dict)  # compose service -> container
     containers: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
     agent_container: str | None = None
@@ -150,6 +153,12 @@ def _build(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str
                                                 str(box.loop_disk.mountpoint / part),
                                                 box.labels("volume"))
             box.volumes.append(VolumeMount(source=volume, target=target))
+    mounts = list(box.volumes)
+    if task.compose is not None:  # sidecars first, on this network under their names
+        box.sidecars = start_sidecars(runtime, task, box, name)
+        wait_for(runtime, task.compose, task.compose.main, box.sidecars)
+        env = {**env, **task.compose.main.environment}
+        mounts += volume_mounts(task.compose, task.compose.main, name)
     # shared mode grades in this container: the verifier's static tools are mounted now
     # (read-only; a running container cannot gain a mount later)
     tools = verifier_tools.host_tools() if task.config.verifier.environment_mode == "shared" else {}
@@ -158,7 +167,7 @@ def _build(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str
         image=image, name=f"{name}-agent", labels=box.labels("agent"),
         command=["sleep", "infinity"], cpus=environment.cpus, memory_mb=environment.memory_mb,
         pids_limit=environment.pids_limit, network=box.network.name, workdir=box.workdir,
-        env=env, drop_all_capabilities=environment.drop_all_capabilities, mounts=box.volumes,
+        env=env, drop_all_capabilities=environment.drop_all_capabilities, mounts=mounts,
         read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK, **tools}, runtime=oci_runtime,
     )
     box.agent_container = runtime.create(spec)
@@ -283,8 +292,8 @@ def close_sandbox(runtime: DockerRuntime, box: Sandbox) -> float:
         _quietly(runtime.remove, container)
     for image in box.images:
         _quietly(runtime.remove_image, image)
-    for volume in box.volumes:
-        _quietly(runtime.remove_volume, volume.source)
+    for volume in [v.source for v in box.volumes] + box.named_volumes:
+        _quietly(runtime.remove_volume, volume)
     if box.loop_disk is not None:
         _quietly(disk.remove_loop_disk, box.loop_disk)
     if box.networks is not None:

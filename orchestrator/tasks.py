@@ -6,11 +6,13 @@ import dataclasses
 import hashlib
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from orchestrator.compose import Compose, load_compose
+from orchestrator.compose import find as find_compose
 from orchestrator.errors import InputError, validation_problems
 from orchestrator.memory import load_engram_seeds, load_fact_files
 from orchestrator.models.task import TaskConfig
@@ -33,6 +35,7 @@ class Task:
     seeds: tuple = ()  # memory.EngramSeed from memory/seeds.toml
     facts: tuple = ()  # memory.FactFile from memory/project|global/*.md
     step: str | None = None  # set on the view of one of Harbor's [[steps]]
+    compose: Compose | None = field(default=None, compare=False)  # docker-compose.yaml sidecars
 
     @property
     def short_name(self) -> str:
@@ -133,10 +136,13 @@ def load_task(path: Path) -> Task:
         if not (folder / "tests/test.sh").is_file() and not (path / "tests/test.sh").is_file():
             problems.append(f"{folder / 'tests/test.sh'}: missing (a step needs its own "
                             "tests/test.sh or the task's)")
-    for compose in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml"):
-        if (path / "environment" / compose).is_file():
-            problems.append(f"{path / 'environment' / compose}: orchestra cannot honour "
-                            "`environment/docker-compose.yaml` (sidecar services) yet")
+    compose = None
+    compose_file = find_compose(path / "environment")
+    if compose_file is not None:
+        try:
+            compose = load_compose(compose_file)
+        except InputError as exc:
+            problems.extend(exc.problems)
     if config is not None and not config.environment.docker_image:
         if not (path / "environment" / "Dockerfile").is_file():
             problems.append(
@@ -175,6 +181,7 @@ def load_task(path: Path) -> Task:
         environment_hash=hash_tree(path / "environment"),
         seeds=seeds,
         facts=facts,
+        compose=compose,
     )
 
 

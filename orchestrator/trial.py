@@ -217,7 +217,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             box = open_sandbox(ctx.runtime, ctx.networks, task, images.agent_image, ctx.job,
                                tid, env=env, workdir=workdir, services=start_services,
                                oci_runtime=ctx.oci_runtime)
-            box.egress = egress
+            box.egress, result.compose_services = egress, sorted(box.sidecars)
             box.allowed_hosts = {phase: task.config.allowed_hosts_for(phase) for phase in ("agent", "verifier")}
             result.limits = applied_limits(ctx.runtime, box, task)
             ctx.watchdog.register(box.agent_container, task.config.environment.storage_mb)

@@ -111,6 +111,7 @@ class TrialResult(BaseModel):
     verifier_note: str | None = None
     verifier_interpreter: str | None = None  # what ran test.sh (verifier_tools)
     egress: dict | None = None  # under an allowlist: the hosts, what went through, what was refused
+    compose_services: list[str] = []  # sidecars from environment/docker-compose.yaml
     timings: PhaseTimings = PhaseTimings()
     tokens: int = 0
     cost: float = 0.0

@@ -48,6 +48,9 @@ class SandboxSpec:
     read_only_binds: dict[str, str] = field(default_factory=dict)  # host path -> container path
     runtime: str | None = None  # OCI runtime, e.g. runsc (gVisor); None: the engine default
     log_max_size: str = "10m"
+    aliases: list[str] = field(default_factory=list)  # names on `network` (compose services)
+    entrypoint: list[str] | None = None
+    healthcheck: dict | None = None  # Docker's HEALTHCHECK (durations in ns)
 
 
 @dataclass

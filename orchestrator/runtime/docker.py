@@ -227,6 +227,15 @@ class DockerRuntime:
                                driver_opts={"type": "none", "o": "bind", "device": host_path})
         return name
 
+    def create_volume(self, name: str, labels: dict[str, str]) -> str:
+        self.api.create_volume(name, driver="local", labels=labels)
+        return name
+
+    def health(self, container: str) -> tuple[str, str | None]:
+        """(State.Status, State.Health.Status or None without a healthcheck)."""
+        state = self.api.inspect_container(container)["State"]
+        return state.get("Status", ""), (state.get("Health") or {}).get("Status")
+
     def remove_volume(self, name: str) -> None:
         """Idempotent; waits (bounded) while a container being removed still uses it."""
         _removed("volume", name, lambda: self.api.remove_volume(name, force=True),
@@ -250,11 +259,16 @@ class DockerRuntime:
                for source, target in spec.read_only_binds.items()],
             runtime=spec.runtime,
         )
+        networking = None
+        if spec.aliases and spec.network != "none":
+            networking = self.api.create_networking_config(
+                {spec.network: self.api.create_endpoint_config(aliases=spec.aliases)})
         try:
             created = self.api.create_container(
                 spec.image, command=spec.command, name=spec.name, labels=spec.labels,
                 environment=spec.env, working_dir=spec.workdir, user=spec.user or "",
-                host_config=host_config, detach=True,
+                host_config=host_config, detach=True, networking_config=networking,
+                entrypoint=spec.entrypoint, healthcheck=spec.healthcheck,
             )
         except ImageNotFound as exc:
             raise RuntimeFault(f"image {spec.image} not found (orchestra never pulls)") from exc

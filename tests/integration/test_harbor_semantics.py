@@ -4,6 +4,8 @@ shared verifier, per-phase network policy, prebuilt images that fall back to a b
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 from conftest import by_task, make_task, run
@@ -248,3 +250,93 @@ def test_an_allowlist_lets_one_host_through_and_refuses_another(runtime, tmp_pat
     assert result.reward == {"reward": 1.0}, result.error  # the verifier under the same allowlist
     assert result.egress["allowed"]["deb.debian.org"] >= 3 and result.egress["refused"]["pypi.org"] >= 3
     assert runtime.labelled("orchestra.job=allowlist") == ([], [], [])
+
+
+COMPOSE = """
+services:
+  main:
+    depends_on:
+      api:
+        condition: service_healthy
+    environment:
+      API_URL: http://api:8080/
+    volumes:
+      - shared:/shared
+  api:
+    build:
+      context: ./api
+    command: ["python3", "/srv/server.py"]
+    environment:
+      - GREETING=hello from api
+    volumes:
+      - shared:/shared
+    healthcheck:
+      test: ["CMD", "python3", "-c", "import urllib.request; urllib.request.urlopen('http://localhost:8080/')"]
+      interval: 1s
+      timeout: 2s
+      retries: 20
+volumes:
+  shared:
+"""
+API_SERVER = """
+import http.server, os
+open("/shared/from-api", "w").write("written by the sidecar")
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = os.environ["GREETING"].encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()
+"""
+
+
+def test_a_compose_sidecar_built_from_the_task_answers_by_name_and_is_removed_after(runtime, tmp_path):
+    """environment/docker-compose.yaml: a sidecar built from the task folder, healthy before
+    the agent starts, answers at http://api:8080/ on the trial network, shares a named volume
+    with main, is graded live and is removed (with its volume) after the trial."""
+    solve = ("python3 -c \"import os, urllib.request; print(urllib.request.urlopen(os.environ['API_URL']).read().decode())\""
+             " > /app/answer.txt\ncat /shared/from-api > /app/volume.txt\n")
+    test = ("mkdir -p /logs/verifier\n"
+            "if [ \"$(cat /app/answer.txt)\" = 'hello from api' ] && grep -q sidecar /app/volume.txt && "
+            "python3 -c \"import urllib.request; urllib.request.urlopen('http://api:8080/')\"; "
+            "then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
+    make_task(tmp_path / "ds", "with-api", solve=solve, test=test, files={
+        "environment/docker-compose.yaml": COMPOSE,
+        "environment/api/Dockerfile": "FROM python:3.12-slim-bookworm\nCOPY server.py /srv/server.py\n",
+        "environment/api/server.py": API_SERVER})
+    seen: dict = {}
+
+    def watch():  # the sidecar, while it runs: its name on the trial network and its labels
+        for _ in range(300):
+            for c in runtime.api.containers(filters={"label": ["orchestra.job=compose", "orchestra.kind=sidecar"]}):
+                info = runtime.api.inspect_container(c["Id"])
+                seen.update(aliases=[a for n in info["NetworkSettings"]["Networks"].values() for a in (n["Aliases"] or [])],
+                            memory=info["HostConfig"]["Memory"], labels=info["Config"]["Labels"])
+                return
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    _, trials = run(runtime, tmp_path / "ds", tmp_path / "jobs", name="compose")
+    watcher.join()
+    (result,) = trials
+    assert result.reward == {"reward": 1.0}, (result.error, result.failure_mode)
+    assert result.compose_services == ["api"]
+    assert "api" in seen["aliases"] and seen["memory"] > 0 and "orchestra.pid" in seen["labels"]
+    assert runtime.labelled("orchestra.job=compose") == ([], [], [])  # containers, networks, volumes
+
+
+def test_compose_fields_orchestra_cannot_run_are_refused_by_name(tmp_path):
+    from orchestrator.errors import InputError
+    from orchestrator.tasks import load_task
+
+    bad = "services:\n  db:\n    image: postgres\n    ports: ['5432:5432']\n    privileged: true\n"
+    task = make_task(tmp_path / "ds", "bad-compose", files={"environment/docker-compose.yaml": bad})
+    try:
+        load_task(task)
+    except InputError as exc:
+        text = str(exc)
+    else:
+        raise AssertionError("a compose file with ports was accepted")
+    assert "orchestra cannot honour `services.db.ports`" in text
+    assert "orchestra cannot honour `services.db.privileged`" in text

@@ -1,0 +1,210 @@
+"""environment/docker-compose.yaml (Harbor's sidecar services), the subset orchestra runs.
+
+Harbor merges a task's compose file over its own, in which `main` is the agent's container
+built from environment/Dockerfile. Here likewise: `main` is the agent's container (it may
+add `environment`, named `volumes` and `depends_on`); every other service is a sidecar on
+the trial's network, reachable by its service name, under the task's quotas, labelled and
+removed with the trial like every orchestra container.
+
+Supported per service: `image` or `build` (a context folder under environment/, optional
+`dockerfile`), `command`, `entrypoint`, `environment` (map or list), `working_dir`,
+`volumes` (named volumes only), `depends_on` (list, or map with `service_started` /
+`service_healthy`), `healthcheck` (Docker's: test, interval, timeout, retries,
+start_period). Top level: `services`, `volumes` (named, no options). `${VAR}`,
+`${VAR:-default}` and `$$` are interpolated from the host environment, plus Harbor's
+CONTEXT_DIR (the environment folder) and MAIN_IMAGE_NAME. Anything else is refused by
+name: "orchestra cannot honour `services.db.ports`", never ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from orchestrator.errors import InputError, validation_problems
+
+FILENAMES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+SERVICE_KEYS = {"image", "build", "command", "entrypoint", "environment", "working_dir", "volumes",
+                "depends_on", "healthcheck", "container_name", "networks"}
+MAIN_KEYS = {"environment", "volumes", "depends_on", "build", "image", "command", "networks"}
+_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s|us))+$")
+
+
+class Healthcheck(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    test: list[str] | str
+    interval: str = "30s"
+    timeout: str = "30s"
+    retries: int = 3
+    start_period: str = "0s"
+
+    def engine(self) -> dict:
+        """Docker's HEALTHCHECK config (durations in nanoseconds)."""
+        test = self.test if isinstance(self.test, list) else ["CMD-SHELL", self.test]
+        return {"test": test, "interval": _ns(self.interval), "timeout": _ns(self.timeout),
+                "retries": self.retries, "start_period": _ns(self.start_period)}
+
+
+class Build(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    context: str = "."
+    dockerfile: str = "Dockerfile"
+
+
+class Dependency(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    condition: Literal["service_started", "service_healthy"] = "service_started"
+
+
+class Service(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # names checked before (refused by name)
+    image: str | None = None
+    build: Build | None = None
+    command: list[str] | str | None = None
+    entrypoint: list[str] | str | None = None
+    environment: dict[str, str] = {}
+    working_dir: str | None = None
+    volumes: list[str] = []
+    depends_on: dict[str, Dependency] = {}
+    healthcheck: Healthcheck | None = None
+
+    @field_validator("build", mode="before")
+    @classmethod
+    def _build(cls, value):
+        return {"context": value} if isinstance(value, str) else value
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _environment(cls, value):
+        if isinstance(value, list):
+            pairs = [str(item).partition("=") for item in value]
+            return {k: v for k, _, v in pairs}
+        return {k: "" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+                for k, v in (value or {}).items()}
+
+    @field_validator("depends_on", mode="before")
+    @classmethod
+    def _depends(cls, value):
+        return {name: {} for name in value} if isinstance(value, list) else value
+
+    @field_validator("volumes")
+    @classmethod
+    def _named_only(cls, volumes):
+        for volume in volumes:
+            source, _, target = volume.partition(":")
+            if not target or source.startswith((".", "/", "~", "$")):
+                raise ValueError(f"{volume!r}: only named volumes (name:/path) are supported")
+        return volumes
+
+
+class Compose(BaseModel):
+    services: dict[str, Service]
+    volumes: list[str] = []
+
+    @property
+    def main(self) -> Service:
+        return self.services.get("main") or Service()
+
+    @property
+    def sidecars(self) -> dict[str, Service]:
+        return {name: s for name, s in self.services.items() if name != "main"}
+
+    def start_order(self) -> list[str]:
+        """Sidecars in dependency order (a cycle is refused at load)."""
+        order: list[str] = []
+
+        def visit(name: str, trail: tuple[str, ...]) -> None:
+            if name in order:
+                return
+            if name in trail:
+                raise ValueError(f"depends_on: a cycle through {' -> '.join(trail + (name,))}")
+            for dep in self.services[name].depends_on:
+                visit(dep, trail + (name,))
+            if name != "main":
+                order.append(name)
+
+        for name in self.services:
+            visit(name, ())
+        return order
+
+
+def find(environment_dir: Path) -> Path | None:
+    return next((environment_dir / n for n in FILENAMES if (environment_dir / n).is_file()), None)
+
+
+def load_compose(path: Path, main_image: str = "") -> Compose:
+    """Parse and check a task's compose file; InputError naming the file and field."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: not readable YAML: {exc}") from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("services"), dict):
+        raise InputError(f"{path}: a compose file needs a `services` mapping")
+    problems = [f"{path}: orchestra cannot honour `{key}` in a compose file" for key in raw
+                if key not in ("services", "volumes", "networks", "name", "version")]
+    for name, body in raw["services"].items():
+        allowed = MAIN_KEYS if name == "main" else SERVICE_KEYS
+        problems += [f"{path}: orchestra cannot honour `services.{name}.{key}`"
+                     for key in (body or {}) if key not in allowed]
+    volumes = raw.get("volumes") or {}
+    problems += [f"{path}: orchestra cannot honour options of `volumes.{name}` (named volumes only)"
+                 for name, options in volumes.items() if options]
+    if problems:
+        raise InputError(problems)
+    context = {"CONTEXT_DIR": str(path.parent), "MAIN_IMAGE_NAME": main_image}
+    services = {name: _interpolate(body or {}, context) for name, body in raw["services"].items()}
+    try:
+        compose = Compose(services=services, volumes=list(volumes))
+    except ValidationError as exc:
+        raise InputError(validation_problems(path, exc)) from exc
+    problems = []
+    for name, service in compose.sidecars.items():
+        if not (service.image or service.build):
+            problems.append(f"{path}: field 'services.{name}': needs `image` or `build`")
+        if service.build and not (path.parent / service.build.context / service.build.dockerfile).is_file():
+            problems.append(f"{path}: field 'services.{name}.build': no {service.build.dockerfile} "
+                            f"in {service.build.context}")
+    for name, service in compose.services.items():
+        problems += [f"{path}: field 'services.{name}.depends_on': no service {dep!r}"
+                     for dep in service.depends_on if dep not in compose.services]
+        problems += [f"{path}: field 'services.{name}.volumes': volume {v.split(':')[0]!r} is not "
+                     "declared under the top-level `volumes`" for v in service.volumes
+                     if v.split(":")[0] not in compose.volumes]
+        if name != "main" and any(d == "main" for d in service.depends_on):
+            problems.append(f"{path}: field 'services.{name}.depends_on': a sidecar cannot wait for `main`")
+    if problems:
+        raise InputError(problems)
+    try:
+        compose.start_order()
+    except ValueError as exc:
+        raise InputError(f"{path}: {exc}") from exc
+    return compose
+
+
+def _interpolate(value, context: dict[str, str]):
+    if isinstance(value, str):
+        def sub(match: re.Match) -> str:
+            if match.group(0) == "$$":
+                return "$"
+            name = match.group(1) or match.group(3)
+            found = context.get(name, os.environ.get(name))
+            return found if found not in (None, "") else (match.group(2) or "")
+        return _VAR.sub(sub, value)
+    if isinstance(value, list):
+        return [_interpolate(v, context) for v in value]
+    if isinstance(value, dict):
+        return {k: _interpolate(v, context) for k, v in value.items()}
+    return value
+
+
+def _ns(duration: str) -> int:
+    if not _DURATION.match(duration.strip()):
+        raise ValueError(f"{duration!r} is not a duration like 5s or 1m30s")
+    units = {"h": 3600e9, "m": 60e9, "s": 1e9, "ms": 1e6, "us": 1e3}
+    return int(sum(float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s|us)", duration)))

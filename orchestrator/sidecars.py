@@ -1,0 +1,103 @@
+"""A task's compose sidecars (compose.py), started before the agent's container.
+
+Each sidecar runs on the trial's network under its service name, with the task's cpus,
+memory and pids quotas, the trial's labels, and is removed with the sandbox. Images: a
+service's `image` is used when present (pulled when it can be: the pull fails clearly on a
+machine without a registry), its `build` context is built once per content (tagged
+orchestra/sidecar/<task>-<service>:<hash>). `main` waits for each dependency's condition:
+started, or healthy by the service's own Docker healthcheck.
+"""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+
+from orchestrator.archive import tar_directory
+from orchestrator.compose import Compose, Service
+from orchestrator.runtime.base import LABEL_IMAGE_KIND, SandboxSpec, VolumeMount
+from orchestrator.runtime.docker import BuildFailed, DockerRuntime, RuntimeFault
+from orchestrator.tasks import Task, hash_tree, image_repository
+
+log = structlog.get_logger()
+START_WAIT_SEC = 60.0
+
+
+class SidecarFailed(RuntimeFault):
+    """A sidecar did not start or never became healthy: the trial cannot begin."""
+
+
+def volume_mounts(compose: Compose, service: Service, prefix: str) -> list[VolumeMount]:
+    return [VolumeMount(source=f"{prefix}-{v.split(':')[0]}", target=v.split(":", 1)[1].split(":")[0])
+            for v in service.volumes]
+
+
+def sidecar_image(runtime: DockerRuntime, task: Task, name: str, service: Service) -> str:
+    if service.build is None:
+        assert service.image is not None
+        if not runtime.image_exists(service.image):
+            runtime.pull(service.image)
+        return service.image
+    context = task.path / "environment" / service.build.context
+    tag = f"{image_repository(task).replace('orchestra/task/', 'orchestra/sidecar/')}-{name}:{hash_tree(context)}"
+    if not runtime.image_exists(tag):
+        tar = tar_directory(context)
+        if service.build.dockerfile != "Dockerfile":  # the engine reads the named file
+            raise BuildFailed(f"services.{name}.build.dockerfile: only `Dockerfile` is supported")
+        runtime.build_image(tar, tag, {LABEL_IMAGE_KIND: "sidecar-image", "orchestra.image.task": task.name},
+                            task.config.environment.build_timeout_sec)
+    return tag
+
+
+def start_sidecars(runtime: DockerRuntime, task: Task, box, name: str) -> dict[str, str]:
+    """Volumes, then every sidecar in dependency order; returns service -> container id."""
+    compose = task.compose
+    assert compose is not None and box.network is not None
+    env = task.config.environment
+    for volume in compose.volumes:
+        box.named_volumes.append(runtime.create_volume(f"{name}-{volume}", box.labels("volume")))
+    started: dict[str, str] = {}
+    for service_name in compose.start_order():
+        service = compose.services[service_name]
+        wait_for(runtime, compose, service, started)
+        command = service.command
+        spec = SandboxSpec(
+            image=sidecar_image(runtime, task, service_name, service), name=f"{name}-{service_name}",
+            labels=box.labels("sidecar"), command=command if isinstance(command, list) or command is None
+            else ["sh", "-c", command], cpus=env.cpus, memory_mb=env.memory_mb,
+            pids_limit=env.pids_limit, network=box.network.name, workdir=service.working_dir,
+            env=service.environment, mounts=volume_mounts(compose, service, name),
+            aliases=[service_name], healthcheck=service.healthcheck.engine() if service.healthcheck else None,
+            entrypoint=[service.entrypoint] if isinstance(service.entrypoint, str) else service.entrypoint)
+        container = runtime.create(spec)
+        box.containers.append(container)
+        runtime.start(container)
+        started[service_name] = container
+    return started
+
+
+def wait_for(runtime: DockerRuntime, compose: Compose, service: Service, started: dict[str, str]) -> None:
+    """Block until each of `service`'s dependencies meets its condition."""
+    for dep, rule in service.depends_on.items():
+        container = started[dep]
+        healthcheck = compose.services[dep].healthcheck
+        limit = START_WAIT_SEC
+        if healthcheck is not None:
+            engine = healthcheck.engine()
+            limit += (engine["start_period"] + engine["retries"] * (engine["interval"] + engine["timeout"])) / 1e9
+        deadline = time.monotonic() + limit
+        while True:
+            status, health = runtime.health(container)
+            if status in ("exited", "dead"):
+                raise SidecarFailed(f"compose service {dep!r} exited before the trial began")
+            if rule.condition == "service_started" and status == "running":
+                break
+            if rule.condition == "service_healthy" and health == "healthy":
+                break
+            if rule.condition == "service_healthy" and health is None:
+                raise SidecarFailed(f"compose service {dep!r}: service_healthy needs a healthcheck")
+            if time.monotonic() > deadline:
+                raise SidecarFailed(f"compose service {dep!r} was not {rule.condition.removeprefix('service_')} "
+                                    f"within {limit:.0f} s (health: {health})")
+            time.sleep(0.2)
