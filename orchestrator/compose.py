@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from orchestrator.errors import InputError, validation_problems
 
 FILENAMES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
-SERVICE_KEYS = {"image", "build", "command", "entrypoint", "environment", "working_dir", "volumes",
+SERVICE_KEYS = {"image", "build", "command", "entrypoint", "environment", "working_dir", "volumes", "expose",
                 "depends_on", "healthcheck", "container_name", "networks"}
 MAIN_KEYS = {"environment", "volumes", "depends_on", "build", "image", "command", "networks"}
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")

@@ -209,6 +209,23 @@ def ensure_task_images(runtime: DockerRuntime, task: Task, job: str,
                       base_alias=aliases, source=source)
 
 
+def verifier_image(runtime: DockerRuntime, task: Task, fallback: str) -> tuple[str, str]:
+    """Harbor's separate verifier: an image built from tests/ when tests/Dockerfile exists
+    (cached by the folder's content), else the clean task image. Returns (image, source)."""
+    tests = task.tests_dirs[-1] if task.tests_dirs else task.path / "tests"
+    dockerfile = tests / "Dockerfile"
+    if not dockerfile.is_file():
+        return fallback, "task image"
+    tag = f"{image_repository(task).replace('orchestra/task/', 'orchestra/verifier/')}:{hash_tree(tests)}"
+    with image_lock(tag):
+        if not runtime.image_exists(tag):
+            resolve_bases(runtime, dockerfile.read_text())
+            runtime.build_image(tar_directory(tests), tag,
+                                {LABEL_IMAGE_KIND: "verifier-image", "orchestra.image.task": task.name},
+                                task.config.verifier_environment().build_timeout_sec)
+    return tag, "tests/Dockerfile"
+
+
 def _prebuilt(runtime: DockerRuntime, ref: str, task: Task) -> str | None:
     """Harbor's `docker_image`: used when present, pulled when possible ("prebuilt" or
     "pulled"); otherwise None, and the task is built from environment/Dockerfile when it

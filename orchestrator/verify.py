@@ -14,7 +14,7 @@ from pathlib import Path
 
 from orchestrator import verifier_tools
 from orchestrator.archive import safe_extract, spool_directory, tar_directory, tar_files
-from orchestrator.images import TaskImages
+from orchestrator.images import TaskImages, verifier_image
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import ARTIFACTS, TESTS, VERIFIER_LOGS, TrialDir
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, SandboxSpec
@@ -198,8 +198,10 @@ def _verify_fresh(runtime: DockerRuntime, task: Task, images: TaskImages, box: S
         box.images.append(image)
         mounts = box.volumes
         reset_verifier_logs(box)
-    else:
-        image, mounts = images.task_image, []
+    else:  # Harbor's separate: tests/Dockerfile's image when there is one, else the clean task image
+        (image, source), mounts = verifier_image(runtime, task, images.task_image), []
+        environment = task.config.verifier_environment()
+        result.verifier_image = source
     runtime.remove(box.agent_container)  # no live agent process exists past this point
     network = verifier_network(box, task.config.network_for("verifier"))
     # snapshot: the agent's filesystem, so the host's static tools run it (if there are
@@ -208,7 +210,7 @@ def _verify_fresh(runtime: DockerRuntime, task: Task, images: TaskImages, box: S
         tools = verifier_tools.host_tools()
         result.verifier_interpreter = verifier_tools.interpreter_note(bool(tools))
     else:
-        tools, result.verifier_interpreter = {}, "the clean task image's own sh and bash"
+        tools, result.verifier_interpreter = {}, f"the verifier image's own sh and bash ({source})"
     env = resolve_env(verifier.env)
     if box.egress is not None and task.config.network_for("verifier") == "allowlist":
         box.egress.set_policy("allowlist", task.config.allowed_hosts_for("verifier"))

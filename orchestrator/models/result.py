@@ -110,6 +110,7 @@ class TrialResult(BaseModel):
     verifier_forgeable: bool = False
     verifier_note: str | None = None
     verifier_interpreter: str | None = None  # what ran test.sh (verifier_tools)
+    verifier_image: str | None = None  # separate mode: "tests/Dockerfile" or "task image"
     egress: dict | None = None  # under an allowlist: the hosts, what went through, what was refused
     compose_services: list[str] = []  # sidecars from environment/docker-compose.yaml
     timings: PhaseTimings = PhaseTimings()

@@ -133,9 +133,9 @@ class VerifierSection(PhaseNetwork):
     @model_validator(mode="after")
     def _honourable(self) -> VerifierSection:
         if self.environment is not None:
-            raise cannot_honour("verifier.environment", "a verifier image built from "
-                                "tests/Dockerfile is not supported yet; use environment_mode = "
-                                "'separate' (the clean task image)")
+            EnvironmentSection.model_validate(self.environment)  # its errors name the field
+            if "environment_mode" not in self.model_fields_set:  # Harbor: it implies separate
+                self.environment_mode = "separate"
         if self.collect:
             raise cannot_honour("verifier.collect", "collect hooks in sidecar services are "
                                 "not supported yet")
@@ -291,10 +291,20 @@ class TaskConfig(_Section):
             paths.append(path)
         return paths
 
+    def verifier_environment(self) -> EnvironmentSection:
+        """The separate verifier's environment: [verifier.environment], else the task's."""
+        if self.verifier.environment is not None:
+            return EnvironmentSection.model_validate(self.verifier.environment)
+        return self.environment
+
     def network_for(self, phase: Literal["agent", "verifier"]) -> Literal["public", "no-network", "allowlist"]:
-        """Harbor's resolution: the phase's own network_mode if set, else the environment's."""
+        """Harbor's resolution: the phase's own network_mode if set, else its environment's
+        (a separate verifier's [verifier.environment], when it names one)."""
         section = self.agent if phase == "agent" else self.verifier
-        mode = section.network_mode or self.environment.network_mode
+        environment = self.environment
+        if phase == "verifier" and "network_mode" in (self.verifier.environment or {}):
+            environment = self.verifier_environment()
+        mode = section.network_mode or environment.network_mode
         return "no-network" if mode in ("none", "no-network") else mode  # type: ignore[return-value]
 
     def allowed_hosts_for(self, phase: Literal["agent", "verifier"]) -> list[str]:

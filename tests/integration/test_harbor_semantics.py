@@ -340,3 +340,23 @@ def test_compose_fields_orchestra_cannot_run_are_refused_by_name(tmp_path):
         raise AssertionError("a compose file with ports was accepted")
     assert "orchestra cannot honour `services.db.ports`" in text
     assert "orchestra cannot honour `services.db.privileged`" in text
+
+
+def test_a_separate_verifier_runs_in_the_image_built_from_tests_with_its_own_limits(runtime, tmp_path):
+    """Harbor's separate mode: [verifier.environment] implies it; the verifier container is
+    built from tests/Dockerfile (tests/ as context) under the verifier environment's quotas,
+    and gets the agent's artifacts, never the agent's other files."""
+    toml = ('artifacts = ["/tmp/configured.txt"]\n[verifier]\ntimeout_sec = 120\n'
+            '[verifier.environment]\ncpus = 0.5\nmemory_mb = 384\nnetwork_mode = "no-network"\n')
+    solve = ("echo separate > /logs/artifacts/mode.txt\necho yes > /tmp/configured.txt\n"
+             "echo leaked > /tmp/agent-only.txt\n")
+    test = ("ok=1\n[ \"$(cat /logs/artifacts/mode.txt)\" = separate ] || ok=0\n"
+            "[ -f /tmp/configured.txt ] || ok=0\n[ -e /tmp/agent-only.txt ] && ok=0\n"
+            "[ -f /verifier-only ] || ok=0\nmkdir -p /logs/verifier; echo $ok > /logs/verifier/reward.txt\n")
+    make_task(tmp_path / "ds", "sep", solve=solve, test=test, toml=toml, files={
+        "tests/Dockerfile": "FROM python:3.12-slim-bookworm\nRUN touch /verifier-only\nCOPY test.sh /tests/test.sh\n"})
+    _, trials = run(runtime, tmp_path / "ds", tmp_path / "jobs", name="separate-env")
+    (result,) = trials
+    assert result.verifier_mode == "separate" and result.verifier_image == "tests/Dockerfile"
+    assert result.reward == {"reward": 1.0}, result.error
+    assert result.verifier_limits.memory_bytes == 384 * 2**20 and result.verifier_forgeable is False

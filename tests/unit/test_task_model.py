@@ -132,7 +132,6 @@ def test_current_harbor_fields_are_accepted(tmp_path):
     ("[environment]\ntpu = { type = 'v6e', topology = '2x4' }\n", "environment.tpu"),
     ("[environment]\nskills_dir = 'skills'\n", "environment.skills_dir"),
     ("[verifier]\nnetwork_mode = 'allowlist'\nallowed_hosts = ['example.com']\n", "[verifier] network_mode = 'allowlist'"),
-    ("[verifier.environment]\ncpus = 1\n", "verifier.environment"),
     ("[[verifier.collect]]\nservice = 'api'\ncommand = 'true'\n", "verifier.collect"),
     ("artifacts = [{ source = '/x', service = 'api' }]\n", "artifacts.service"),
     ("[verifier]\nenvironment_mode = 'separate'\n[[steps]]\nname = 'one'\n", "steps with environment_mode"),
