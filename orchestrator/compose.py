@@ -152,6 +152,12 @@ def load_compose(path: Path, main_image: str = "") -> Compose:
         allowed = MAIN_KEYS if name == "main" else SERVICE_KEYS
         problems += [f"{path}: orchestra cannot honour `services.{name}.{key}`"
                      for key in (body or {}) if key not in allowed]
+    for name, body in raw["services"].items():  # before interpolation: say what it was
+        for volume in (body or {}).get("volumes") or []:
+            source = str(volume).partition(":")[0]
+            if source.startswith((".", "/", "~", "$")):
+                problems.append(f"{path}: orchestra cannot honour `services.{name}.volumes` with a "
+                                f"host path ({source}): only named volumes")
     volumes = raw.get("volumes") or {}
     problems += [f"{path}: orchestra cannot honour options of `volumes.{name}` (named volumes only)"
                  for name, options in volumes.items() if options]

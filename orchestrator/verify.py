@@ -118,7 +118,7 @@ def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
     if mode == "shared":
         _verify_live(runtime, task, box, paths, result, evidence, watchdog, keep_alive)
     else:
-        _verify_fresh(runtime, task, images, box, paths, result, evidence, watchdog)
+        _verify_fresh(runtime, task, images, box, paths, result, evidence, watchdog, keep_alive)
 
 
 def _command(box: Sandbox, static: bool, timeout: float | None = None) -> list[str]:
@@ -187,7 +187,8 @@ def _verify_live(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialD
 
 def _verify_fresh(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
                   paths: TrialDir, result: TrialResult, evidence: Path | None,
-                  watchdog: DiskWatchdog | None) -> None:
+                  watchdog: DiskWatchdog | None, keep_alive: bool = False) -> None:
+    """A fresh verifier container; `keep_alive`: a later step still runs in the agent's."""
     verifier = task.config.verifier
     environment = task.config.environment
     if verifier.environment_mode == "snapshot":
@@ -202,7 +203,8 @@ def _verify_fresh(runtime: DockerRuntime, task: Task, images: TaskImages, box: S
         (image, source), mounts = verifier_image(runtime, task, images.task_image), []
         environment = task.config.verifier_environment()
         result.verifier_image = source
-    runtime.remove(box.agent_container)  # no live agent process exists past this point
+    if not keep_alive:
+        runtime.remove(box.agent_container)  # no live agent process exists past this point
     network = verifier_network(box, task.config.network_for("verifier"))
     # snapshot: the agent's filesystem, so the host's static tools run it (if there are
     # any); separate: the clean image's own.
@@ -216,7 +218,8 @@ def _verify_fresh(runtime: DockerRuntime, task: Task, images: TaskImages, box: S
         box.egress.set_policy("allowlist", task.config.allowed_hosts_for("verifier"))
         env = {**box.egress.env(direct=[box.network.gateway]), **env}
     spec = SandboxSpec(
-        image=image, name=f"{box.name}-verifier", labels=box.labels("verifier"),
+        image=image, name=f"{box.name}-verifier" + (f"-{re.sub(r'[^a-zA-Z0-9_.-]', '-', task.step)}" if task.step else ""),
+        labels=box.labels("verifier"),
         command=_command(box, bool(tools)), cpus=environment.cpus,
         memory_mb=environment.memory_mb, pids_limit=environment.pids_limit, network=network,
         workdir=None, env=env, user=verifier.user, mounts=mounts, read_only_binds=tools,
@@ -253,6 +256,8 @@ def _verify_fresh(runtime: DockerRuntime, task: Task, images: TaskImages, box: S
         _verifier_failure(result, FailureMode.VERIFIER_TIMEOUT,
                           f"test.sh ran past verifier.timeout_sec={verifier.timeout_sec:g}")
     _read_outcome(runtime, container, paths, result, exit_code)
+    if keep_alive and not runtime.is_running(box.agent_container):
+        runtime.start(box.agent_container)  # the next step: same files (its processes were stopped)
 
 
 def _stage_evidence(runtime: DockerRuntime, container: str, evidence: Path | None) -> None:

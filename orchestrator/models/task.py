@@ -325,13 +325,6 @@ class TaskConfig(_Section):
             names = [step.name for step in self.steps]
             if len(set(names)) != len(names):
                 raise ValueError(f"steps: step names must be unique ({', '.join(names)})")
-            modes = {self.verifier.environment_mode} | {
-                s.verifier.environment_mode for s in self.steps
-                if "environment_mode" in s.verifier.model_fields_set}
-            if modes != {"shared"}:
-                raise cannot_honour("steps with environment_mode separate or snapshot",
-                                    "multi-step tasks are graded in the live environment "
-                                    "(shared) here")
         version = self.schema_version or self.version
         if version is not None and not version.startswith("1"):
             raise ValueError(f"schema_version: {version!r} is not supported (expected 1.x)")

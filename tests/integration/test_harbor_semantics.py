@@ -145,11 +145,14 @@ def test_pip_install_in_a_build_works_through_the_ca_bundle(runtime, tmp_path):
     assert with_ca.counts == {"none": 1} and with_ca.mean_reward == 1.0
 
 
-def _multi_step(root, name: str, first_solution: str, min_reward: str) -> None:
-    """A two-step Harbor task: write a file, then append to it; shared tests/helpers.sh."""
+def _multi_step(root, name: str, first_solution: str, min_reward: str, separate: bool = False) -> None:
+    """A two-step Harbor task: write a file, then append to it; shared tests/helpers.sh.
+    `separate`: each step graded in a fresh verifier from the task image, given artifacts."""
     task = root / name
+    head = ('artifacts = ["/app/out.txt", "/app/setup-ran"]\n[verifier]\nenvironment_mode = "separate"\n'
+            if separate else "")
     files = {
-        "task.toml": f'schema_version = "1.4"\n[environment]\ncpus = 0.5\n\n[[steps]]\nname = "create"\n'
+        "task.toml": f'schema_version = "1.4"\n{head}[environment]\ncpus = 0.5\n\n[[steps]]\nname = "create"\n'
                      f'min_reward = {min_reward}\n[steps.agent]\ntimeout_sec = 30\n\n'
                      '[[steps]]\nname = "append"\n[steps.verifier]\nenv = { WANT = "two" }\n',
         "environment/Dockerfile": "FROM python:3.12-slim-bookworm\nWORKDIR /app\n",
@@ -185,6 +188,20 @@ def test_a_multi_step_task_runs_its_steps_in_one_environment_and_stops_below_min
     folder = next((tmp_path / "jobs/steps/trials").glob("two-steps__*"))
     assert (folder / "steps/create/verifier/reward.txt").read_text().strip() == "1"
     assert (folder / "steps/append/agent/instruction.md").read_text().startswith("Append")
+
+
+def test_multi_step_tasks_graded_in_separate_verifiers_keep_one_agent_environment(runtime, tmp_path):
+    _multi_step(tmp_path / "ds", "two-separate", "echo one > /app/out.txt\n", "1.0", separate=True)
+    _multi_step(tmp_path / "ds", "stops-separate", "echo wrong > /app/out.txt\n", "1.0", separate=True)
+    _, trials = run(runtime, tmp_path / "ds", tmp_path / "jobs", name="steps-separate")
+    t = by_task(trials)
+    assert t["two-separate"].verifier_mode == "separate"
+    # step two appended to step one's file in the same agent container; each graded apart
+    assert [(s.name, s.reward) for s in t["two-separate"].steps] == [
+        ("create", {"reward": 1.0}), ("append", {"reward": 1.0})], t["two-separate"].error
+    assert [s.name for s in t["stops-separate"].steps] == ["create"]
+    assert t["stops-separate"].reward == {"reward": 0.0}
+    assert runtime.labelled("orchestra.job=steps-separate") == ([], [], [])
 
 
 EGRESS_PROBE = r"""

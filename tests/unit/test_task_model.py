@@ -134,7 +134,6 @@ def test_current_harbor_fields_are_accepted(tmp_path):
     ("[verifier]\nnetwork_mode = 'allowlist'\nallowed_hosts = ['example.com']\n", "[verifier] network_mode = 'allowlist'"),
     ("[[verifier.collect]]\nservice = 'api'\ncommand = 'true'\n", "verifier.collect"),
     ("artifacts = [{ source = '/x', service = 'api' }]\n", "artifacts.service"),
-    ("[verifier]\nenvironment_mode = 'separate'\n[[steps]]\nname = 'one'\n", "steps with environment_mode"),
 ])
 def test_fields_orchestra_cannot_honour_are_named_as_such(tmp_path, toml, named):
     with pytest.raises(InputError) as info:
