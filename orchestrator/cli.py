@@ -35,15 +35,27 @@ def _fail(exc: OrchestraError) -> None:
 
 @tasks_app.command("check")
 def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a dataset folder.")]):
-    """Validate a task or every task under a folder; list every problem found."""
+    """Validate a task or every task under a folder; list every problem found, then what
+    each task needs that this host lacks (images, a registry, cpus, the network)."""
+    from orchestrator.host_needs import host_needs
     from orchestrator.tasks import load_tasks
 
     try:
         tasks = load_tasks(path)
     except InputError as exc:
         _fail(exc)
+    runtime = info = None
+    try:
+        from orchestrator.runtime.docker import DockerRuntime
+
+        runtime = DockerRuntime()
+        info = runtime.api.info()
+    except InfraError:
+        console.print("note: no Docker engine answers; images and capacity are not checked")
     for task in tasks:
-        console.print(f"ok  {task.name}  ({task.path})  hash {task.content_hash}")
+        console.print(f"ok  {task.name}  ({task.path})  hash {task.content_hash}", soft_wrap=True)
+        for need in host_needs(task, runtime, info):
+            console.print(f"    needs: {need}", markup=False, soft_wrap=True)
     console.print(f"{len(tasks)} task(s) valid")
 
 

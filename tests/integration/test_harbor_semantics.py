@@ -402,3 +402,23 @@ def test_base_aliasing_never_moves_an_existing_tag_and_a_task_image_is_never_the
             runtime.api.tag(before, "python", "3.11-slim-bookworm")
         else:
             runtime.api.remove_image(alias)
+
+
+def test_tasks_check_lists_what_each_task_needs_that_this_host_lacks(runtime, tmp_path):
+    import subprocess
+    import sys
+
+    make_task(tmp_path / "ds", "needy", toml="[environment]\ncpus = 64\n",
+              dockerfile="FROM ubuntu:99.04\nRUN apt-get update\n",
+              test="curl -s https://example.com > /dev/null\n")
+    make_task(tmp_path / "ds", "modest", toml="[environment]\ncpus = 0.5\n")
+    out = subprocess.run([str(Path(sys.executable).parent / "orchestra"), "tasks", "check", str(tmp_path / "ds")],
+                         capture_output=True, text=True, env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    needy = out.stdout.split("ok  ds/needy")[1].split("ok  ")[0]
+    assert "FROM ubuntu:99.04 is not on this engine and no offline base stands in" in needy
+    assert "cpus = 64, the engine has" in needy and "infeasible here" in needy
+    assert "the network at build time (a RUN line uses apt-get)" in needy
+    assert "the network at grading time (test.sh uses curl" in needy
+    modest = out.stdout.split("ok  ds/modest")[1].split("ok  ")[0]
+    assert "needs:" not in modest  # FROM python:3.12-slim-bookworm: the offline base's own name

@@ -1,0 +1,66 @@
+"""What a task needs that this host may lack, found before anything is spent
+(`orchestra tasks check`): images the engine does not have (and whether the offline base
+stands in), more cpus or memory than the engine has, and the network at build or grading
+time (a RUN or test.sh line that fetches: apt, pip, uv, curl, wget, npm, git clone)."""
+
+from __future__ import annotations
+
+import re
+
+from orchestrator.images import _alias_source, base_references
+from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.tasks import Task
+
+FETCHES = re.compile(r"\b(apt-get|apt|pip3?|uvx?|curl|wget|npm|npx|git\s+clone|go\s+install|cargo\s+install)\b")
+
+
+def _image_needs(runtime: DockerRuntime, what: str, dockerfile: str) -> list[str]:
+    needs = []
+    for ref in base_references(dockerfile):
+        if runtime.image_exists(ref):
+            continue
+        if _alias_source(runtime, ref) is not None:
+            needs.append(f"{what}: FROM {ref} is not on this engine; the offline base stands in for it")
+        else:
+            needs.append(f"{what}: FROM {ref} is not on this engine and no offline base stands in "
+                         "(needs a registry, or `docker load` of the image)")
+    return needs
+
+
+def _fetching(text: str) -> str | None:
+    found = FETCHES.search(text)
+    return found.group(1) if found else None
+
+
+def host_needs(task: Task, runtime: DockerRuntime | None, info: dict | None) -> list[str]:
+    needs: list[str] = []
+    env = task.config.environment
+    dockerfile_path = task.path / "environment" / "Dockerfile"
+    dockerfile = dockerfile_path.read_text() if dockerfile_path.is_file() else ""
+    if runtime is not None:
+        if env.docker_image and not runtime.image_exists(env.docker_image):
+            needs.append(f"image {env.docker_image}: not on this engine; pulled if a registry answers"
+                         + (", else built from environment/Dockerfile" if dockerfile else " (no Dockerfile to fall back on)"))
+        if dockerfile and not (env.docker_image and runtime.image_exists(env.docker_image)):
+            needs += _image_needs(runtime, "environment/Dockerfile", dockerfile)
+        tests_dockerfile = task.path / "tests" / "Dockerfile"
+        if task.config.verifier.environment_mode == "separate" and tests_dockerfile.is_file():
+            needs += _image_needs(runtime, "tests/Dockerfile", tests_dockerfile.read_text())
+        for name, service in (task.compose.sidecars if task.compose else {}).items():
+            if service.image and not runtime.image_exists(service.image):
+                needs.append(f"compose service {name}: image {service.image} is not on this engine "
+                             "(needs a registry)")
+    if info:
+        cpus, memory_mb = float(info.get("NCPU") or 0), int((info.get("MemTotal") or 0) // 2**20)
+        if cpus and env.cpus > cpus:
+            needs.append(f"cpus = {env.cpus:g}, the engine has {cpus:g}: infeasible here")
+        if memory_mb and env.memory_mb > memory_mb:
+            needs.append(f"memory_mb = {env.memory_mb}, the engine has {memory_mb}: infeasible here")
+    runs = "\n".join(line for line in dockerfile.splitlines() if line.strip().upper().startswith("RUN"))
+    if tool := _fetching(runs):
+        needs.append(f"the network at build time (a RUN line uses {tool})")
+    tests = "\n".join(p.read_text(errors="replace") for d in task.tests_dirs for p in d.glob("*.sh"))
+    if (tool := _fetching(tests)) and task.config.network_for("verifier") != "no-network":
+        needs.append(f"the network at grading time (test.sh uses {tool}; verifier network "
+                     f"{task.config.network_for('verifier')})")
+    return needs
