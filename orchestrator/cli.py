@@ -81,6 +81,7 @@ def run(
     backend: Annotated[str, typer.Option(help="Where trials run: local | ray (each trial a Ray task).")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: auto, i.e. RAY_ADDRESS or a local cluster).")] = None,
     oci_runtime: Annotated[str | None, typer.Option("--runtime", help="OCI runtime for agent containers, e.g. runsc (gVisor).")] = None,
+    build_policy: Annotated[str, typer.Option("--build-policy", help="A task's docker_image: prefer-prebuilt (use it, else pull, else build environment/Dockerfile) | build (always the Dockerfile) | pull (pull fresh, no fallback).")] = "prefer-prebuilt",
     ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) that task image builds trust: pip, curl, node, git behind a TLS-intercepting proxy.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Also write the job result here ('-': stdout).")] = None,
     baseline: Annotated[Path | None, typer.Option(help="After the run, gate against this baseline job folder (as `orchestra report --baseline`).")] = None,
@@ -132,6 +133,8 @@ def run(
             raise InputError(f"--ca-bundle: {ca_bundle}: no such file")
         if retry_errors and resume is None:
             raise InputError("--retry-errors: only with --resume JOB_DIR")
+        if build_policy not in ("prefer-prebuilt", "build", "pull"):
+            raise InputError(f"--build-policy: {build_policy!r} is not prefer-prebuilt, build or pull")
         if policy not in ("memory-on", "memory-off"):
             raise InputError(f"--policy: {policy!r} is not memory-on or memory-off")
         if agent is not None and agent not in ("oracle", "nop", "reference", "command"):
@@ -173,7 +176,7 @@ def run(
             job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=k, policy=policy,
             manifest_dir=manifest_dir, max_retries=max_retries, max_cpus=max_cpus,
             max_memory_mb=max_memory_mb, resume=resume is not None, oci_runtime=oci_runtime,
-            retry_errors=retry_errors, ca_bundle=ca_bundle,
+            retry_errors=retry_errors, ca_bundle=ca_bundle, build_policy=build_policy,
             backend=backend, ray_address=ray_address,
             endpoints=load_endpoints(endpoint_files) if endpoint_files else None,
             source={"path": str(path.resolve()), "layer": layer,

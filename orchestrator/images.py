@@ -162,8 +162,15 @@ def with_ca(context: bytes, dockerfile: str, ca: bytes) -> bytes:
     return out.getvalue()
 
 
+BUILD_POLICIES = ("prefer-prebuilt", "build", "pull")
+
+
 def ensure_task_images(runtime: DockerRuntime, task: Task, job: str,
-                       install: str | None = None, ca_bundle: bytes | None = None) -> TaskImages:
+                       install: str | None = None, ca_bundle: bytes | None = None,
+                       build_policy: str = "prefer-prebuilt") -> TaskImages:
+    """The task image and its agent layer. A `docker_image` under `build_policy`:
+    prefer-prebuilt (use it, else pull it, else build environment/Dockerfile), build (always
+    the Dockerfile when there is one), pull (pull it fresh; no fallback)."""
     env = task.config.environment
     labels = {LABEL_IMAGE_KIND: "task-image", "orchestra.image.task": task.name,
               "orchestra.image.job": job}
@@ -171,7 +178,14 @@ def ensure_task_images(runtime: DockerRuntime, task: Task, job: str,
     source = "built"
     variant = task.environment_hash + (
         f"-ca{hashlib.sha256(ca_bundle).hexdigest()[:8]}" if ca_bundle is not None else "")
-    prebuilt = env.docker_image and _prebuilt(runtime, env.docker_image, task)
+    has_dockerfile = (task.path / "environment" / "Dockerfile").is_file()
+    if env.docker_image and build_policy == "pull":
+        runtime.pull(env.docker_image, timeout_sec=600)  # BuildFailed: said, no fallback
+        prebuilt = "pulled"
+    elif env.docker_image and build_policy == "build" and has_dockerfile:
+        prebuilt = None
+    else:
+        prebuilt = env.docker_image and _prebuilt(runtime, env.docker_image, task)
     if prebuilt:
         task_image, source = env.docker_image, prebuilt
     else:

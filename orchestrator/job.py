@@ -66,6 +66,7 @@ class JobOptions:
     resume: bool = False
     retry_errors: bool = False  # with resume: re-run infra, launch and build errors too
     ca_bundle: Path | None = None  # trusted in image builds (a TLS-intercepting proxy)
+    build_policy: str = "prefer-prebuilt"  # docker_image: prefer-prebuilt | build | pull
     oci_runtime: str | None = None  # --runtime, e.g. runsc
     backend: str = "local"  # local | ray
     ray_address: str | None = None
@@ -76,9 +77,9 @@ class ImageCache:
     """Task images per job: built at most once, one builder per image."""
 
     def __init__(self, runtime: DockerRuntime, job: str, install: str | None = None,
-                 ca_bundle: bytes | None = None):
+                 ca_bundle: bytes | None = None, build_policy: str = "prefer-prebuilt"):
         self.runtime, self.job, self.install = runtime, job, install
-        self.ca_bundle = ca_bundle
+        self.ca_bundle, self.build_policy = ca_bundle, build_policy
         self._done: dict[str, TaskImages] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -90,7 +91,7 @@ class ImageCache:
         with lock:
             if task.name not in self._done:
                 images = ensure_task_images(self.runtime, task, self.job, self.install,
-                                            self.ca_bundle)
+                                            self.ca_bundle, self.build_policy)
                 with self._guard:
                     self.built += images.built
                 self._done[task.name] = images
@@ -203,8 +204,9 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
                   for t in tasks],
     })
     cancel = admission_cancel
+    ca_bundle = options.ca_bundle.read_bytes() if options.ca_bundle else None
     images = ImageCache(runtime, options.job_name, lead.install if lead.agent == "command" else None,
-                        options.ca_bundle.read_bytes() if options.ca_bundle else None)
+                        ca_bundle, options.build_policy)
     watchdog = DiskWatchdog(runtime, options.job_name)
     networks = NetworkPool(runtime, options.job_name)
     ctx = TrialContext(
@@ -334,7 +336,10 @@ def make_runner(ctx: TrialContext, backend, options: JobOptions, upstreams):
         return lambda item: run_trial(ctx, item.task, item.attempt, item.retries)
     base = {"job": options.job_name, "manifest": ctx.manifest.model_dump(mode="json"),
             "manifest_dir": str(options.manifest_dir) if options.manifest_dir else None,
-            "policy": options.policy, "upstreams": upstreams.by_name if upstreams else {}}
+            "policy": options.policy, "upstreams": upstreams.by_name if upstreams else {},
+            # image builds on the nodes trust the same CA and follow the same build policy
+            "ca_bundle": options.ca_bundle.read_bytes() if options.ca_bundle else None,
+            "build_policy": options.build_policy}
 
     def run_remote(item: Item) -> TrialResult:
         tid = trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)

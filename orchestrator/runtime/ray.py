@@ -85,7 +85,8 @@ def run_on_node(payload: dict, task_tar: bytes) -> dict:
     job = payload["job"]
     with _node_lock:
         images = _node_state.setdefault(("images", job), ImageCache(
-            runtime, job, lead.install if lead.agent == "command" else None))
+            runtime, job, lead.install if lead.agent == "command" else None,
+            payload.get("ca_bundle"), payload.get("build_policy", "prefer-prebuilt")))
     upstreams = None
     if payload["upstreams"]:
         upstreams = Upstreams()

@@ -10,6 +10,10 @@ from pathlib import Path
 
 from conftest import by_task, make_task, run
 
+from orchestrator.job import JobOptions, run_job
+from orchestrator.models.manifest import default_manifest
+from orchestrator.tasks import load_tasks
+
 SERVICE = """
     mkdir -p /srv/www && echo served > /srv/www/index.html
     cd /srv/www && nohup python3 -m http.server 8000 >/dev/null 2>&1 &
@@ -92,6 +96,15 @@ def test_a_docker_image_that_cannot_be_pulled_is_built_from_the_dockerfile(runti
     assert t["present"].image_source == "prebuilt" and t["present"].reward == {"reward": 1.0}
     base_id = runtime.api.inspect_image("orchestra/base:bookworm")["Id"].split(":")[-1]
     assert t["present"].image.startswith(f"orchestra/agent/{base_id[:16]}:")  # keyed by id
+    # --build-policy: build takes the Dockerfile over a present image; pull insists on a
+    # fresh pull (no registry here: a build error that says so, no fallback)
+    for policy, want in (("build", ("built", "none")), ("pull", (None, "build_error"))):
+        options = JobOptions(job_name=f"policy-{policy}", jobs_dir=tmp_path / "jobs", build_policy=policy)
+        present = [x for x in load_tasks(tmp_path / "ds") if x.name.endswith("present")]
+        job = run_job(runtime, present, default_manifest("oracle"), options)
+        (summary,) = job.trials
+        result = json.loads(next((tmp_path / "jobs" / options.job_name / "trials").glob("*/result.json")).read_text())
+        assert (result["image_source"] if want[0] else None, summary.failure_mode.value) == want, result["error"]
 
 
 def test_the_environment_healthcheck_runs_before_the_agent(runtime, tmp_path):
