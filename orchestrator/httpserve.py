@@ -21,6 +21,8 @@ orchestrator or starve another trial:
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -86,6 +88,14 @@ class JsonHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         self.wfile.write(data)
+
+    def client_gone(self) -> bool:
+        """The client closed its side (it stopped waiting for our answer)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     def read_body(self, max_bytes: int) -> bytes:
         """The request body, framed by Content-Length and checked before reading."""

@@ -130,7 +130,7 @@ def preflight(tasks: list[Task], manifest: Manifest, endpoints=None, admission=N
     return in_use
 
 
-RERUN_WITH_RETRY_ERRORS = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR,
+RERUN_WITH_RETRY_ERRORS = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.ENDPOINT_ERROR,
                            FailureMode.BUILD_ERROR}
 
 

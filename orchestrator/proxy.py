@@ -40,16 +40,23 @@ MAX_REQUEST = 2 * 1024 * 1024
 
 class Retryable(Exception):
     def __init__(self, status: int, body: bytes):
-        super().__init__(f"upstream answered {status}")
+        super().__init__(f"upstream answered {status}: {body[:300].decode(errors='replace')}")
         self.status, self.body = status, body
+
+
+class ClientGone(Exception):
+    """The agent stopped waiting: its request is never sent again."""
 
 
 @dataclass
 class ProxyStats:
     calls: int = 0
     refused_budget: int = 0
-    upstream_errors: int = 0
+    upstream_errors: int = 0  # down after every retry: an endpoint_error trial
+    upstream_refusals: int = 0  # a 4xx (e.g. context overflow): the agent's request failed
+    abandoned: int = 0  # the agent gave up waiting; the proxy did not re-send
     retries: int = 0
+    last_error: str | None = None  # the upstream's last error: status and body, cut, scrubbed
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
@@ -65,6 +72,7 @@ class ModelProxy:
         self.token = secrets.token_hex(24)
         self.stats = ProxyStats()
         self._lock = threading.Lock()
+        self._in_flight = 0
         proxy = self
 
         class Handler(JsonHandler):
@@ -72,7 +80,7 @@ class ModelProxy:
 
             def do_POST(self):  # noqa: N802
                 try:  # the token is checked before the body is read, the size before reading
-                    status, body = proxy.handle(self.path, self.headers, self.read_body)
+                    status, body = proxy.handle(self.path, self.headers, self.read_body, self.client_gone)
                     retry_after = None
                 except HttpError as exc:
                     status, body = exc.status, {"error": {"message": f"orchestra proxy: {exc}"}}
@@ -98,7 +106,11 @@ class ModelProxy:
         return self
 
     def stop(self) -> None:
+        """Stop serving. A request still waiting upstream now was abandoned by the agent
+        (which has ended): counted, and never re-sent."""
         self.server.stop()
+        with self._lock:
+            self.stats.abandoned += self._in_flight
 
     def scrub(self, data: bytes) -> bytes:
         if self.api_key:
@@ -121,7 +133,7 @@ class ModelProxy:
             return f"cost={b.cost} reached"
         return None
 
-    def handle(self, path: str, headers, read_body) -> tuple[int, dict | bytes]:
+    def handle(self, path: str, headers, read_body, client_gone=lambda: False) -> tuple[int, dict | bytes]:
         auth = headers.get("Authorization", "")
         if not hmac.compare_digest(auth, f"Bearer {self.token}"):
             return 401, {"error": {"message": "orchestra proxy: bad or missing trial token", "type": "auth"}}
@@ -145,19 +157,42 @@ class ModelProxy:
         request["model"] = self.model
         data = json.dumps(request).encode()
         del request  # the decoded body can be ten times its size: not kept while waiting upstream
+        with self._lock:
+            self._in_flight += 1
         try:
-            status, body = self._forward(data)
+            return self._call(data, client_gone)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def _call(self, data: bytes, client_gone) -> tuple[int, dict | bytes]:
+        try:
+            status, body = self._forward(data, client_gone)
+        except ClientGone:
+            with self._lock:
+                self.stats.abandoned += 1
+            return 499, {"error": {"message": "orchestra proxy: the client stopped waiting"}}
         except RetryError as exc:
             last = exc.last_attempt.exception()
             with self._lock:
                 self.stats.upstream_errors += 1
-            message = f"orchestra proxy: endpoint failed after retries ({last})"
+                self.stats.last_error = self._cut(str(last))
+            message = f"orchestra proxy: endpoint failed after retries ({self._cut(str(last))})"
             return 502, {"error": {"message": message, "type": "endpoint_error"}}
         if status == 200:
             self._count(body)
+        elif 400 <= status < 500:
+            with self._lock:
+                self.stats.upstream_refusals += 1
+                self.stats.last_error = self._cut(f"upstream answered {status}: {body[:300].decode(errors='replace')}")
         return status, body
 
-    def _forward(self, data: bytes) -> tuple[int, bytes]:
+    def _cut(self, text: str) -> str:
+        return self.scrub(text.encode())[:500].decode(errors="replace")
+
+    def _forward(self, data: bytes, client_gone=lambda: False) -> tuple[int, bytes]:
+        """POST upstream; connection errors, timeouts, 429 and 5xx are retried with backoff,
+        within the trial's deadline and only while the agent still waits (ClientGone)."""
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -169,12 +204,15 @@ class ModelProxy:
         ):
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
+                    if client_gone():  # never re-send a generation nobody waits for
+                        raise ClientGone()
                     with self._lock:
                         self.stats.retries += 1
                 request = urllib.request.Request(self.upstream + "/chat/completions", data=data,
                                                  headers=headers, method="POST")
+                left = max(1.0, self.deadline - time.time())
                 try:
-                    with urllib.request.urlopen(request, timeout=min(120, remaining)) as response:
+                    with urllib.request.urlopen(request, timeout=min(120, left)) as response:
                         return response.status, response.read()
                 except urllib.error.HTTPError as exc:
                     body = exc.read()

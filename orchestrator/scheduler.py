@@ -28,7 +28,7 @@ from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.tasks import Task
 
 log = structlog.get_logger()
-RETRYABLE = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR}
+RETRYABLE = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.ENDPOINT_ERROR}
 
 
 class AdmissionCancelled(Exception):

@@ -279,6 +279,14 @@ def _finish(ctx: TrialContext, result: TrialResult, paths: TrialDir, box: Sandbo
         result.cost = round(proxy.stats.cost, 6)
         result.model = proxy.summary()
         result.agent_outcome = classify_agent(result, proxy)
+        stats = proxy.stats
+        if (stats.upstream_errors or stats.abandoned) and result.failure_mode == FailureMode.NONE \
+                and (result.reward or {}).get("reward", 0.0) < 1.0:
+            # the provider failed, not the agent: an error (retried), never the agent's 0
+            result.failure_mode = FailureMode.ENDPOINT_ERROR
+            result.error = ("the model endpoint failed after retries: " + (stats.last_error or "")
+                            if stats.upstream_errors else "the model endpoint did not answer before "
+                            "the agent stopped waiting (the proxy did not re-send)")
     elif result.agent_outcome is None and result.agent_exit_code is not None:
         result.agent_outcome = classify_agent(result, None)
     if relay is not None:
@@ -306,7 +314,8 @@ def classify_agent(result: TrialResult, proxy: ModelProxy | None) -> str:
         return "timeout"
     if proxy is not None and proxy.stats.refused_budget:
         return "budget_exceeded"
-    if proxy is not None and proxy.stats.upstream_errors:
+    if proxy is not None and (proxy.stats.upstream_errors or proxy.stats.upstream_refusals
+                              or proxy.stats.abandoned):
         return "endpoint_error"
     if result.agent_exit_code not in (0, None):
         return "crashed"

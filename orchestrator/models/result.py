@@ -20,6 +20,7 @@ class FailureMode(StrEnum):
     INFEASIBLE = "infeasible"  # declared cpus/memory can never fit this host: not run
     CANCELLED = "cancelled"
     INFRA_ERROR = "infra_error"
+    ENDPOINT_ERROR = "endpoint_error"  # the model endpoint was down (or too slow) after retries
 
 
 # Failures of the machinery, not of the agent: the reward is missing and counts 0.
@@ -30,6 +31,7 @@ ERRORED = {
     FailureMode.VERIFIER_TIMEOUT,
     FailureMode.CANCELLED,
     FailureMode.INFRA_ERROR,
+    FailureMode.ENDPOINT_ERROR,
     FailureMode.INFEASIBLE,
 }
 

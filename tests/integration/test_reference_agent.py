@@ -241,7 +241,9 @@ def test_the_reference_agent_survives_what_real_servers_send(runtime, tmp_path, 
 
 
 def test_a_slow_endpoint_is_an_endpoint_error_in_the_trajectory_not_a_crash(runtime, tmp_path):
-    """The upstream never answers in time: the agent records why and exits cleanly."""
+    """The upstream never answers in time: the agent records why and exits cleanly; the
+    trial is endpoint_error (the provider's failure, not the agent's 0); the proxy never
+    sends the request again after the agent stopped waiting."""
     import http.server
     import socketserver
 
@@ -250,7 +252,7 @@ def test_a_slow_endpoint_is_an_endpoint_error_in_the_trajectory_not_a_crash(runt
     class Slow(http.server.BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802
             seen.append(time.time())
-            time.sleep(40)
+            time.sleep(25)  # then hangs up without an answer: a retryable failure
 
         def log_message(self, *args):
             pass
@@ -265,13 +267,16 @@ def test_a_slow_endpoint_is_an_endpoint_error_in_the_trajectory_not_a_crash(runt
     make_task(tmp_path / "ds", "slow", toml="[agent]\ntimeout_sec = 20\n")
     try:
         _, trials = run_with(runtime, tmp_path / "ds", tmp_path / "jobs", manifest("slow"),
-                             endpoints=[endpoints])
+                             endpoints=[endpoints], max_retries=0)
+        time.sleep(max(0.0, seen[0] + 32 - time.time()))  # past the moment a retry would go out
     finally:
         server.shutdown()
     result, folder = trials["slow"]
     trajectory = (folder / "agent/trajectory.jsonl").read_text()
     assert "endpoint" in trajectory and "Traceback" not in (folder / "agent/stderr.txt").read_text()
-    assert result.agent_outcome in ("endpoint_error", "timeout", "crashed") and result.agent_exit_code != 1
+    assert result.agent_outcome == "endpoint_error" and result.agent_exit_code != 1
+    assert result.failure_mode == "endpoint_error" and "stopped waiting" in result.error
+    assert result.model["abandoned"] == 1 and len(seen) == 1, seen  # never re-sent
 
 
 def test_model_and_endpoint_config_pick_an_endpoint_without_a_manifest(tmp_path):

@@ -143,3 +143,38 @@ def test_endpoint_configs_refuse_wiring_overrides_and_name_a_missing_key(tmp_pat
     assert "$ORCH_TEST_KEY" in str(info.value) and "replay" in str(info.value)
     with pytest.raises(InputError, match="not in the endpoint config"):
         config.resolve("nope")
+
+
+def test_the_upstream_error_is_kept_and_a_4xx_is_the_agents_request_failing(upstream):
+    server = upstream({**SCRIPT, "fail_first": {"status": 503, "times": 100}})
+    proxy = ModelProxy("127.0.0.1", server.url, "m", None, Budget(), {},
+                       deadline=time.time() + 60, max_attempts=2, backoff_max=0.1).start()
+    try:
+        post(proxy.url, proxy.token, ask("hello"))
+        assert proxy.stats.last_error.startswith("upstream answered 503")  # status and body kept
+    finally:
+        proxy.stop()
+    overflow = upstream({**SCRIPT, "fail_first": {"status": 400, "times": 100}})
+    proxy = proxy_for(overflow)
+    try:
+        status, _ = post(proxy.url, proxy.token, ask("hello"))
+        assert status == 400 and proxy.stats.upstream_refusals == 1 and overflow.engine.calls == 1
+        assert proxy.stats.upstream_errors == 0 and "400" in proxy.stats.last_error
+    finally:
+        proxy.stop()
+
+
+def test_a_request_the_client_abandoned_is_never_sent_again():
+    from orchestrator.proxy import ClientGone
+
+    proxy = ModelProxy("127.0.0.1", "http://127.0.0.1:9/v1", "m", None, Budget(), {},
+                       deadline=time.time() + 60, max_attempts=5, backoff_max=0.05)
+    attempts = []
+
+    def gone():
+        attempts.append(1)
+        return True
+
+    with pytest.raises(ClientGone):
+        proxy._forward(b"{}", client_gone=gone)  # port 9 refuses: one try, then the client is gone
+    assert attempts == [1] and proxy.stats.retries == 0
