@@ -38,9 +38,13 @@ log = structlog.get_logger()
 MAX_REQUEST = 2 * 1024 * 1024
 
 
+def upstream_said(status: int, body: bytes) -> str:
+    return f"upstream answered {status}: {body[:300].decode(errors='replace')}"
+
+
 class Retryable(Exception):
     def __init__(self, status: int, body: bytes):
-        super().__init__(f"upstream answered {status}: {body[:300].decode(errors='replace')}")
+        super().__init__(upstream_said(status, body))
         self.status, self.body = status, body
 
 
@@ -173,18 +177,18 @@ class ModelProxy:
                 self.stats.abandoned += 1
             return 499, {"error": {"message": "orchestra proxy: the client stopped waiting"}}
         except RetryError as exc:
-            last = exc.last_attempt.exception()
+            last = self._cut(str(exc.last_attempt.exception()))
             with self._lock:
                 self.stats.upstream_errors += 1
-                self.stats.last_error = self._cut(str(last))
-            message = f"orchestra proxy: endpoint failed after retries ({self._cut(str(last))})"
+                self.stats.last_error = last
+            message = f"orchestra proxy: endpoint failed after retries ({last})"
             return 502, {"error": {"message": message, "type": "endpoint_error"}}
         if status == 200:
             self._count(body)
         elif 400 <= status < 500:
             with self._lock:
                 self.stats.upstream_refusals += 1
-                self.stats.last_error = self._cut(f"upstream answered {status}: {body[:300].decode(errors='replace')}")
+                self.stats.last_error = self._cut(upstream_said(status, body))
         return status, body
 
     def _cut(self, text: str) -> str:
