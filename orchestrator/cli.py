@@ -63,7 +63,7 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
 def run(
     path: Annotated[Path | None, typer.Option("--path", "-p", help="Task folder or dataset to run.")] = None,
     manifest: Annotated[Path | None, typer.Option(help="Agent lineup (YAML).")] = None,
-    agent: Annotated[str | None, typer.Option(help="Override the orchestrator's agent: oracle | nop | reference | command.")] = None,
+    agent: Annotated[str | None, typer.Option(help="Override the orchestrator's agent: oracle | nop | reference | command, or an installed CLI (mini-swe-agent | aider | opencode; see `orchestra agents`).")] = None,
     n_concurrent: Annotated[int, typer.Option("--n-concurrent", "-n", min=1, help="Trials at a time.")] = 4,
     k: Annotated[int | None, typer.Option("-k", min=1, help="Attempts per task (default: per layer, regression 1, workflow 3).")] = None,
     layer: Annotated[str | None, typer.Option(help="Only tasks of this [metadata] evaluation_layer: regression | workflow.")] = None,
@@ -74,7 +74,8 @@ def run(
     policy: Annotated[str, typer.Option(help="memory-on | memory-off")] = "memory-on",
     endpoints: Annotated[list[Path] | None, typer.Option(
         "--endpoints", "--endpoint-config", help="Endpoint config JSON (repeatable; default: every endpoints/*.json).")] = None,
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Run the reference agent on this endpoint (a name in the endpoint config) without writing a manifest.")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Run the reference agent (or --agent) on this endpoint (a name in the endpoint config) without writing a manifest.")] = None,
+    replay_from: Annotated[Path | None, typer.Option("--replay-from", help="Answer every model call from this job folder's recorded exchanges (trial/model/exchanges.jsonl): a re-run with exactly the same model outputs.")] = None,
     max_retries: Annotated[int, typer.Option(min=0, help="Retries of infrastructure failures per trial.")] = 2,
     max_cpus: Annotated[float | None, typer.Option(help="Admission budget in cpus (default: the engine's).")] = None,
     max_memory_mb: Annotated[int | None, typer.Option(help="Admission budget in MB (default: the engine's).")] = None,
@@ -99,7 +100,7 @@ def run(
     """
     from orchestrator.job import JobOptions, run_job
     from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
-    from orchestrator.models.manifest import Manifest, default_manifest, load_manifest
+    from orchestrator.models.manifest import AGENT_NAMES, Manifest, default_manifest, load_manifest
     from orchestrator.report.progress import Progress
     from orchestrator.report.summary import render_job
     from orchestrator.runtime.docker import DockerRuntime
@@ -131,14 +132,18 @@ def run(
             raise InputError(f"--job-name: {problem}")
         if ca_bundle is not None and not ca_bundle.is_file():
             raise InputError(f"--ca-bundle: {ca_bundle}: no such file")
+        if replay_from is not None and not any(replay_from.glob("**/model/exchanges.jsonl")):
+            raise InputError(f"--replay-from: {replay_from}: no recorded exchanges "
+                             "(trial folders with model/exchanges.jsonl) there")
         if retry_errors and resume is None:
             raise InputError("--retry-errors: only with --resume JOB_DIR")
         if build_policy not in ("prefer-prebuilt", "build", "pull"):
             raise InputError(f"--build-policy: {build_policy!r} is not prefer-prebuilt, build or pull")
         if policy not in ("memory-on", "memory-off"):
             raise InputError(f"--policy: {policy!r} is not memory-on or memory-off")
-        if agent is not None and agent not in ("oracle", "nop", "reference", "command"):
-            raise InputError(f"--agent: {agent!r} is not one of oracle, nop, reference, command")
+        if agent is not None and agent not in AGENT_NAMES:
+            raise InputError(f"--agent: {agent!r} is not one of {', '.join(AGENT_NAMES)} "
+                             "(`orchestra agents` lists them)")
         if backend not in ("local", "ray"):
             raise InputError(f"--backend: {backend!r} is not local or ray")
         if backend == "ray":
@@ -177,7 +182,7 @@ def run(
             manifest_dir=manifest_dir, max_retries=max_retries, max_cpus=max_cpus,
             max_memory_mb=max_memory_mb, resume=resume is not None, oci_runtime=oci_runtime,
             retry_errors=retry_errors, ca_bundle=ca_bundle, build_policy=build_policy,
-            backend=backend, ray_address=ray_address,
+            backend=backend, ray_address=ray_address, replay_from=replay_from,
             endpoints=load_endpoints(endpoint_files) if endpoint_files else None,
             source={"path": str(path.resolve()), "layer": layer,
                     "endpoints": [str(p) for p in endpoint_files],
@@ -391,6 +396,38 @@ def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if p
         err.print(f"[red]bootstrap failed:[/] {exc}")
         raise typer.Exit(3) from exc
     console.print(f"{BASE_IMAGE} ready; stands in for: {', '.join(DEFAULT_ALIASES)}")
+
+
+@app.command()
+def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+           install: Annotated[list[str] | None, typer.Option("--install", help="Install this agent now (repeatable; `all` for every one).")] = None,
+           ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) pip and npm trust.")] = None):
+    """The agents `orchestra run --agent NAME` takes: built-in ones and installed CLIs
+    (kind, version, whether the host has installed it yet; an installed CLI is
+    installed on first use, or now with --install)."""
+    from orchestrator.agents.install import ensure_installed
+    from orchestrator.agents.installed import INSTALLED, listing
+
+    try:
+        for name in (list(INSTALLED) if install == ["all"] else install or []):
+            if name not in INSTALLED:
+                raise InputError(f"--install: {name!r} is not one of {', '.join(INSTALLED)}")
+            ensure_installed(INSTALLED[name].recipe, ca_bundle)
+    except (InputError, InfraError) as exc:
+        _fail(exc)
+    import orchestrator
+
+    rows = [{"name": n, "kind": "built-in", "version": orchestrator.__version__, "installed": True,
+             "path": ""} for n in ("oracle", "nop", "reference", "command")] + listing()
+    if json_out:
+        console.print_json(json.dumps(rows))
+        return
+    from rich.table import Table
+
+    table = Table("agent", "kind", "version", "installed")
+    for row in rows:
+        table.add_row(row["name"], row["kind"], row["version"], "yes" if row["installed"] else "on first use")
+    console.print(table)
 
 
 @app.command()

@@ -76,10 +76,11 @@ class JsonHandler(BaseHTTPRequestHandler):
     event = "http.request"
     timeout = IDLE_TIMEOUT_SEC  # socket timeout: idle and slow connections are closed
 
-    def reply(self, status: int, body: dict | bytes, retry_after: float | None = None) -> None:
+    def reply(self, status: int, body: dict | bytes, retry_after: float | None = None,
+              content_type: str = "application/json") -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         if retry_after is not None:
             self.send_header("Retry-After", str(max(1, round(retry_after))))

@@ -68,6 +68,7 @@ class JobOptions:
     ca_bundle: Path | None = None  # trusted in image builds (a TLS-intercepting proxy)
     build_policy: str = "prefer-prebuilt"  # docker_image: prefer-prebuilt | build | pull
     oci_runtime: str | None = None  # --runtime, e.g. runsc
+    replay_from: Path | None = None  # answer model calls from this job's recorded exchanges
     backend: str = "local"  # local | ray
     ray_address: str | None = None
     source: dict = field(default_factory=dict)  # how to rebuild this job (for --resume)
@@ -188,10 +189,11 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
                          f"(it has: {', '.join(sorted(info.get('Runtimes') or {}))}); install it "
                          "(gVisor: https://gvisor.dev/docs/user_guide/install/) and register it in daemon.json")
     lead = manifest.orchestrator
-    agent = agent_for(lead, options.manifest_dir)  # re-hashes the prompt before any spend
+    agent = agent_for(lead, options.manifest_dir, options.ca_bundle)  # re-hashes the prompt
+    agent.binds()  # an installed CLI is installed on this host now, not in a trial's phases
     job_dir = options.jobs_dir / options.job_name
     finished = load_finished(job_dir, tasks, options.retry_errors) if options.resume else {}
-    upstreams = Upstreams.open(in_use, options.endpoints) if in_use else None  # keys: exit 2
+    upstreams = Upstreams.open(in_use, options.endpoints, options.replay_from) if in_use else None
     reap_orphans(runtime)
     write_json_atomic(job_dir / "config.json", {
         "job": options.job_name,

@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import structlog
 from tenacity import (
@@ -29,6 +30,7 @@ from tenacity import (
 )
 
 from orchestrator import scrub
+from orchestrator.exchanges import ExchangeLog, event_stream
 from orchestrator.httpserve import BackgroundServer, HttpError, JsonHandler
 from orchestrator.models.manifest import Budget
 
@@ -69,7 +71,7 @@ class ProxyStats:
 class ModelProxy:
     def __init__(self, host: str, upstream: str, model: str, api_key: str | None,
                  budget: Budget, prices: dict[str, float], deadline: float,
-                 max_attempts: int = 6, backoff_max: float = 8.0):
+                 max_attempts: int = 6, backoff_max: float = 8.0, record: Path | None = None):
         self.upstream, self.model, self.api_key = upstream.rstrip("/"), model, api_key
         self.budget, self.prices, self.deadline = budget, prices, deadline
         self.max_attempts, self.backoff_max = max_attempts, backoff_max
@@ -77,6 +79,7 @@ class ModelProxy:
         self.stats = ProxyStats()
         self._lock = threading.Lock()
         self._in_flight = 0
+        self.record = ExchangeLog(record, self.scrub) if record is not None else None
         proxy = self
 
         class Handler(JsonHandler):
@@ -84,22 +87,25 @@ class ModelProxy:
 
             def do_POST(self):  # noqa: N802
                 try:  # the token is checked before the body is read, the size before reading
-                    status, body = proxy.handle(self.path, self.headers, self.read_body, self.client_gone)
+                    status, body, content_type = proxy.handle(self.path, self.headers, self.read_body,
+                                                              self.client_gone)
                     retry_after = None
                 except HttpError as exc:
                     status, body = exc.status, {"error": {"message": f"orchestra proxy: {exc}"}}
-                    retry_after = exc.retry_after
+                    retry_after, content_type = exc.retry_after, "application/json"
                 self.reply(status, proxy.scrub(json.dumps(body).encode() if isinstance(body, dict) else body),
-                           retry_after)
+                           retry_after, content_type=content_type)
 
         self.server = BackgroundServer(Handler, host, name="model-proxy", path="/v1", max_body=MAX_REQUEST)
 
     @classmethod
     def for_upstream(cls, host: str, upstream: Upstream, budget: Budget,
-                     prices: dict[str, dict[str, float]], deadline: float) -> ModelProxy:
-        """A started proxy on `host` in front of one of the job's upstreams."""
+                     prices: dict[str, dict[str, float]], deadline: float,
+                     record: Path | None = None) -> ModelProxy:
+        """A started proxy on `host` in front of one of the job's upstreams; every exchange
+        is written to `record` when given (orchestrator.exchanges)."""
         return cls(host, upstream.url, upstream.model, upstream.api_key, budget,
-                   prices.get(upstream.model, {}), deadline=deadline).start()
+                   prices.get(upstream.model, {}), deadline=deadline, record=record).start()
 
     @property
     def url(self) -> str:
@@ -137,18 +143,30 @@ class ModelProxy:
             return f"cost={b.cost} reached"
         return None
 
-    def handle(self, path: str, headers, read_body, client_gone=lambda: False) -> tuple[int, dict | bytes]:
+    def handle(self, path: str, headers, read_body,
+               client_gone=lambda: False) -> tuple[int, dict | bytes, str]:
+        """(status, body, content type). A `stream: true` request is sent upstream without
+        streaming and its completion returned as server-sent events."""
+        status, body, stream = self._handle(path, headers, read_body, client_gone)
+        if stream and status == 200:
+            try:
+                return status, event_stream(body, stream == "usage"), "text/event-stream"
+            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError, IndexError):
+                pass  # not a completion: passed on as it came
+        return status, body, "application/json"
+
+    def _handle(self, path: str, headers, read_body, client_gone) -> tuple[int, dict | bytes, str | None]:
         auth = headers.get("Authorization", "")
         if not hmac.compare_digest(auth, f"Bearer {self.token}"):
-            return 401, {"error": {"message": "orchestra proxy: bad or missing trial token", "type": "auth"}}
+            return 401, {"error": {"message": "orchestra proxy: bad or missing trial token", "type": "auth"}}, None
         if not path.rstrip("/").endswith("/chat/completions"):
-            return 404, {"error": {"message": f"orchestra proxy: no route {path}"}}
+            return 404, {"error": {"message": f"orchestra proxy: no route {path}"}}, None
         try:
             request = json.loads(read_body(MAX_REQUEST) or b"{}")
         except (json.JSONDecodeError, UnicodeDecodeError):
-            return 400, {"error": {"message": "orchestra proxy: body is not JSON"}}
+            return 400, {"error": {"message": "orchestra proxy: body is not JSON"}}, None
         if not isinstance(request, dict):
-            return 400, {"error": {"message": "orchestra proxy: body is not a JSON object"}}
+            return 400, {"error": {"message": "orchestra proxy: body is not a JSON object"}}, None
         with self._lock:
             refusal = self._over_budget()
             if refusal:
@@ -157,21 +175,34 @@ class ModelProxy:
                 self.stats.calls += 1
         if refusal:
             return 402, {"error": {"message": f"orchestra budget exceeded: {refusal}; no more model calls in this trial",
-                                   "type": "budget_exceeded", "code": "budget_exceeded"}}
+                                   "type": "budget_exceeded", "code": "budget_exceeded"}}, None
         request["model"] = self.model
+        stream = None
+        if request.get("stream"):
+            include = (request.get("stream_options") or {}).get("include_usage") if isinstance(
+                request.get("stream_options"), dict) else False
+            stream = "usage" if include else "plain"
+            request["stream"] = False
+            request.pop("stream_options", None)
         data = json.dumps(request).encode()
         del request  # the decoded body can be ten times its size: not kept while waiting upstream
         with self._lock:
             self._in_flight += 1
+        started = time.time()
+        attempts = [0]
         try:
-            return self._call(data, client_gone)
+            status, body = self._call(data, client_gone, attempts)
+            if self.record is not None:
+                self.record.write(data, status, body if isinstance(body, bytes) else json.dumps(body).encode(),
+                                  started, attempts[0], stream is not None)
+            return status, body, stream
         finally:
             with self._lock:
                 self._in_flight -= 1
 
-    def _call(self, data: bytes, client_gone) -> tuple[int, dict | bytes]:
+    def _call(self, data: bytes, client_gone, attempts: list[int]) -> tuple[int, dict | bytes]:
         try:
-            status, body = self._forward(data, client_gone)
+            status, body = self._forward(data, client_gone, attempts)
         except ClientGone:
             with self._lock:
                 self.stats.abandoned += 1
@@ -194,7 +225,8 @@ class ModelProxy:
     def _cut(self, text: str) -> str:
         return self.scrub(text.encode())[:500].decode(errors="replace")
 
-    def _forward(self, data: bytes, client_gone=lambda: False) -> tuple[int, bytes]:
+    def _forward(self, data: bytes, client_gone=lambda: False,
+                 attempts: list[int] | None = None) -> tuple[int, bytes]:
         """POST upstream; connection errors, timeouts, 429 and 5xx are retried with backoff,
         within the trial's deadline and only while the agent still waits (ClientGone)."""
         headers = {"Content-Type": "application/json"}
@@ -207,6 +239,8 @@ class ModelProxy:
             stop=stop_after_attempt(self.max_attempts) | stop_before_delay(remaining),
         ):
             with attempt:
+                if attempts is not None:
+                    attempts[0] = attempt.retry_state.attempt_number
                 if attempt.retry_state.attempt_number > 1:
                     if client_gone():  # never re-send a generation nobody waits for
                         raise ClientGone()
@@ -263,16 +297,23 @@ class Upstreams:
         self._servers: list = []
 
     @classmethod
-    def open(cls, names: set[str], config) -> Upstreams:
+    def open(cls, names: set[str], config, replay_from: Path | None = None) -> Upstreams:
+        """`replay_from`: a job folder whose recorded exchanges answer every endpoint."""
+        from orchestrator.exchanges import recorded_answers
         from orchestrator.replay import ReplayServer, load_script
 
         upstreams = cls()
+        recorded = recorded_answers(replay_from) if replay_from is not None else None
         for name in sorted(names):
             endpoint = config.resolve(name)
-            if endpoint.provider == "replay":
-                server = ReplayServer(load_script(config.script_path(name))).start()
+            if recorded is not None:
+                server = ReplayServer({"recorded": recorded}).start()
                 upstreams._servers.append(server)
                 url, key = server.url, None
+            elif endpoint.provider == "replay":
+                server = ReplayServer(load_script(config.script_path(name))).start()
+                upstreams._servers.append(server)
+                url, key = server.url, config.api_key(name)
             else:
                 url, key = endpoint.base_url, config.api_key(name)
             upstreams.by_name[name] = Upstream(name, url, endpoint.model, key, dict(endpoint.env))

@@ -15,10 +15,16 @@ Script (YAML):
       - when: {instruction: "hello.txt"}
         reply: {content: "Done."}
 
-`when` also takes `last_tool_output` (substring of the latest tool result); a reply may set
+`when` also takes `last_tool_output` (substring of the latest tool result) and `system`
+(substring of the system messages); a reply may set
 `finish_reason` (e.g. "length": a reply cut at max_tokens). `{name}` in a
 reply is replaced by what `extract` found. `trajectory: PATH` instead of `rules` replays the
 tool calls of a recorded trajectory.jsonl in order, then its last message.
+
+`ReplayEngine({"recorded": recorded_answers(JOB)})` serves a recorded job's exchanges back
+(`orchestra run --replay-from JOB`): each call gets the recorded status and body of the
+same conversation at the same turn, in recorded order; a call the recording does not
+have (the run diverged) gets a 400 saying so, counted in `diverged`.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import structlog
 import yaml
 
 from orchestrator.errors import InputError
+from orchestrator.exchanges import conversation_key
 from orchestrator.httpserve import BackgroundServer, HttpError, JsonHandler
 
 log = structlog.get_logger()
@@ -88,6 +95,7 @@ class ReplayEngine:
     def __init__(self, script: dict):
         self.script = script
         self.calls = 0
+        self.diverged = 0
         self.authorizations: list[str] = []  # what callers sent (tests check the proxy adds keys)
         self._lock = threading.Lock()
 
@@ -95,6 +103,8 @@ class ReplayEngine:
         with self._lock:
             self.calls += 1
             calls = self.calls
+        if "recorded" in self.script:
+            return self._recorded(request)
         fail = self.script.get("fail_first") or {}
         if calls <= int(fail.get("times", 0)):
             status = int(fail.get("status", 429))
@@ -106,8 +116,11 @@ class ReplayEngine:
         tools = [m for m in messages if m.get("role") == "tool"]
         last_tool = _conversation_text(tools[-1:]) if tools else ""
         text = _conversation_text(messages)
+        system = _conversation_text([m for m in messages if m.get("role") == "system"])
         for rule in self.script["rules"]:
             when = rule.get("when") or {}
+            if "system" in when and when["system"] not in system:
+                continue
             if "instruction" in when and when["instruction"] not in instruction:
                 continue
             if "turn" in when and when["turn"] != turn:
@@ -123,6 +136,16 @@ class ReplayEngine:
             else:
                 return 200, self._completion(request, rule["reply"], found, text)
         return 200, self._completion(request, {"content": "I have nothing scripted for this."}, {}, text)
+
+    def _recorded(self, request: dict) -> tuple[int, dict]:
+        with self._lock:
+            queue = self.script["recorded"].get(conversation_key(request))
+            if queue:
+                return queue.pop(0) if len(queue) > 1 else queue[0]
+            self.diverged += 1
+        return 400, {"error": {"message": "replay: the recording has no answer for this "
+                               "conversation at this turn (the run diverged from it)",
+                               "type": "replay_diverged"}}
 
     @staticmethod
     def _fill(value, found: dict):

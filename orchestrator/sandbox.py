@@ -115,8 +115,9 @@ def resolve_workdir(runtime: DockerRuntime, task: Task, image: str) -> str:
 def open_sandbox(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str,
                  job: str, trial_id: str, env: dict[str, str], workdir: str,
                  services: Callable[[Network], dict[str, str]] | None = None,
-                 oci_runtime: str | None = None) -> Sandbox:
+                 oci_runtime: str | None = None, binds: dict[str, str] | None = None) -> Sandbox:
     """Create network, disk and container, start it; the caller must close_sandbox().
+    `binds`: host folders the agent gets read-only (an installed agent CLI).
 
     `services(network)` starts what listens on the network's gateway (the relay) before the
     container exists, and returns the variables that wire the agent to it."""
@@ -124,7 +125,7 @@ def open_sandbox(runtime: DockerRuntime, networks: NetworkPool, task: Task, imag
     # A fresh suffix per attempt: a retried trial never collides with what a failed one left.
     name = f"orchestra-{trial_id[:16]}-{uuid.uuid4().hex[:4]}"
     try:
-        _build(runtime, networks, task, image, box, name, env, services, oci_runtime)
+        _build(runtime, networks, task, image, box, name, env, services, oci_runtime, binds or {})
     except BaseException:
         close_sandbox(runtime, box)  # a half-made sandbox is unmade here, not leaked
         raise
@@ -132,7 +133,8 @@ def open_sandbox(runtime: DockerRuntime, networks: NetworkPool, task: Task, imag
 
 
 def _build(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str, box: Sandbox,
-           name: str, env: dict[str, str], services, oci_runtime: str | None) -> None:
+           name: str, env: dict[str, str], services, oci_runtime: str | None,
+           binds: dict[str, str]) -> None:
     environment = task.config.environment
     box.name = name
     # no-network and allowlist: no route out (an allowlist's one way out is the egress
@@ -168,7 +170,7 @@ def _build(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str
         command=["sleep", "infinity"], cpus=environment.cpus, memory_mb=environment.memory_mb,
         pids_limit=environment.pids_limit, network=box.network.name, workdir=box.workdir,
         env=env, drop_all_capabilities=environment.drop_all_capabilities, mounts=mounts,
-        read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK, **tools}, runtime=oci_runtime,
+        read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK, **tools, **binds}, runtime=oci_runtime,
     )
     box.agent_container = runtime.create(spec)
     box.containers.append(box.agent_container)

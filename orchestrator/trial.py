@@ -21,9 +21,11 @@ import structlog
 
 from orchestrator import scrub
 from orchestrator.agents.base import Agent, render_command
+from orchestrator.agents.installed import STEP_LIMIT_EXIT
 from orchestrator.archive import tar_directory, tar_files
 from orchestrator.collect import EVIDENCE_NAME, collect, export_evidence
 from orchestrator.egress import EgressProxy
+from orchestrator.exchanges import RECORD
 from orchestrator.images import TaskImages
 from orchestrator.memory import StateRoots, file_seed_archive, seed_engrams
 from orchestrator.models.manifest import Manifest, flag_env
@@ -164,7 +166,8 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             upstream = ctx.upstreams.by_name[lead.endpoint]
             timeout = ctx.timeout_override or task.config.agent.timeout_sec
             proxy = ModelProxy.for_upstream(network.gateway, upstream, lead.budget,
-                                            ctx.manifest.prices, time.time() + timeout + 60)
+                                            ctx.manifest.prices, time.time() + timeout + 60,
+                                            record=paths.root / RECORD)
             env.update({**upstream.env, **proxy.env()})
             trial_secrets.append(proxy.token)
         scrub.register(*trial_secrets)
@@ -190,6 +193,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             result.collected = dict(box.collected)
             if relay is not None and last:
                 export_evidence(relay, where, result)
+            derived = ctx.agent.finish(where.agent, paths.root / RECORD)  # its trajectory
             scrubbed = scrub_tree(where.root, scrub.current())  # the trial's own included
             if scrubbed:  # the agent wrote a secret somewhere: replaced, and said so
                 result.scrubbed_files = (result.scrubbed_files + scrubbed)[:50]
@@ -197,6 +201,8 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
                 where.agent / "trajectory.jsonl", view.facts, view.config.memory.markers,
                 view.config.memory.markers_in_prefix, state_home=roots.state_home,
                 truncated=bool((result.collected.get(AGENT_LOGS) or {}).get("truncated")))
+            if derived:
+                audit.mark_incomplete(derived)
             leaks = list(result.memory.get("leaks", []))
             result.memory.update(audit.as_dict())
             result.memory["leaks"] = leaks + audit.leaks
@@ -216,7 +222,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             env = {**task.config.environment.env, **agent_flags(ctx, task), **roots.env(workdir)}
             box = open_sandbox(ctx.runtime, ctx.networks, task, images.agent_image, ctx.job,
                                tid, env=env, workdir=workdir, services=start_services,
-                               oci_runtime=ctx.oci_runtime)
+                               oci_runtime=ctx.oci_runtime, binds=ctx.agent.binds())
             box.egress, result.compose_services = egress, sorted(box.sidecars)
             box.allowed_hosts = {phase: task.config.allowed_hosts_for(phase) for phase in ("agent", "verifier")}
             result.limits = applied_limits(ctx.runtime, box, task)
@@ -309,7 +315,7 @@ def _finish(ctx: TrialContext, result: TrialResult, paths: TrialDir, box: Sandbo
 
 
 def classify_agent(result: TrialResult, proxy: ModelProxy | None) -> str:
-    """ok | timeout | budget_exceeded | endpoint_error | crashed."""
+    """ok | timeout | budget_exceeded | endpoint_error | step_limit | crashed."""
     if result.failure_mode == FailureMode.AGENT_TIMEOUT:
         return "timeout"
     if proxy is not None and proxy.stats.refused_budget:
@@ -317,6 +323,8 @@ def classify_agent(result: TrialResult, proxy: ModelProxy | None) -> str:
     if proxy is not None and (proxy.stats.upstream_errors or proxy.stats.upstream_refusals
                               or proxy.stats.abandoned):
         return "endpoint_error"
+    if result.agent_exit_code == STEP_LIMIT_EXIT:
+        return "step_limit"  # an installed agent stopped on its own step limit
     if result.agent_exit_code not in (0, None):
         return "crashed"
     return "ok"

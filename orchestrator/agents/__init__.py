@@ -7,14 +7,21 @@ from pathlib import Path
 
 from orchestrator.agents.base import Agent
 from orchestrator.agents.command import CommandAgent
+from orchestrator.agents.installed import INSTALLED
 from orchestrator.agents.nop import NopAgent
 from orchestrator.agents.oracle import OracleAgent
 from orchestrator.agents.reference import ReferenceAgent
 from orchestrator.errors import InputError
-from orchestrator.models.manifest import RosterMember
+from orchestrator.models.manifest import AGENT_NAMES, RosterMember
 
 
-def agent_for(member: RosterMember, manifest_dir: Path | None = None) -> Agent:
+def agent_for(member: RosterMember, manifest_dir: Path | None = None,
+              ca_bundle: Path | None = None) -> Agent:
+    if member.agent in INSTALLED:
+        if not member.endpoint:
+            raise InputError(f"roster.{member.id}.endpoint: agent {member.agent} calls a model; name "
+                             "an endpoint (`endpoint:` in the manifest, or -m ENDPOINT)")
+        return INSTALLED[member.agent](member, ca_bundle)
     if member.agent == "reference":
         return ReferenceAgent(member, load_prompt(member, manifest_dir))
     if member.agent == "oracle":
@@ -23,7 +30,7 @@ def agent_for(member: RosterMember, manifest_dir: Path | None = None) -> Agent:
         return NopAgent()
     if member.agent == "command":
         return CommandAgent(member.command or "")
-    raise InputError(f"agent {member.agent!r}: unknown (use oracle, nop, reference or command)")
+    raise InputError(f"agent {member.agent!r}: unknown (use {', '.join(AGENT_NAMES)})")
 
 
 def load_prompt(member: RosterMember, manifest_dir: Path | None) -> bytes | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 from orchestrator.paths import INSTRUCTION
@@ -23,6 +24,25 @@ class Agent(Protocol):
         """The shell command to run in the task workdir, or None to run nothing.
         Placeholders {instruction_file}, {workdir} and {deadline} are filled in at run time."""
         ...
+
+    def binds(self) -> dict[str, str]:
+        """Host folders mounted read-only into the agent container: {host path: path}."""
+        ...
+
+    def finish(self, agent_dir: Path, exchanges: Path) -> str | None:
+        """After copy-out: write agent_dir/trajectory.jsonl from what the agent left (its own
+        log, or the proxy's `exchanges`). Returns why the audit is incomplete, or None."""
+        ...
+
+
+class Plain:
+    """Defaults for an agent that mounts nothing and writes its trajectory itself (or none)."""
+
+    def binds(self) -> dict[str, str]:
+        return {}
+
+    def finish(self, agent_dir: Path, exchanges: Path) -> str | None:
+        return None
 
 
 def render_command(template: str, workdir: str, deadline: float) -> str:

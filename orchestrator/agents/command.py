@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from orchestrator.agents.base import Plain
 from orchestrator.tasks import Task
 
 
-class CommandAgent:
+class CommandAgent(Plain):
     name = "command"
 
     def __init__(self, command: str):

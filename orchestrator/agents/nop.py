@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from orchestrator.agents.base import Plain
 from orchestrator.tasks import Task
 
 
-class NopAgent:
+class NopAgent(Plain):
     name = "nop"
 
     def files(self, task: Task) -> dict[str, bytes]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from orchestrator.agents.base import Plain
 from orchestrator.errors import InputError
 from orchestrator.paths import SOLUTION
 from orchestrator.tasks import Task
 
 
-class OracleAgent:
+class OracleAgent(Plain):
     name = "oracle"
 
     def files(self, task: Task) -> dict[str, bytes]:

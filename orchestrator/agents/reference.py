@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 
+from orchestrator.agents.base import Plain
 from orchestrator.models.manifest import RosterMember
 from orchestrator.tasks import Task
 
 PROMPT_PATH = "/opt/orchestra-prompt/system.md"
 
 
-class ReferenceAgent:
+class ReferenceAgent(Plain):
     name = "reference"
 
     def __init__(self, member: RosterMember, prompt: bytes | None = None):

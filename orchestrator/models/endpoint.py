@@ -58,9 +58,11 @@ class EndpointConfig(BaseModel):
     def api_key(self, name: str) -> str | None:
         """The key from the host environment, or a clear error naming the variable."""
         endpoint = self.resolve(name)
-        if endpoint.provider == "replay" or not endpoint.api_key_env:
+        if not endpoint.api_key_env:
             return None
         value = os.environ.get(endpoint.api_key_env)
+        if endpoint.provider == "replay":  # a replay endpoint takes a (fake) key when one is set
+            return value or None
         if not value:
             raise InputError(
                 f"endpoint {name!r} needs the API key in ${endpoint.api_key_env}, which is not set "

@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, m
 
 from orchestrator.errors import InputError, validation_problems
 
-AgentKind = Literal["oracle", "nop", "reference", "command"]
+# Built in, then the installed agent CLIs (orchestrator.agents.installed.INSTALLED).
+AgentKind = Literal["oracle", "nop", "reference", "command", "mini-swe-agent", "aider", "opencode"]
+AGENT_NAMES: tuple[str, ...] = AgentKind.__args__
 
 
 class _Strict(BaseModel):

@@ -119,7 +119,7 @@ class TrialResult(BaseModel):
     tokens: int = 0
     cost: float = 0.0
     model: dict = {}  # the proxy's counts: calls, refusals, retries, tokens
-    agent_outcome: str | None = None  # ok | timeout | budget_exceeded | endpoint_error | crashed
+    agent_outcome: str | None = None  # ok | timeout | budget_exceeded | endpoint_error | step_limit | crashed
     memory: dict = {}
     relay: dict = {}
     collected: dict = {}  # per copied-out path: files, bytes, truncated, rejected

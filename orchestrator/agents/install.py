@@ -1,0 +1,122 @@
+"""Installing an agent CLI once, on the host, into orchestra's cache (no network in builds).
+
+The ordinary package clients do the download on the host (pip for PyPI, `npm pack` for
+npm), honouring a CA bundle (`--ca-bundle`: PIP_CERT and npm's cafile), into
+`$ORCHESTRA_CACHE/agents/NAME-VERSION/` (default `~/.cache/orchestra`). The folder is
+built beside its final place and renamed into it, so a half-done install is never used;
+a lock makes concurrent jobs install once. Trials mount it read-only (`Agent.binds`): no
+layer per task image, nothing installed inside a trial's timed phases, and the agent
+cannot change its own install.
+
+- pypi: `pip install --target lib PACKAGE==VERSION` with the host's Python, which must be
+  the minor version the task images run (3.11, Debian bookworm's), then compiled to .pyc
+  (the mount is read-only, so the agent could not cache them itself).
+- npm: `npm pack PACKAGE@VERSION`, unpacked; the recipe names the binary inside.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from orchestrator.errors import InfraError
+
+log = structlog.get_logger()
+PYTHON = (3, 11)  # what the offline base (Debian bookworm) and most task images run
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str  # the agent's name: `orchestra run --agent NAME`
+    kind: str  # pypi | npm
+    package: str
+    version: str
+    binary: str = ""  # npm: the executable inside the package
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ORCHESTRA_CACHE") or Path.home() / ".cache" / "orchestra")
+
+
+def install_dir(recipe: Recipe) -> Path:
+    return cache_root() / "agents" / f"{recipe.name}-{recipe.version}"
+
+
+def installed(recipe: Recipe) -> bool:
+    return (install_dir(recipe) / "installed.json").is_file()
+
+
+def ensure_installed(recipe: Recipe, ca_bundle: Path | None = None) -> Path:
+    """The recipe's install folder, installed now if it is not yet (minutes, once)."""
+    final = install_dir(recipe)
+    if installed(recipe):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with (final.parent / f".{final.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if installed(recipe):
+            return final
+        work = final.parent / f".{final.name}.{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        started = time.monotonic()
+        log.info("agent.installing", agent=recipe.name, package=recipe.package, version=recipe.version,
+                 into=str(final))
+        try:
+            (_pypi if recipe.kind == "pypi" else _npm)(recipe, work, _client_env(ca_bundle))
+        except (subprocess.CalledProcessError, OSError, tarfile.TarError) as exc:
+            shutil.rmtree(work, ignore_errors=True)
+            out = getattr(exc, "stderr", b"") or b""
+            raise InfraError(f"installing agent {recipe.name} ({recipe.kind} {recipe.package} "
+                             f"{recipe.version}) failed: {exc}; {out.decode(errors='replace')[-800:]}") from exc
+        (work / "installed.json").write_text(json.dumps({
+            "name": recipe.name, "kind": recipe.kind, "package": recipe.package,
+            "version": recipe.version, "seconds": round(time.monotonic() - started, 1)}))
+        shutil.rmtree(final, ignore_errors=True)
+        work.rename(final)
+        log.info("agent.installed", agent=recipe.name, seconds=round(time.monotonic() - started, 1))
+    return final
+
+
+def _client_env(ca_bundle: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if ca_bundle is not None:
+        env.update(PIP_CERT=str(ca_bundle), npm_config_cafile=str(ca_bundle),
+                   REQUESTS_CA_BUNDLE=str(ca_bundle))
+    return env
+
+
+def _pypi(recipe: Recipe, work: Path, env: dict[str, str]) -> None:
+    if sys.version_info[:2] != PYTHON:
+        raise OSError(f"the host's Python is {sys.version_info[0]}.{sys.version_info[1]}; agents "
+                      f"from PyPI are installed for the task images' Python "
+                      f"{PYTHON[0]}.{PYTHON[1]} and need the same on the host")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--no-warn-script-location", "--target", str(work / "lib"),
+                    f"{recipe.package}=={recipe.version}"],
+                   env=env, check=True, capture_output=True, timeout=1800)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", str(work / "lib")],
+                   env=env, check=False, capture_output=True, timeout=1800)
+
+
+def _npm(recipe: Recipe, work: Path, env: dict[str, str]) -> None:
+    done = subprocess.run(["npm", "pack", "--silent", f"{recipe.package}@{recipe.version}"],
+                          cwd=work, env=env, check=True, capture_output=True, timeout=1800)
+    tarball = work / done.stdout.decode().strip().splitlines()[-1]
+    with tarfile.open(tarball) as archive:
+        archive.extractall(work / "pkg", filter="data")
+    tarball.unlink()
+    binary = work / "pkg" / "package" / recipe.binary
+    if not binary.is_file():
+        raise OSError(f"{recipe.package}@{recipe.version}: no {recipe.binary} in the package")
+    binary.chmod(0o755)

@@ -1,0 +1,208 @@
+"""Installed agents: popular agent CLIs, installed once on the host (agents.install) and
+mounted read-only at /opt/orchestra-agents/NAME, wired to the trial's model proxy.
+
+Each adapter gives the run script (copied in with the instruction), the proxy wiring
+(base URL, the trial token, a model name the proxy replaces with the endpoint's own),
+its retry settings (the proxy retries the provider; the agent must not retry a budget
+refusal ten times), its exit codes mapped to outcomes (0 done, 5 stopped on its own step
+limit, else crashed) and its trajectory: converted from its own log where it writes one
+(mini-swe-agent), otherwise built from the proxy's record of the exchanges, and then the
+audit says `incomplete` (what the agent did after its last model call is not seen).
+
+Python agents need the task image's python3 to be 3.11 (Debian bookworm's, the offline
+base's); the run script says so and exits 127 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orchestrator.agents.install import PYTHON, Recipe, ensure_installed, install_dir, installed
+from orchestrator.exchanges import read_exchanges, trajectory_from_exchanges
+from orchestrator.models.manifest import RosterMember
+from orchestrator.paths import AGENT_LOGS
+from orchestrator.tasks import Task
+
+MOUNT = "/opt/orchestra-agents"
+RUN_SCRIPT = "/opt/orchestra-agent-run/run.sh"
+MODEL = "orchestra-model"  # what the agent asks for; the proxy sends the endpoint's model
+STEP_LIMIT_EXIT = 5
+MAX_OWN_LOG = 32 * 1024 * 1024
+
+_PY_CHECK = (f'python3 -c "import sys; sys.exit(sys.version_info[:2] != {PYTHON})" 2>/dev/null || '
+             f'{{ echo "orchestra: this agent needs python{PYTHON[0]}.{PYTHON[1]} as python3 in the '
+             'task image" >&2; exit 127; }\n')
+
+
+class InstalledAgent:
+    recipe: Recipe
+    own_log: str | None = None  # a file the agent writes under /logs/agent, converted after
+
+    def __init__(self, member: RosterMember, ca_bundle: Path | None = None):
+        self.member, self.ca_bundle = member, ca_bundle
+
+    @property
+    def name(self) -> str:
+        return self.recipe.name
+
+    @property
+    def home(self) -> str:
+        return f"{MOUNT}/{self.recipe.name}"
+
+    def prepare(self) -> Path:
+        """Install on this host now (before any trial), once."""
+        return ensure_installed(self.recipe, self.ca_bundle)
+
+    def binds(self) -> dict[str, str]:
+        return {str(self.prepare()): self.home}
+
+    def files(self, task: Task) -> dict[str, bytes]:
+        return {RUN_SCRIPT: ("#!/bin/sh\n# orchestra: run " + self.recipe.name + " "
+                             + self.recipe.version + " against the trial's model proxy\n"
+                             + self.script()).encode()}
+
+    def env(self, task: Task) -> dict[str, str]:
+        return {"ORCHESTRA_GENERATION": json.dumps(self.member.generation, sort_keys=True)}
+
+    def command(self, task: Task) -> str | None:
+        return f"sh {RUN_SCRIPT} {{instruction_file}}"
+
+    def script(self) -> str:
+        raise NotImplementedError
+
+    def finish(self, agent_dir: Path, exchanges: Path) -> str | None:
+        out = agent_dir / "trajectory.jsonl"
+        own = agent_dir / self.own_log if self.own_log else None
+        if own is not None and own.is_file() and own.stat().st_size <= MAX_OWN_LOG:
+            try:
+                events = self.convert(json.loads(own.read_text(errors="replace")))
+            except (ValueError, TypeError, KeyError, AttributeError):
+                events = None
+            if events is not None:
+                _write(out, events)
+                return None
+        _write(out, trajectory_from_exchanges(exchanges) if exchanges.is_file() else [])
+        said = f"{self.recipe.name} wrote no trajectory of its own" if own is None else \
+            f"{self.recipe.name}'s own log ({self.own_log}) was missing or unreadable"
+        return (f"{said}; built from the model exchanges the proxy recorded "
+                f"({len(read_exchanges(exchanges)) if exchanges.is_file() else 0} calls): "
+                "what it did after its last call is not seen")
+
+    def convert(self, log: dict) -> list[dict]:
+        raise NotImplementedError
+
+
+def _write(path: Path, events: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+class MiniSweAgent(InstalledAgent):
+    """mini-swe-agent (PyPI): tool-call mode, yolo, exits when it submits."""
+
+    recipe = Recipe("mini-swe-agent", "pypi", "mini-swe-agent", "2.4.6")
+    own_log = "mini-swe-agent.traj.json"
+
+    def script(self) -> str:
+        steps = int(self.member.generation.get("max_turns", 30))  # type: ignore[arg-type]
+        return _PY_CHECK + f"""export PYTHONPATH={self.home}/lib MSWEA_SILENT_STARTUP=1 \\
+  MSWEA_COST_TRACKING=ignore_errors LITELLM_LOCAL_MODEL_COST_MAP=True \\
+  MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT=2 MSWEA_GLOBAL_CONFIG_DIR=/tmp/mswea
+traj={AGENT_LOGS}/{self.own_log}
+python3 -c 'import sys; sys.argv[0] = "mini"; from minisweagent.run.mini import app; app()' \\
+  --yolo --exit-immediately --cost-limit 0 --model openai/{MODEL} \\
+  --task "$(cat "$1")" -c mini.yaml \\
+  -c "model.model_kwargs.api_base=$OPENAI_BASE_URL" -c "agent.step_limit={steps}" \\
+  --output "$traj" </dev/null
+code=$?
+status=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["info"]["exit_status"])' "$traj" 2>/dev/null)
+case "$status" in
+  Submitted) exit 0 ;;
+  LimitsExceeded) exit {STEP_LIMIT_EXIT} ;;
+esac
+[ "$code" = 0 ] && exit 1  # it stopped without submitting
+exit "$code"
+"""
+
+    def convert(self, log: dict) -> list[dict]:
+        events: list[dict] = []
+        for message in log["messages"]:
+            role, content = message.get("role"), message.get("content")
+            text = content if isinstance(content, str) else json.dumps(content)
+            if role == "assistant":
+                if text:
+                    events.append({"kind": "message", "text": text})
+                for call in message.get("tool_calls") or []:
+                    function = call.get("function") or {}
+                    try:
+                        args = json.loads(function.get("arguments") or "{}")
+                    except (json.JSONDecodeError, TypeError):
+                        args = function.get("arguments")
+                    events.append({"kind": "tool_dispatch", "tool": {
+                        "id": call.get("id"), "name": function.get("name"), "args": args}})
+            elif role == "tool":
+                events.append({"kind": "tool_result", "text": text,
+                               "tool": {"id": message.get("tool_call_id"), "output": text}})
+            elif role == "user" and events:  # observations in text mode, format errors
+                events.append({"kind": "text", "text": text})
+        return [{"seq": i, "event": e} for i, e in enumerate(events)]
+
+
+class Aider(InstalledAgent):
+    """aider (PyPI): one message, whole-file edits, no git, no streaming, no telemetry."""
+
+    recipe = Recipe("aider", "pypi", "aider-chat", "0.86.2")
+
+    def script(self) -> str:
+        return _PY_CHECK + f"""export PYTHONPATH={self.home}/lib LITELLM_LOCAL_MODEL_COST_MAP=True \\
+  AIDER_CHECK_UPDATE=false AIDER_ANALYTICS_DISABLE=true HOME=/tmp/aider-home
+mkdir -p "$HOME"
+python3 -c 'import sys; sys.argv[0] = "aider"; from aider.main import main; sys.exit(main())' \\
+  --model openai/{MODEL} --openai-api-base "$OPENAI_BASE_URL" --openai-api-key "$OPENAI_API_KEY" \\
+  --message-file "$1" --yes-always --no-git --no-stream --no-pretty \\
+  --no-show-model-warnings --no-check-update --analytics-disable --edit-format whole \\
+  --no-detect-urls --map-tokens 0 \\
+  --chat-history-file {AGENT_LOGS}/aider.chat.history.md \\
+  --input-history-file {AGENT_LOGS}/aider.input.history </dev/null
+"""
+
+
+class OpenCode(InstalledAgent):
+    """opencode (npm, a bundled binary): `opencode run` with an OpenAI-compatible provider
+    pointed at the proxy (it streams: the proxy answers streams as server-sent events)."""
+
+    recipe = Recipe("opencode", "npm", "opencode-linux-x64", "1.18.34", binary="bin/opencode")
+    CONFIG = "/opt/orchestra-agent-run/opencode.json"
+
+    def files(self, task: Task) -> dict[str, bytes]:
+        config = {
+            "$schema": "https://opencode.ai/config.json", "autoupdate": False, "share": "disabled",
+            "model": f"orchestra/{MODEL}",
+            "provider": {"orchestra": {
+                "npm": "@ai-sdk/openai-compatible", "name": "orchestra",
+                "options": {"baseURL": "{env:OPENAI_BASE_URL}", "apiKey": "{env:OPENAI_API_KEY}"},
+                "models": {MODEL: {"name": MODEL}}}},
+            "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"},
+        }
+        return {**super().files(task), self.CONFIG: json.dumps(config, indent=2).encode()}
+
+    def script(self) -> str:
+        return f"""export OPENCODE_CONFIG={self.CONFIG} HOME=/tmp/opencode-home \\
+  OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1 \\
+  OPENCODE_DISABLE_SHARE=1
+mkdir -p "$HOME"
+exec {self.home}/pkg/package/{self.recipe.binary} run --model orchestra/{MODEL} \\
+  "$(cat "$1")" </dev/null
+"""
+
+
+INSTALLED: dict[str, type[InstalledAgent]] = {
+    cls.recipe.name: cls for cls in (MiniSweAgent, Aider, OpenCode)}
+
+
+def listing() -> list[dict]:
+    """What `orchestra agents` prints for the installed agents."""
+    return [{"name": name, "kind": f"installed ({cls.recipe.kind} {cls.recipe.package})",
+             "version": cls.recipe.version, "installed": installed(cls.recipe),
+             "path": str(install_dir(cls.recipe))} for name, cls in INSTALLED.items()]

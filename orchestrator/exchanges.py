@@ -1,0 +1,151 @@
+"""Model exchanges: what the proxy saw, written down, and what can be made of it.
+
+- `ExchangeLog`: the proxy appends one line per call to the trial's `model/exchanges.jsonl`
+  (request, status, response, timing, attempts; keys scrubbed): `{"seq", "started",
+  "seconds", "attempts", "stream", "status", "request", "response"}`.
+- `event_stream`: an agent that asked for `stream: true` gets the finished completion as
+  server-sent events (the proxy always calls upstream without streaming, so it counts the
+  upstream's `usage` exactly).
+- `recorded_answers`: a job's exchanges, keyed so a replay endpoint serves them back
+  (`orchestra run --replay-from JOB`).
+- `trajectory_from_exchanges`: a DESIGN 3.6 trajectory for an agent that writes none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from pathlib import Path
+
+RECORD = Path("model") / "exchanges.jsonl"
+MAX_LINE = 4 * 1024 * 1024  # a recorded line beyond this keeps its size, not its text
+
+
+class ExchangeLog:
+    """Appends exchanges to a file; thread-safe; `scrub` removes keys before writing."""
+
+    def __init__(self, path: Path, scrub):
+        self.path, self.scrub = path, scrub
+        self.count = 0
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, request: bytes, status: int, response: bytes, started: float,
+              attempts: int, stream: bool) -> None:
+        with self._lock:
+            self.count += 1
+            head = {"seq": self.count, "started": round(started, 3),
+                    "seconds": round(time.time() - started, 3), "attempts": attempts,
+                    "stream": stream, "status": status}
+            line = json.dumps(head)[:-1].encode() + b', "request": ' + _json_or_text(request) \
+                + b', "response": ' + _json_or_text(response) + b"}"
+            if len(line) > MAX_LINE:
+                line = json.dumps({**head, "request": None, "response": None,
+                                   "omitted_bytes": len(line)}).encode()
+            with self.path.open("ab") as out:
+                out.write(self.scrub(line) + b"\n")
+
+
+def _json_or_text(data: bytes) -> bytes:
+    try:
+        json.loads(data)
+        return data.strip() or b"null"
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return json.dumps(data.decode(errors="replace")).encode()
+
+
+def read_exchanges(path: Path) -> list[dict]:
+    """The readable lines of an exchanges file (a malformed line is skipped)."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(item, dict):
+            out.append(item)
+    return out
+
+
+# ---- streaming ------------------------------------------------------------------------
+def event_stream(completion: bytes, include_usage: bool) -> bytes:
+    """A finished chat completion as the SSE chunks a streaming client expects: one chunk
+    with the whole message, one with the finish reason (and usage), then [DONE]."""
+    body = json.loads(completion)
+    choice = (body.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    base = {"id": body.get("id", "chatcmpl-orchestra"), "object": "chat.completion.chunk",
+            "created": body.get("created", int(time.time())), "model": body.get("model", "")}
+    delta: dict = {"role": "assistant", "content": message.get("content") or ""}
+    if message.get("reasoning_content"):
+        delta["reasoning_content"] = message["reasoning_content"]
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [{**call, "index": i} for i, call in enumerate(message["tool_calls"])]
+    chunks = [{**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+              {**base, "choices": [{"index": 0, "delta": {},
+                                    "finish_reason": choice.get("finish_reason", "stop")}]}]
+    if include_usage and body.get("usage"):
+        chunks.append({**base, "choices": [], "usage": body["usage"]})
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+# ---- replay of a recorded job ------------------------------------------------------------
+def conversation_key(request: dict) -> str:
+    """What identifies a call across re-runs: the first user message and the turn (the
+    number of assistant messages so far); tool outputs may differ in timestamps."""
+    messages = request.get("messages") or []
+    first = next((m.get("content") for m in messages if m.get("role") == "user"), "")
+    turn = sum(1 for m in messages if m.get("role") == "assistant")
+    return hashlib.sha256(json.dumps([first, turn], sort_keys=True).encode()).hexdigest()
+
+
+def recorded_answers(job: Path) -> dict[str, list[tuple[int, dict]]]:
+    """Every recorded exchange of a job folder, by conversation key, in order."""
+    answers: dict[str, list[tuple[int, dict]]] = {}
+    for path in sorted(job.glob("**/" + str(RECORD))):
+        for item in read_exchanges(path):
+            request, response = item.get("request"), item.get("response")
+            if not isinstance(request, dict) or not isinstance(response, dict):
+                continue
+            answers.setdefault(conversation_key(request), []).append((int(item.get("status", 200)), response))
+    return answers
+
+
+# ---- a trajectory for agents that write none -------------------------------------------
+def trajectory_from_exchanges(path: Path) -> list[dict]:
+    """DESIGN 3.6 events from the proxy's record: each reply's text and tool calls, and
+    the tool results the agent sent back in its next request."""
+    events: list[dict] = []
+    seen_results: set[str] = set()
+    for item in read_exchanges(path):
+        request, response = item.get("request"), item.get("response")
+        if isinstance(request, dict):
+            for message in request.get("messages") or []:
+                if isinstance(message, dict) and message.get("role") == "tool":
+                    key = str(message.get("tool_call_id")) + str(message.get("content"))[:200]
+                    if key not in seen_results:
+                        seen_results.add(key)
+                        events.append({"kind": "tool_result", "text": _text(message.get("content")),
+                                       "tool": {"id": message.get("tool_call_id")}})
+        if not isinstance(response, dict) or not response.get("choices"):
+            continue
+        message = (response["choices"][0] or {}).get("message") or {}
+        if message.get("content"):
+            events.append({"kind": "message", "text": _text(message["content"])})
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            try:
+                args = json.loads(function.get("arguments") or "{}")
+            except (json.JSONDecodeError, TypeError):
+                args = function.get("arguments")
+            events.append({"kind": "tool_dispatch",
+                           "tool": {"id": call.get("id"), "name": function.get("name"), "args": args}})
+    return [{"seq": i, "event": e} for i, e in enumerate(events)]
+
+
+def _text(content) -> str:
+    if isinstance(content, list):
+        return " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return str(content or "")
