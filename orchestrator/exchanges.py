@@ -93,12 +93,23 @@ def event_stream(completion: bytes, include_usage: bool) -> bytes:
 
 # ---- replay of a recorded job ------------------------------------------------------------
 def conversation_key(request: dict) -> str:
-    """What identifies a call across re-runs: the first user message and the turn (the
-    number of assistant messages so far); tool outputs may differ in timestamps."""
+    """What identifies a call across re-runs: the task as the agent put it (the longest of
+    the first user messages: agents such as aider open with canned example turns), the head
+    of its system prompt (an agent's side calls, e.g. a title generator, differ there; the
+    rest may hold dates) and the turn (assistant messages so far). Tool outputs are left out:
+    they may hold timestamps."""
     messages = request.get("messages") or []
-    first = next((m.get("content") for m in messages if m.get("role") == "user"), "")
+    users = [_text(m.get("content")) for m in messages[:12] if m.get("role") == "user"]
+    task = max(users, key=len, default="")
+    system = "".join(_text(m.get("content")) for m in messages if m.get("role") == "system")[:200]
     turn = sum(1 for m in messages if m.get("role") == "assistant")
-    return hashlib.sha256(json.dumps([first, turn], sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([task, system, turn]).encode()).hexdigest()
+
+
+def _text(content: object) -> str:
+    if isinstance(content, list):  # content parts
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
 
 
 def recorded_answers(job: Path) -> dict[str, list[tuple[int, dict]]]:

@@ -311,9 +311,10 @@ class Upstreams:
                 upstreams._servers.append(server)
                 url, key = server.url, None
             elif endpoint.provider == "replay":
-                server = ReplayServer(load_script(config.script_path(name))).start()
+                key = config.api_key(name)
+                server = ReplayServer(load_script(config.script_path(name)), api_key=key).start()
                 upstreams._servers.append(server)
-                url, key = server.url, config.api_key(name)
+                url = server.url
             else:
                 url, key = endpoint.base_url, config.api_key(name)
             upstreams.by_name[name] = Upstream(name, url, endpoint.model, key, dict(endpoint.env))

@@ -15,8 +15,9 @@ Script (YAML):
       - when: {instruction: "hello.txt"}
         reply: {content: "Done."}
 
-`when` also takes `last_tool_output` (substring of the latest tool result) and `system`
-(substring of the system messages); a reply may set
+`when` also takes `last_tool_output` (substring of the latest tool result), `last_user`
+(substring of the latest user message: agents that open with canned example turns) and
+`system` (substring of the system messages); a reply may set
 `finish_reason` (e.g. "length": a reply cut at max_tokens). `{name}` in a
 reply is replaced by what `extract` found. `trajectory: PATH` instead of `rules` replays the
 tool calls of a recorded trajectory.jsonl in order, then its last message.
@@ -115,6 +116,7 @@ class ReplayEngine:
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         tools = [m for m in messages if m.get("role") == "tool"]
         last_tool = _conversation_text(tools[-1:]) if tools else ""
+        last_user = _conversation_text(users[-1:])
         text = _conversation_text(messages)
         system = _conversation_text([m for m in messages if m.get("role") == "system"])
         for rule in self.script["rules"]:
@@ -124,6 +126,8 @@ class ReplayEngine:
             if "instruction" in when and when["instruction"] not in instruction:
                 continue
             if "turn" in when and when["turn"] != turn:
+                continue
+            if "last_user" in when and when["last_user"] not in last_user:
                 continue
             if "last_tool_output" in when and when["last_tool_output"] not in last_tool:
                 continue
@@ -179,9 +183,12 @@ class ReplayEngine:
 
 
 class ReplayServer(BackgroundServer):
-    """Serves a ReplayEngine on host:port (port 0: any free one)."""
+    """Serves a ReplayEngine on host:port (port 0: any free one). With `api_key` it answers
+    401 to a call without `Authorization: Bearer <api_key>`, as a provider would (the tests
+    show the proxy adds the key the agent never sees)."""
 
-    def __init__(self, script: dict, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, script: dict, host: str = "127.0.0.1", port: int = 0,
+                 api_key: str | None = None):
         self.engine = ReplayEngine(script)
         engine = self.engine
 
@@ -194,7 +201,10 @@ class ReplayServer(BackgroundServer):
                     request = json.loads(self.read_body(8 * 1024 * 1024) or b"{}")
                 except (HttpError, json.JSONDecodeError, UnicodeDecodeError):
                     request = None
-                if not self.path.rstrip("/").endswith("/chat/completions") or not isinstance(request, dict):
+                if api_key and self.headers.get("Authorization", "") != f"Bearer {api_key}":
+                    self.reply(401, {"error": {"message": "replay: wrong or missing API key",
+                                               "type": "invalid_api_key"}})
+                elif not self.path.rstrip("/").endswith("/chat/completions") or not isinstance(request, dict):
                     self.reply(400, {"error": {"message": "POST a chat completion to /v1/chat/completions"}})
                 else:
                     self.reply(*engine.answer(request))

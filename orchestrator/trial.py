@@ -20,8 +20,7 @@ from pathlib import Path
 import structlog
 
 from orchestrator import scrub
-from orchestrator.agents.base import Agent, render_command
-from orchestrator.agents.installed import STEP_LIMIT_EXIT
+from orchestrator.agents.base import EXIT_OUTCOMES, Agent, render_command
 from orchestrator.archive import tar_directory, tar_files
 from orchestrator.collect import EVIDENCE_NAME, collect, export_evidence
 from orchestrator.egress import EgressProxy
@@ -323,8 +322,8 @@ def classify_agent(result: TrialResult, proxy: ModelProxy | None) -> str:
     if proxy is not None and (proxy.stats.upstream_errors or proxy.stats.upstream_refusals
                               or proxy.stats.abandoned):
         return "endpoint_error"
-    if result.agent_exit_code == STEP_LIMIT_EXIT:
-        return "step_limit"  # an installed agent stopped on its own step limit
+    if result.agent_exit_code in EXIT_OUTCOMES:  # how an agent orchestra ships says it stopped
+        return EXIT_OUTCOMES[result.agent_exit_code]
     if result.agent_exit_code not in (0, None):
         return "crashed"
     return "ok"

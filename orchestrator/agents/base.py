@@ -8,6 +8,16 @@ from typing import Protocol
 from orchestrator.paths import INSTRUCTION
 from orchestrator.tasks import Task
 
+# Exit codes of the agents orchestra ships (the reference agent, the installed agents' run
+# scripts): how the agent stopped, read back into `agent_outcome`. Any other non-zero code
+# is `crashed`; a command agent that happens to use these codes gets these outcomes.
+EXIT_DEADLINE = 3  # stopped itself because the deadline was near -> timeout
+EXIT_BUDGET = 4  # the proxy refused on budget -> budget_exceeded (also seen in the proxy)
+EXIT_STEP_LIMIT = 5  # its own step limit, or the model looping -> step_limit
+EXIT_ENDPOINT = 6  # the endpoint failed it -> endpoint_error
+EXIT_OUTCOMES = {EXIT_DEADLINE: "timeout", EXIT_BUDGET: "budget_exceeded",
+                 EXIT_STEP_LIMIT: "step_limit", EXIT_ENDPOINT: "endpoint_error"}
+
 
 class Agent(Protocol):
     name: str

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from orchestrator.agents.base import EXIT_STEP_LIMIT
 from orchestrator.agents.install import PYTHON, Recipe, ensure_installed, install_dir, installed
 from orchestrator.exchanges import read_exchanges, trajectory_from_exchanges
 from orchestrator.models.manifest import RosterMember
@@ -27,7 +28,6 @@ from orchestrator.tasks import Task
 MOUNT = "/opt/orchestra-agents"
 RUN_SCRIPT = "/opt/orchestra-agent-run/run.sh"
 MODEL = "orchestra-model"  # what the agent asks for; the proxy sends the endpoint's model
-STEP_LIMIT_EXIT = 5
 MAX_OWN_LOG = 32 * 1024 * 1024
 
 _PY_CHECK = (f'python3 -c "import sys; sys.exit(sys.version_info[:2] != {PYTHON})" 2>/dev/null || '
@@ -108,7 +108,7 @@ class MiniSweAgent(InstalledAgent):
         steps = int(self.member.generation.get("max_turns", 30))  # type: ignore[arg-type]
         return _PY_CHECK + f"""export PYTHONPATH={self.home}/lib MSWEA_SILENT_STARTUP=1 \\
   MSWEA_COST_TRACKING=ignore_errors LITELLM_LOCAL_MODEL_COST_MAP=True \\
-  MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT=2 MSWEA_GLOBAL_CONFIG_DIR=/tmp/mswea
+  MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT=2 MSWEA_GLOBAL_CONFIG_DIR=/tmp/mswea MSWEA_CONFIGURED=true
 traj={AGENT_LOGS}/{self.own_log}
 python3 -c 'import sys; sys.argv[0] = "mini"; from minisweagent.run.mini import app; app()' \\
   --yolo --exit-immediately --cost-limit 0 --model openai/{MODEL} \\
@@ -119,7 +119,7 @@ code=$?
 status=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["info"]["exit_status"])' "$traj" 2>/dev/null)
 case "$status" in
   Submitted) exit 0 ;;
-  LimitsExceeded) exit {STEP_LIMIT_EXIT} ;;
+  LimitsExceeded) exit {EXIT_STEP_LIMIT} ;;
 esac
 [ "$code" = 0 ] && exit 1  # it stopped without submitting
 exit "$code"

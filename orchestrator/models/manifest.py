@@ -90,8 +90,8 @@ class Manifest(_Strict):
         """The same lineup with the orchestrator on this endpoint (`--model`); an agent
         that calls no model (oracle, nop) becomes the reference agent."""
         roster = [
-            m.model_copy(update={"endpoint": endpoint, "agent": m.agent if m.agent in (
-                "reference", "command") else "reference"}) if m.kind == "orchestrator" else m
+            m.model_copy(update={"endpoint": endpoint, "agent": "reference" if m.agent in (
+                "oracle", "nop") else m.agent}) if m.kind == "orchestrator" else m
             for m in self.roster
         ]
         return self.model_copy(update={"roster": roster})

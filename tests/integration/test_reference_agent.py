@@ -218,6 +218,9 @@ NATIVE = {"tool_calls": [{"name": "shell", "arguments": {"command": HELLO}}]}
                                {"when": {}, "reply": {"content": "Done."}}]}),
     ("tool-call-tags", {"rules": [{"when": {"turn": 0}, "reply": {"content": TAGGED}},
                                   {"when": {}, "reply": {"content": "Done."}}]}),
+    ("invalid-call-corrected", {"rules": [
+        {"when": {"turn": 0}, "reply": {"content": "```json\n" + json.dumps({"name": "mem_write", "arguments": {"slug": "x"}}) + "\n```"}},
+        {"when": {"turn": 1}, "reply": {"content": FENCED}}, {"when": {}, "reply": {"content": "Done."}}]}),
     ("500-once", {"fail_first": {"status": 500, "times": 1},
                   "rules": [{"when": {"turn": 0}, "reply": NATIVE}, {"when": {}, "reply": {"content": "Done."}}]}),
     ("cut-at-length", {"rules": [{"when": {"turn": 0}, "reply": {"content": "Let me think about wh",
@@ -235,6 +238,9 @@ def test_the_reference_agent_survives_what_real_servers_send(runtime, tmp_path, 
     trajectory = [json.loads(x) for x in (folder / "agent/trajectory.jsonl").read_text().splitlines()]
     dispatched = [x["event"]["tool"] for x in trajectory if x.get("event", {}).get("kind") == "tool_dispatch"]
     assert dispatched and dispatched[0]["name"] == "shell" and dispatched[0]["args"] == {"command": HELLO}
+    if case == "invalid-call-corrected":  # told what was wrong, then called a real tool
+        texts = [x["event"].get("text") or "" for x in trajectory if x.get("event", {}).get("kind") == "text"]
+        assert any("there is no tool 'mem_write'" in t for t in texts) and result.model["calls"] == 3
     if case == "cut-at-length":
         assert any("cut at max_tokens" in (x.get("event", {}).get("text") or "") for x in trajectory)
         assert result.model["calls"] == 3

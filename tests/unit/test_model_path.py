@@ -178,3 +178,94 @@ def test_a_request_the_client_abandoned_is_never_sent_again():
     with pytest.raises(ClientGone):
         proxy._forward(b"{}", client_gone=gone)  # port 9 refuses: one try, then the client is gone
     assert attempts == [1] and proxy.stats.retries == 0
+
+
+def stream_post(url: str, token: str, body: dict) -> tuple[str, list[dict]]:
+    request = urllib.request.Request(url + "/chat/completions", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        kind, text = response.headers.get("Content-Type", ""), response.read().decode()
+    events = [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    return kind, [json.loads(e) for e in events[:-1]]
+
+
+def test_a_stream_request_is_answered_as_server_sent_events_and_every_exchange_is_recorded(upstream, tmp_path):
+    from orchestrator.exchanges import read_exchanges
+
+    server = upstream(SCRIPT)
+    record = tmp_path / "model" / "exchanges.jsonl"
+    proxy = ModelProxy("127.0.0.1", server.url, "replay-model", "sk-test-SECRET-123", Budget(), {},
+                       deadline=time.time() + 60, backoff_max=0.2, record=record).start()
+    try:
+        kind, chunks = stream_post(proxy.url, proxy.token, {
+            **ask("<recall>make check-fast --tag=MEMKEY-AB12</recall> fast-check?"), "stream": True,
+            "stream_options": {"include_usage": True}})
+        assert kind.startswith("text/event-stream")
+        delta = chunks[0]["choices"][0]["delta"]
+        call = delta["tool_calls"][0]
+        assert call["index"] == 0 and call["function"]["name"] == "shell"
+        assert chunks[1]["choices"][0]["finish_reason"] == "tool_calls"
+        assert chunks[2]["usage"]["total_tokens"] > 0 and chunks[2]["choices"] == []
+        status, body = post(proxy.url, proxy.token, ask("hello"))
+        assert status == 200 and body["choices"][0]["message"]["content"] == "Done."
+    finally:
+        proxy.stop()
+    exchanges = read_exchanges(record)
+    assert [(e["seq"], e["stream"], e["status"]) for e in exchanges] == [(1, True, 200), (2, False, 200)]
+    assert exchanges[1]["response"]["choices"][0]["message"]["content"] == "Done."
+    assert "sk-test-SECRET-123" not in record.read_text()
+
+
+def test_a_replay_endpoint_with_a_key_refuses_calls_without_it(upstream):
+    server = ReplayServer(SCRIPT, api_key="sk-fake-777").start()
+    try:
+        status, body = post(server.url, "sk-wrong", ask("hello"))
+        assert status == 401 and body["error"]["type"] == "invalid_api_key"
+        proxy = proxy_for(server, key="sk-fake-777")
+        try:
+            status, body = post(proxy.url, proxy.token, ask("hello"))
+            assert status == 200 and server.engine.authorizations[-1] == "Bearer sk-fake-777"
+        finally:
+            proxy.stop()
+    finally:
+        server.stop()
+
+
+def test_a_recorded_job_is_served_back_in_order_and_a_diverging_call_is_refused(upstream, tmp_path):
+    from orchestrator.exchanges import recorded_answers
+
+    server = upstream(SCRIPT)
+    job = tmp_path / "job"
+    record = job / "trials" / "t1" / "model" / "exchanges.jsonl"
+    proxy = ModelProxy("127.0.0.1", server.url, "replay-model", None, Budget(), {},
+                       deadline=time.time() + 60, backoff_max=0.2, record=record).start()
+    first = [ask("<recall>make check-fast --tag=MEMKEY-Z9</recall> fast-check?"), ask("hello", turn=1)]
+    try:
+        answers = [post(proxy.url, proxy.token, body) for body in first]
+    finally:
+        proxy.stop()
+    engine = ReplayEngine({"recorded": recorded_answers(job)})
+    assert [engine.answer(body) for body in first] == answers  # the same bodies, byte for byte
+    status, body = engine.answer(ask("something never asked"))
+    assert status == 400 and body["error"]["type"] == "replay_diverged" and engine.diverged == 1
+
+
+def test_the_conversation_key_sees_past_canned_example_turns_and_side_calls():
+    from orchestrator.exchanges import conversation_key
+
+    def aider(task: str) -> dict:
+        return {"messages": [{"role": "system", "content": "Act as an expert"},
+                             {"role": "user", "content": "Change the greeting"},
+                             {"role": "assistant", "content": "canned"},
+                             {"role": "user", "content": task + " (format reminder)"}]}
+    assert conversation_key(aider("make a.txt")) != conversation_key(aider("make b.txt"))
+    prompt = "You are an agent. " + "Be careful. " * 30
+    main = {"messages": [{"role": "system", "content": prompt + "Today is 2026-12-03"},
+                         {"role": "user", "content": "make a.txt"}]}
+    later = {"messages": [{"role": "system", "content": prompt + "Today is 2026-12-04"},
+                          {"role": "user", "content": "make a.txt"}]}
+    title = {"messages": [{"role": "system", "content": "You are a title generator."},
+                          {"role": "user", "content": "make a.txt"}]}
+    assert conversation_key(main) != conversation_key(title)
+    assert conversation_key(main) == conversation_key(later)  # a date deep in the prompt does not

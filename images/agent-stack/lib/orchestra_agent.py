@@ -26,6 +26,10 @@ import orchestra_trajectory as trajectory
 OUTPUT_CAP = 16000
 SHELL_TIMEOUT = 120
 DEADLINE_MARGIN = 10
+MAX_INVALID_CALLS = 3  # malformed text tool calls answered with a correction, then final
+MAX_REPEATS = 5  # the same tool calls this many turns in a row: the model is looping; stop
+# Exit codes (orchestra's convention for the agents it ships; see agents/base.py):
+EXIT_DEADLINE, EXIT_BUDGET, EXIT_STEP_LIMIT, EXIT_ENDPOINT = 3, 4, 5, 6
 SYSTEM = ("You are an autonomous agent working in a Linux container. Use the tools to do the "
           "task; when done, reply with a short final answer and no tool call.")
 
@@ -60,31 +64,36 @@ _TAGGED = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 
 
 def _as_call(obj, index):
-    """A {"name", "arguments"} object naming a known tool, checked against its schema."""
-    if not isinstance(obj, dict):
-        return None
+    """A {"name", "arguments"} object naming a known tool, checked against its schema:
+    (call, None), or (None, what is wrong) for an attempt, or (None, None) for no attempt."""
+    if not isinstance(obj, dict) or not (obj.get("name") or obj.get("function")):
+        return None, None
     name = obj.get("name") or (obj.get("function") or {}).get("name")
     args = obj.get("arguments", obj.get("parameters", (obj.get("function") or {}).get("arguments", {})))
     if isinstance(args, str):
         try:
             args = json.loads(args)
         except ValueError:
-            return None
-    if name not in TOOL_NAMES or not isinstance(args, dict):
-        return None
+            return None, "the arguments of %s are not JSON" % name
+    if name not in TOOL_NAMES:
+        return None, "there is no tool %r (tools: %s)" % (name, ", ".join(sorted(TOOL_NAMES)))
+    if not isinstance(args, dict):
+        return None, "the arguments of %s are not an object" % name
     schema = next(t for t in TOOLS if t["name"] == name)["parameters"]
-    if any(key not in args for key in schema.get("required", [])):
-        return None
+    missing = [key for key in schema.get("required", []) if key not in args]
+    if missing:
+        return None, "%s needs the argument(s) %s" % (name, ", ".join(missing))
     if any(not isinstance(args[k], str) for k in schema.get("properties", {}) if k in args):
-        return None
+        return None, "the arguments of %s must be strings" % name
     return {"id": "text-%d" % index, "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args)}}
+            "function": {"name": name, "arguments": json.dumps(args)}}, None
 
 
-def text_tool_calls(content):
+def text_tool_calls(content, problems=None):
     """Tool calls small open models write as text: ```json fenced objects, Hermes/Qwen
     <tool_call> tags, or a bare JSON object naming a known tool. Parsed strictly: a call
-    must name a known tool and carry its required string arguments."""
+    must name a known tool and carry its required string arguments; what is wrong with an
+    attempt that fails is appended to `problems` (so the model can be told)."""
     if not content:
         return []
     candidates = _TAGGED.findall(content) + _FENCED.findall(content)
@@ -97,9 +106,11 @@ def text_tool_calls(content):
             obj = json.loads(raw)
         except ValueError:
             continue
-        call = _as_call(obj, len(calls))
+        call, problem = _as_call(obj, len(calls))
         if call is not None:
             calls.append(call)
+        elif problem and problems is not None:
+            problems.append(problem)
     return calls
 
 
@@ -240,20 +251,22 @@ def _main():
             user = "<recall>\n%s\n</recall>\n\n%s" % (block, instruction)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     trajectory.event("message", instruction)
-    truncated = 0
+    truncated = invalid = repeats = 0
+    last_calls = None
     for _turn in range(max_turns):
         if time.time() > deadline - DEADLINE_MARGIN:
             trajectory.event("text", "stopped: deadline near")
-            return 3
+            return EXIT_DEADLINE
         try:
             response = chat(messages, generation, deadline)
         except EndpointError as exc:
             trajectory.event("text", "endpoint error: %s" % exc)
             sys.stderr.write("endpoint error: %s\n" % exc)
-            return 4 if "budget exceeded" in str(exc) else 5
+            return EXIT_BUDGET if "budget exceeded" in str(exc) else EXIT_ENDPOINT
         choice = response["choices"][0]
         message = choice["message"]
-        calls = message.get("tool_calls") or text_tool_calls(message.get("content"))
+        problems = []
+        calls = message.get("tool_calls") or text_tool_calls(message.get("content"), problems)
         if calls and not message.get("tool_calls"):  # a text tool call, made native
             message = {"role": "assistant", "content": message.get("content") or "",
                        "tool_calls": calls}
@@ -265,10 +278,23 @@ def _main():
             messages.append({"role": "user", "content": "Your reply was cut off. Continue; "
                              "if you meant to call a tool, send only the tool call."})
             continue
+        if not calls and problems and invalid < MAX_INVALID_CALLS:
+            # a tool call written as text that does not fit the tools: say what is wrong
+            invalid += 1
+            trajectory.event("text", "invalid tool call: %s" % "; ".join(problems))
+            messages.append({"role": "user", "content": "That tool call was not valid: %s. "
+                             "Send a valid tool call, or your final answer." % "; ".join(problems)})
+            continue
         if not calls:
             trajectory.event("message", message.get("content") or "")
             print(message.get("content") or "")
             return 0
+        signature = [(c["function"]["name"], c["function"].get("arguments")) for c in calls]
+        repeats = repeats + 1 if signature == last_calls else 1
+        last_calls = signature
+        if repeats >= MAX_REPEATS:
+            trajectory.event("text", "stopped: the model sent the same tool call(s) %d turns in a row" % repeats)
+            return EXIT_STEP_LIMIT
         for call in calls:
             name = call["function"]["name"]
             try:
@@ -281,6 +307,9 @@ def _main():
             trajectory.event("tool_result", tool=dict(tool, output=output, err="" if code == 0 else "exit %d" % code,
                                                       exit_code=code))
             messages.append({"role": "tool", "tool_call_id": tool["id"], "content": output})
+        if repeats >= 2:  # a small model re-sending a finished step: say so once per turn
+            messages.append({"role": "user", "content": "You sent this same tool call before and it "
+                             "ran. If the task is done, reply with your final answer and no tool call."})
     trajectory.event("text", "stopped: max_turns reached" + (
         " (%d replies cut at max_tokens)" % truncated if truncated else ""))
-    return 4
+    return EXIT_STEP_LIMIT
