@@ -2,13 +2,14 @@
 #   make demo   venv + install, Docker (installed and started if absent), offline base
 #               image, then the oracle over tasks/examples with a results table.
 #   make test   the same set-up, then the whole test suite against the real engine.
+#   make local-model / make eval-local   a real model server on this machine (not in tests).
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DEMO    := $(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup docker browser base-image demo test test-hostile test-ray test-unit test-integration lint bench cleanup
+.PHONY: setup docker browser base-image demo local-model eval-local test test-hostile test-ray test-unit test-integration lint bench cleanup
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +30,17 @@ demo: base-image
 	$(BIN)/orchestra run --path tasks/memorybench --manifest manifests/solo-replay.yaml --n-concurrent 4 --job-name demo-on-$(DEMO) --json jobs/demo-on-$(DEMO).json
 	$(BIN)/orchestra run --path tasks/memorybench --manifest manifests/solo-replay.yaml --policy memory-off --n-concurrent 4 --job-name demo-off-$(DEMO) --json jobs/demo-off-$(DEMO).json
 	$(BIN)/orchestra compare jobs/demo-on-$(DEMO).json jobs/demo-off-$(DEMO).json --markdown jobs/demo-compare-$(DEMO).md
+
+local-model:
+	./scripts/local-model.sh
+
+LOCAL := --endpoint-config endpoints/local.json --manifest manifests/solo-local.yaml --n-concurrent 2
+eval-local: base-image local-model
+	$(BIN)/orchestra run --path tasks/examples $(LOCAL) --job-name local-reference-$(DEMO)
+	$(BIN)/orchestra run --path tasks/examples $(LOCAL) --agent mini-swe-agent --job-name local-mini-$(DEMO)
+	$(BIN)/orchestra run --path tasks/memorybench $(LOCAL) --job-name local-on-$(DEMO) --json jobs/local-on-$(DEMO).json
+	$(BIN)/orchestra run --path tasks/memorybench $(LOCAL) --policy memory-off --job-name local-off-$(DEMO) --json jobs/local-off-$(DEMO).json
+	$(BIN)/orchestra compare jobs/local-on-$(DEMO).json jobs/local-off-$(DEMO).json --markdown jobs/local-compare-$(DEMO).md
 
 browser:
 	./scripts/ensure-chromium.sh

@@ -96,6 +96,15 @@ def _client_env(ca_bundle: Path | None) -> dict[str, str]:
     return env
 
 
+def _download(url: str, target: Path, ca_bundle: str | None) -> None:
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else None
+    with urllib.request.urlopen(url, timeout=600, context=context) as response, target.open("wb") as out:
+        shutil.copyfileobj(response, out)
+
+
 def _pypi(recipe: Recipe, work: Path, env: dict[str, str]) -> None:
     if sys.version_info[:2] != PYTHON:
         raise OSError(f"the host's Python is {sys.version_info[0]}.{sys.version_info[1]}; agents "
@@ -110,9 +119,15 @@ def _pypi(recipe: Recipe, work: Path, env: dict[str, str]) -> None:
 
 
 def _npm(recipe: Recipe, work: Path, env: dict[str, str]) -> None:
-    done = subprocess.run(["npm", "pack", "--silent", f"{recipe.package}@{recipe.version}"],
-                          cwd=work, env=env, check=True, capture_output=True, timeout=1800)
-    tarball = work / done.stdout.decode().strip().splitlines()[-1]
+    if shutil.which("npm"):
+        done = subprocess.run(["npm", "pack", "--silent", f"{recipe.package}@{recipe.version}"],
+                              cwd=work, env=env, check=True, capture_output=True, timeout=1800)
+        tarball = work / done.stdout.decode().strip().splitlines()[-1]
+    else:  # no npm on this host: the registry's tarball, fetched directly (same CA bundle)
+        tarball = work / "package.tgz"
+        _download(f"https://registry.npmjs.org/{recipe.package}/-/"
+                  f"{recipe.package.split('/')[-1]}-{recipe.version}.tgz", tarball,
+                  env.get("npm_config_cafile"))
     with tarfile.open(tarball) as archive:
         archive.extractall(work / "pkg", filter="data")
     tarball.unlink()

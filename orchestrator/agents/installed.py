@@ -16,6 +16,7 @@ base's); the run script says so and exits 127 otherwise.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from orchestrator.agents.base import EXIT_STEP_LIMIT
@@ -105,7 +106,12 @@ class MiniSweAgent(InstalledAgent):
     own_log = "mini-swe-agent.traj.json"
 
     def script(self) -> str:
-        steps = int(self.member.generation.get("max_turns", 30))  # type: ignore[arg-type]
+        generation = dict(self.member.generation)
+        steps = int(generation.pop("max_turns", 30))  # type: ignore[arg-type]
+        if "max_output_tokens" in generation:
+            generation["max_tokens"] = generation.pop("max_output_tokens")
+        kwargs = "".join(f" \\\n  -c {shlex.quote(f'model.model_kwargs.{k}={json.dumps(v)}')}"
+                         for k, v in sorted(generation.items()))  # the manifest's generation
         return _PY_CHECK + f"""export PYTHONPATH={self.home}/lib MSWEA_SILENT_STARTUP=1 \\
   MSWEA_COST_TRACKING=ignore_errors LITELLM_LOCAL_MODEL_COST_MAP=True \\
   MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT=2 MSWEA_GLOBAL_CONFIG_DIR=/tmp/mswea MSWEA_CONFIGURED=true
@@ -113,7 +119,7 @@ traj={AGENT_LOGS}/{self.own_log}
 python3 -c 'import sys; sys.argv[0] = "mini"; from minisweagent.run.mini import app; app()' \\
   --yolo --exit-immediately --cost-limit 0 --model openai/{MODEL} \\
   --task "$(cat "$1")" -c mini.yaml \\
-  -c "model.model_kwargs.api_base=$OPENAI_BASE_URL" -c "agent.step_limit={steps}" \\
+  -c "model.model_kwargs.api_base=$OPENAI_BASE_URL" -c "agent.step_limit={steps}"{kwargs} \\
   --output "$traj" </dev/null
 code=$?
 status=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["info"]["exit_status"])' "$traj" 2>/dev/null)

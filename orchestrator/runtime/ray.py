@@ -99,7 +99,8 @@ def run_on_node(payload: dict, task_tar: bytes) -> dict:
         ctx = TrialContext(
             runtime=runtime, job=job, job_dir=work, condition=manifest.condition,
             condition_hash=manifest.condition_hash(), agent_id=lead.id,
-            agent=agent_for(lead, Path(payload["manifest_dir"]) if payload["manifest_dir"] else None),
+            agent=agent_for(lead, Path(payload["manifest_dir"]) if payload["manifest_dir"] else None,
+                            Path(payload["ca_bundle"]) if payload.get("ca_bundle") else None),
             policy=payload["policy"], images_for=images, cancel=threading.Event(),
             watchdog=watchdog, networks=networks, manifest=manifest, upstreams=upstreams,
             timeout_override=manifest.trial_budget.timeout_seconds)

@@ -1,0 +1,90 @@
+"""Installed agent CLIs (mini-swe-agent, aider, opencode) in real trials, through the model
+proxy to their replay endpoints; and a recorded job served back with --replay-from.
+
+The first run on a machine installs each CLI into ~/.cache/orchestra/agents (PyPI/npm on
+the host, honouring the CA bundle): minutes, once; later runs reuse the cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
+FAKE_KEY = "sk-fake-installed-agents-7f3a9c2e"
+HELLO = str(ROOT / "tasks/examples/hello-file")
+
+
+def orchestra(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ORCHESTRA_REPLAY_KEY": FAKE_KEY}
+    return subprocess.run([ORCHESTRA, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def only_trial(job: Path) -> tuple[dict, Path]:
+    (folder,) = (job / "trials").iterdir()
+    return json.loads((folder / "result.json").read_text()), folder
+
+
+def files_holding(root: Path, secret: str) -> list[str]:
+    return [str(p) for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+def test_orchestra_agents_lists_three_installed_clis_with_kind_and_version():
+    proc = orchestra("agents", "--json")
+    assert proc.returncode == 0, proc.stderr
+    agents = {a["name"]: a for a in json.loads(proc.stdout)}
+    installed = {n: a for n, a in agents.items() if a["kind"].startswith("installed")}
+    assert set(installed) == {"mini-swe-agent", "aider", "opencode"}
+    assert {a["version"] for a in installed.values()} == {"2.4.6", "0.86.2", "1.18.34"}
+
+
+@pytest.mark.parametrize("agent, own_trajectory", [
+    ("mini-swe-agent", True), ("aider", False), ("opencode", False)])
+def test_an_installed_cli_solves_hello_file_on_its_replay_endpoint(tmp_path, agent, own_trajectory):
+    proc = orchestra("run", "--path", HELLO, "--agent", agent, "--endpoint-config",
+                     str(ROOT / "endpoints/replay.json"), "-m", f"replay-{agent}",
+                     "--jobs-dir", str(tmp_path), "--job-name", "j", "-q")
+    assert proc.returncode == 0, proc.stderr
+    result, folder = only_trial(tmp_path / "j")
+    assert result["agent"] == agent
+    # the replay endpoint answers 401 without the key: reward 1 shows the proxy added it
+    assert result["reward"] == {"reward": 1.0}, (result["error"], (folder / "agent/stdout.txt").read_text()[-2000:])
+    assert result["agent_outcome"] == "ok" and result["agent_exit_code"] == 0
+    assert result["model"]["calls"] >= 1 and result["model"]["upstream_refusals"] == 0
+    trajectory = [json.loads(x) for x in (folder / "agent/trajectory.jsonl").read_text().splitlines()]
+    kinds = [e["event"]["kind"] for e in trajectory]
+    assert "tool_dispatch" in kinds or agent == "aider"  # aider edits files from the reply text
+    assert result["memory"]["complete"] is own_trajectory
+    if not own_trajectory:
+        assert "built from the model exchanges" in result["memory"]["incomplete_reason"]
+    exchanges = [json.loads(x) for x in (folder / "model/exchanges.jsonl").read_text().splitlines()]
+    assert len(exchanges) == result["model"]["calls"] and {e["status"] for e in exchanges} == {200}
+    assert files_holding(tmp_path / "j", FAKE_KEY) == []
+
+
+def test_a_recorded_job_reruns_with_the_same_model_outputs(tmp_path):
+    """opencode streams and makes a side call (a title): the re-run, answered only from the
+    recording, gets the same bodies and the same result; nothing diverges."""
+    common = ["--path", HELLO, "--agent", "opencode", "--endpoint-config",
+              str(ROOT / "endpoints/replay.json"), "-m", "replay-opencode", "--jobs-dir", str(tmp_path), "-q"]
+    first = orchestra("run", *common, "--job-name", "rec")
+    assert first.returncode == 0, first.stderr
+    again = orchestra("run", *common, "--job-name", "again", "--replay-from", str(tmp_path / "rec"))
+    assert again.returncode == 0, again.stderr
+    (a, fa), (b, fb) = only_trial(tmp_path / "rec"), only_trial(tmp_path / "again")
+    assert b["reward"] == a["reward"] == {"reward": 1.0}
+    assert b["model"]["calls"] == a["model"]["calls"] and b["model"]["upstream_refusals"] == 0
+
+    def bodies(folder: Path) -> list[str]:
+        lines = (folder / "model/exchanges.jsonl").read_text().splitlines()
+        return sorted(json.dumps(json.loads(x)["response"], sort_keys=True) for x in lines)
+    assert bodies(fb) == bodies(fa)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = orchestra("run", *common, "--job-name", "x", "--replay-from", str(empty))
+    assert refused.returncode == 2 and "no recorded exchanges" in " ".join(refused.stderr.split())
