@@ -10,11 +10,18 @@ Not a test: these machines are noisy, so nothing here asserts a time.
   report_10k_seconds    aggregate + Markdown + HTML + JUnit for 10,000 synthetic trials
   report_10k_peak_mb    peak Python heap while doing it
   view_job_page_seconds / view_trial_page_seconds   `orchestra view` on a 10,000-trial job
+  help_seconds          `orchestra --help`, whole process (target < 0.3)
+  run_seconds_1_trial   `orchestra run` of one oracle trial of hello-file, whole process,
+                        warm images (target <= 1.5 x floor_seconds_per_trial)
+  run_vs_floor_1_trial  the two above as a ratio
+  startup_seconds       process start to the first trial's first event (target <= 0.3)
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import io
+import json
 import os
 import resource
 import statistics
@@ -84,6 +91,29 @@ def job_seconds(runtime, path: Path, n: int, k: int, jobs: Path):
     started = time.perf_counter()
     job = run_job(runtime, [load_task(path)], default_manifest("oracle"), options)
     return time.perf_counter() - started, job
+
+
+def whole_process(hello: Path, jobs: Path) -> tuple[float, float]:
+    """One `orchestra run` of one oracle trial: its wall time, and the time from process
+    start to the first trial's first event (events.jsonl, microsecond timestamps)."""
+    name = f"one-{uuid.uuid4().hex[:8]}"
+    started = time.time()
+    subprocess.run([ORCHESTRA, "run", "--path", str(hello), "--agent", "oracle", "-q",
+                    "--jobs-dir", str(jobs), "--job-name", name], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.time() - started
+    for line in (jobs / name / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event.get("event") == "trial.phase":
+            first = dt.datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+            return wall, first - started
+    raise RuntimeError("no trial event")
+
+
+def help_seconds() -> float:
+    started = time.perf_counter()
+    subprocess.run([ORCHESTRA, "--help"], check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
 
 
 def synthetic_trials(job: str, n: int = 10_000) -> list[TrialResult]:
@@ -164,6 +194,12 @@ def main() -> None:
         emit("floor_seconds_per_trial", round(floor, 3))
         emit("orchestra_seconds_per_trial", round(ours, 3))
         emit("overhead_ratio", round(ours / floor, 2))
+        emit("help_seconds", round(statistics.median(help_seconds() for _ in range(REPEATS)), 3))
+        runs = [whole_process(hello, jobs) for _ in range(REPEATS)]
+        one_run = statistics.median(r[0] for r in runs)
+        emit("run_seconds_1_trial", round(one_run, 3))
+        emit("run_vs_floor_1_trial", round(one_run / floor, 2))
+        emit("startup_seconds", round(statistics.median(r[1] for r in runs), 3))
 
         seconds, job = job_seconds(runtime, hello, 1, 1, jobs)
         trial = TrialResult.model_validate_json(next((jobs / job.job / "trials").glob("*/result.json")).read_text())

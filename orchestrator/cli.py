@@ -12,7 +12,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from orchestrator import log as logsetup
 from orchestrator.errors import InfraError, InputError, OrchestraError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -23,6 +22,12 @@ app.add_typer(tasks_app, name="tasks")
 app.add_typer(images_app, name="images")
 console = Console()
 err = Console(stderr=True)
+
+
+def _configure_logs(verbose: bool = False, json_file: Path | None = None) -> None:
+    from orchestrator import log  # structlog: imported by the commands that log, not by --help
+
+    log.configure(verbose, json_file)
 
 
 def _fail(exc: OrchestraError) -> None:
@@ -193,7 +198,7 @@ def run(
             from orchestrator.report.load import load_trials
 
             baseline_trials = load_trials(baseline)
-        logsetup.configure(verbose, jobs_dir / name / "events.jsonl")
+        _configure_logs(verbose, jobs_dir / name / "events.jsonl")
         runtime = DockerRuntime(max_pool_size=n_concurrent * 3 + 8)
         _terminate_as_interrupt()
         with Progress(err, live=False if quiet or verbose else None) as progress:
@@ -387,7 +392,7 @@ def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if p
     from orchestrator.images import BASE_IMAGE, DEFAULT_ALIASES, bootstrap_base
     from orchestrator.runtime.docker import BuildFailed, DockerRuntime
 
-    logsetup.configure(verbose=True)
+    _configure_logs(verbose=True)
     try:
         bootstrap_base(DockerRuntime(), force=force)
     except InfraError as exc:
@@ -446,7 +451,7 @@ def cleanup(
     from orchestrator.runtime.base import LABEL_KIND
     from orchestrator.runtime.docker import DockerRuntime
 
-    logsetup.configure()
+    _configure_logs()
     if job is not None and everything:
         _fail(InputError("--job and --all: choose one"))
     try:

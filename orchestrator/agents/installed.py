@@ -100,7 +100,9 @@ def _write(path: Path, events: list[dict]) -> None:
 
 
 class MiniSweAgent(InstalledAgent):
-    """mini-swe-agent (PyPI): tool-call mode, yolo, exits when it submits."""
+    """mini-swe-agent (PyPI): yolo, exits when it submits. Tool-call mode (`mini.yaml`) by
+    default; a roster member's `env: {MSWEA_CONFIG: mini_textbased.yaml}` picks its text
+    mode (one fenced command per reply) for models whose server fills no `tool_calls`."""
 
     recipe = Recipe("mini-swe-agent", "pypi", "mini-swe-agent", "2.4.6")
     own_log = "mini-swe-agent.traj.json"
@@ -118,7 +120,7 @@ class MiniSweAgent(InstalledAgent):
 traj={AGENT_LOGS}/{self.own_log}
 python3 -c 'import sys; sys.argv[0] = "mini"; from minisweagent.run.mini import app; app()' \\
   --yolo --exit-immediately --cost-limit 0 --model openai/{MODEL} \\
-  --task "$(cat "$1")" -c mini.yaml \\
+  --task "$(cat "$1")" -c "${{MSWEA_CONFIG:-mini.yaml}}" \\
   -c "model.model_kwargs.api_base=$OPENAI_BASE_URL" -c "agent.step_limit={steps}"{kwargs} \\
   --output "$traj" </dev/null
 code=$?
