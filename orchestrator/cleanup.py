@@ -19,8 +19,7 @@ from pathlib import Path
 import structlog
 
 from orchestrator.runtime import disk
-from orchestrator.runtime.base import LABEL_IMAGE_KIND, LABEL_JOB, LABEL_KIND, LABEL_PID
-from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.runtime.base import LABEL_IMAGE_KIND, LABEL_JOB, LABEL_KIND, LABEL_PID, Runtime
 
 log = structlog.get_logger()
 LABEL_HOST = "orchestra.host"
@@ -41,7 +40,7 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def reap(runtime: DockerRuntime, label: str) -> dict[str, int]:
+def reap(runtime: Runtime, label: str) -> dict[str, int]:
     """Remove containers, volumes, networks (and their loop disks) carrying a label.
 
     Never raises for one object: removal is idempotent (another remover may be at the same
@@ -69,7 +68,7 @@ def _try_remove(kind: str, remove, name: str) -> bool:
         return False
 
 
-def remaining(runtime: DockerRuntime, label: str) -> list[str]:
+def remaining(runtime: Runtime, label: str) -> list[str]:
     """What still carries `label` (and loop disks of that job): "kind name" lines."""
     containers, networks, volumes = runtime.labelled(label)
     left = ([f"container {c[:12]}" for c in containers] + [f"network {n}" for n in networks]
@@ -85,7 +84,7 @@ def _dead_owner(labels: dict[str, str], host: str) -> bool:
     return labels.get(LABEL_HOST) == host and pid.isdigit() and not _alive(int(pid))
 
 
-def dead_jobs(runtime: DockerRuntime, rows: list[dict] | None = None) -> set[str]:
+def dead_jobs(runtime: Runtime, rows: list[dict] | None = None) -> set[str]:
     """Jobs on this host whose orchestrator process no longer exists (from `rows` of
     runtime.owned_objects() when the caller already has them)."""
     host = socket.gethostname()
@@ -94,7 +93,7 @@ def dead_jobs(runtime: DockerRuntime, rows: list[dict] | None = None) -> set[str
             if _dead_owner(row["labels"], host)} - {""}
 
 
-def plan(runtime: DockerRuntime, job: str | None = None, everything: bool = False) -> list[dict]:
+def plan(runtime: Runtime, job: str | None = None, everything: bool = False) -> list[dict]:
     """What a clean-up would remove: every orchestra-created object (everything), one job's,
     or (default) those of dead owners on this host. Never anything orchestra did not create."""
     rows = runtime.owned_objects()
@@ -104,7 +103,7 @@ def plan(runtime: DockerRuntime, job: str | None = None, everything: bool = Fals
     return [r for r in rows if r["labels"].get(LABEL_JOB) in jobs]
 
 
-def reap_orphans(runtime: DockerRuntime) -> dict[str, int]:
+def reap_orphans(runtime: Runtime) -> dict[str, int]:
     """Objects of jobs whose orchestrator process on this host no longer exists."""
     jobs = dead_jobs(runtime)
     totals = {"containers": 0, "networks": 0, "volumes": 0, "disks": 0, "failed": 0}
@@ -140,7 +139,7 @@ def touch_images(refs: list[str]) -> None:
             log.warning("images.usage_not_recorded", error=str(exc))
 
 
-def prune_images(runtime: DockerRuntime, keep_gb: float | None) -> list[str]:
+def prune_images(runtime: Runtime, keep_gb: float | None) -> list[str]:
     """Remove orchestra's task and agent images, least recently used first, until what is
     left fits keep_gb (all of them when keep_gb is None). The offline base is kept."""
     try:

@@ -51,10 +51,10 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
         _fail(exc)
     runtime = info = None
     try:
-        from orchestrator.runtime.docker import DockerRuntime
+        from orchestrator.runtime import open_runtime
 
-        runtime = DockerRuntime()
-        info = runtime.api.info()
+        runtime = open_runtime()
+        info = runtime.engine_info()
     except InfraError:
         console.print("note: no Docker engine answers; images and capacity are not checked")
     for task in tasks:
@@ -108,7 +108,7 @@ def run(
     from orchestrator.models.manifest import AGENT_NAMES, Manifest, default_manifest, load_manifest
     from orchestrator.report.progress import Progress
     from orchestrator.report.summary import render_job
-    from orchestrator.runtime.docker import DockerRuntime
+    from orchestrator.runtime import open_runtime
     from orchestrator.tasks import load_tasks
     from orchestrator.util import check_job_name, write_output
 
@@ -199,7 +199,7 @@ def run(
 
             baseline_trials = load_trials(baseline)
         _configure_logs(verbose, jobs_dir / name / "events.jsonl")
-        runtime = DockerRuntime(max_pool_size=n_concurrent * 3 + 8)
+        runtime = open_runtime(max_pool_size=n_concurrent * 3 + 8)
         _terminate_as_interrupt()
         with Progress(err, live=False if quiet or verbose else None) as progress:
             job = run_job(runtime, tasks, lineup, options, on_trial_done=progress.trial_done,
@@ -390,11 +390,12 @@ def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if p
     """Build a Debian bookworm + python3 base from Debian packages (no registry needed)
     and register it for `FROM python:3.12-slim-bookworm` and friends."""
     from orchestrator.images import BASE_IMAGE, DEFAULT_ALIASES, bootstrap_base
-    from orchestrator.runtime.docker import BuildFailed, DockerRuntime
+    from orchestrator.runtime import open_runtime
+    from orchestrator.runtime.base import BuildFailed
 
     _configure_logs(verbose=True)
     try:
-        bootstrap_base(DockerRuntime(), force=force)
+        bootstrap_base(open_runtime(), force=force)
     except InfraError as exc:
         _fail(exc)
     except BuildFailed as exc:
@@ -448,14 +449,14 @@ def cleanup(
     `--job NAME` one job's, `--all` all of them. Objects orchestra did not create (e.g.
     someone's container from an image orchestra built) are never touched."""
     from orchestrator.cleanup import LABEL_JOB, plan, prune_images, reap, reap_orphans
+    from orchestrator.runtime import open_runtime
     from orchestrator.runtime.base import LABEL_KIND
-    from orchestrator.runtime.docker import DockerRuntime
 
     _configure_logs()
     if job is not None and everything:
         _fail(InputError("--job and --all: choose one"))
     try:
-        runtime = DockerRuntime()
+        runtime = open_runtime()
     except InfraError as exc:
         _fail(exc)
     scope = "every orchestra object" if everything else (
@@ -480,17 +481,27 @@ def cleanup(
 
 
 def main() -> None:
-    import requests
-    from docker.errors import DockerException
-
     try:
         app()
     except KeyboardInterrupt:
         err.print("cancelled")
         sys.exit(130)
-    except (requests.RequestException, DockerException) as exc:
+    except Exception as exc:
+        if not isinstance(exc, _engine_errors()):
+            raise
         err.print(f"[red]the Docker engine failed[/]: {exc.__class__.__name__}: {exc}")
         sys.exit(3)
+
+
+def _engine_errors() -> tuple[type[BaseException], ...]:
+    """The engine client's exceptions, from the modules only if a command loaded them (an
+    exception cannot be of a class never imported; `--help` then loads none of them)."""
+    found: list[type[BaseException]] = []
+    if "requests" in sys.modules:
+        found.append(sys.modules["requests"].RequestException)
+    if "docker.errors" in sys.modules:
+        found.append(sys.modules["docker.errors"].DockerException)
+    return tuple(found)
 
 
 if __name__ == "__main__":

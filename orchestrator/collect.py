@@ -13,7 +13,7 @@ from orchestrator.archive import safe_extract
 from orchestrator.models.result import TrialResult
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, TrialDir
 from orchestrator.relay.session import TrialRelay
-from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.runtime.base import Runtime
 from orchestrator.sandbox import Sandbox
 from orchestrator.scrub import scrub_json
 from orchestrator.tasks import Task
@@ -26,7 +26,7 @@ AGENT_LOG_FILE_CAP_BYTES = 8 * 1024 * 1024  # ... and any one file in it
 EVIDENCE_NAME = "relay-evidence.json"
 
 
-def collect(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir) -> None:
+def collect(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir) -> None:
     """Copy out /logs/agent, /logs/artifacts and the declared artifacts, safely, capped."""
     container = box.agent_container
     budget = COLLECT_CAP_BYTES

@@ -8,13 +8,13 @@ from __future__ import annotations
 import re
 
 from orchestrator.images import _alias_source, base_references
-from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.runtime.base import Runtime
 from orchestrator.tasks import Task
 
 FETCHES = re.compile(r"\b(apt-get|apt|pip3?|uvx?|curl|wget|npm|npx|git\s+clone|go\s+install|cargo\s+install)\b")
 
 
-def _image_needs(runtime: DockerRuntime, what: str, dockerfile: str) -> list[str]:
+def _image_needs(runtime: Runtime, what: str, dockerfile: str) -> list[str]:
     needs = []
     for ref in base_references(dockerfile):
         if runtime.image_exists(ref):
@@ -32,7 +32,7 @@ def _fetching(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def host_needs(task: Task, runtime: DockerRuntime | None, info: dict | None) -> list[str]:
+def host_needs(task: Task, runtime: Runtime | None, info: dict | None) -> list[str]:
     needs: list[str] = []
     env = task.config.environment
     dockerfile_path = task.path / "environment" / "Dockerfile"

@@ -26,8 +26,7 @@ from pathlib import Path
 import structlog
 
 from orchestrator.archive import tar_directory, tar_files
-from orchestrator.runtime.base import LABEL_IMAGE_KIND
-from orchestrator.runtime.docker import BuildFailed, DockerRuntime
+from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
 from orchestrator.tasks import Task, hash_tree, image_repository
 
 log = structlog.get_logger()
@@ -90,25 +89,25 @@ def base_references(dockerfile: str) -> list[str]:
     return refs
 
 
-def _alias_source(runtime: DockerRuntime, ref: str) -> str | None:
+def _alias_source(runtime: Runtime, ref: str) -> str | None:
     """The local base image standing in for `ref`, if one is registered."""
     base = _base_id(runtime)
     if base is None:
         return None
-    aliases = (runtime.api.inspect_image(base)["Config"].get("Labels") or {}).get(LABEL_ALIASES, "")
+    aliases = (runtime.image_inspect(base)["Config"].get("Labels") or {}).get(LABEL_ALIASES, "")
     return BASE_IMAGE if ref in aliases.split(",") else None
 
 
-def _base_id(runtime: DockerRuntime) -> str | None:
+def _base_id(runtime: Runtime) -> str | None:
     """The offline base is the image orchestra's own tag names, identified by its id: an
     image that merely inherited the base's labels (a child built FROM it) is never it."""
     try:
-        return runtime.api.inspect_image(BASE_IMAGE)["Id"]
+        return runtime.image_inspect(BASE_IMAGE)["Id"]
     except Exception:
         return None
 
 
-def resolve_bases(runtime: DockerRuntime, dockerfile: str) -> dict[str, str]:
+def resolve_bases(runtime: Runtime, dockerfile: str) -> dict[str, str]:
     """Make every FROM reference present locally; return {reference: alias used}."""
     used = {}
     for ref in base_references(dockerfile):
@@ -165,7 +164,7 @@ def with_ca(context: bytes, dockerfile: str, ca: bytes) -> bytes:
 BUILD_POLICIES = ("prefer-prebuilt", "build", "pull")
 
 
-def ensure_task_images(runtime: DockerRuntime, task: Task, job: str,
+def ensure_task_images(runtime: Runtime, task: Task, job: str,
                        install: str | None = None, ca_bundle: bytes | None = None,
                        build_policy: str = "prefer-prebuilt") -> TaskImages:
     """The task image and its agent layer. A `docker_image` under `build_policy`:
@@ -206,7 +205,7 @@ def ensure_task_images(runtime: DockerRuntime, task: Task, job: str,
                            if _is_base(runtime, ref)}
     agent_image = f"{task_image.rsplit(':', 1)[0]}:{variant}-{stack_hash()}"
     if prebuilt:  # keyed by the image *id*: a re-pulled or rebuilt tag gets a new layer
-        image_id = runtime.api.inspect_image(task_image)["Id"].split(":")[-1]
+        image_id = runtime.image_inspect(task_image)["Id"].split(":")[-1]
         agent_image = f"orchestra/agent/{image_id[:16]}:{stack_hash()}"
     with image_lock(agent_image):
         if not runtime.image_exists(agent_image):
@@ -223,7 +222,7 @@ def ensure_task_images(runtime: DockerRuntime, task: Task, job: str,
                       base_alias=aliases, source=source)
 
 
-def verifier_image(runtime: DockerRuntime, task: Task, fallback: str) -> tuple[str, str]:
+def verifier_image(runtime: Runtime, task: Task, fallback: str) -> tuple[str, str]:
     """Harbor's separate verifier: an image built from tests/ when tests/Dockerfile exists
     (cached by the folder's content), else the clean task image. Returns (image, source)."""
     tests = task.tests_dirs[-1] if task.tests_dirs else task.path / "tests"
@@ -240,7 +239,7 @@ def verifier_image(runtime: DockerRuntime, task: Task, fallback: str) -> tuple[s
     return tag, "tests/Dockerfile"
 
 
-def _prebuilt(runtime: DockerRuntime, ref: str, task: Task) -> str | None:
+def _prebuilt(runtime: Runtime, ref: str, task: Task) -> str | None:
     """Harbor's `docker_image`: used when present, pulled when possible ("prebuilt" or
     "pulled"); otherwise None, and the task is built from environment/Dockerfile when it
     has one (said in the result as image_source "built"). Neither: a build error."""
@@ -259,7 +258,7 @@ def _prebuilt(runtime: DockerRuntime, ref: str, task: Task) -> str | None:
                           "(`docker load`)") from exc
 
 
-def _install_layer(runtime: DockerRuntime, base: str, script: str,
+def _install_layer(runtime: Runtime, base: str, script: str,
                    labels: dict[str, str]) -> tuple[str, int]:
     """A command agent's `install` script, baked once into a layer tagged by its hash."""
     digest = hashlib.sha256(script.encode()).hexdigest()[:12]
@@ -276,11 +275,11 @@ def _install_layer(runtime: DockerRuntime, base: str, script: str,
         return image, 1
 
 
-def _is_base(runtime: DockerRuntime, ref: str) -> bool:
+def _is_base(runtime: Runtime, ref: str) -> bool:
     if not runtime.image_exists(ref):
         return False
     base = _base_id(runtime)
-    return base is not None and runtime.api.inspect_image(ref)["Id"] == base
+    return base is not None and runtime.image_inspect(ref)["Id"] == base
 
 
 def _append_tree(context: bytes, folder: Path, arcname: str) -> bytes:
@@ -307,7 +306,7 @@ def _append_tree(context: bytes, folder: Path, arcname: str) -> bytes:
     return out.getvalue()
 
 
-def bootstrap_base(runtime: DockerRuntime, aliases: tuple[str, ...] = DEFAULT_ALIASES,
+def bootstrap_base(runtime: Runtime, aliases: tuple[str, ...] = DEFAULT_ALIASES,
                    force: bool = False, suite: str = "bookworm") -> str:
     """debootstrap a minbase Debian + python3 into a folder and `docker import` it."""
     if runtime.image_exists(BASE_IMAGE) and not force:
@@ -333,8 +332,7 @@ def bootstrap_base(runtime: DockerRuntime, aliases: tuple[str, ...] = DEFAULT_AL
             'CMD ["bash"]',
         ]
         repository, tag = BASE_IMAGE.split(":")
-        runtime.api.import_image_from_file(str(tarball), repository=repository, tag=tag,
-                                           changes=changes)
+        runtime.import_image(str(tarball), repository, tag, changes)
         log.info("base.imported", image=BASE_IMAGE, aliases=list(aliases),
                  seconds=round(time.monotonic() - started, 1))
     except subprocess.CalledProcessError as exc:

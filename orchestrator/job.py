@@ -15,9 +15,11 @@ import structlog
 from pydantic import ValidationError
 
 from orchestrator.agents import agent_for
-from orchestrator.cleanup import reap, reap_orphans, remaining, touch_images
+from orchestrator.cleanup import reap, reap_orphans, remaining
 from orchestrator.errors import InfraError, InputError
-from orchestrator.images import TaskImages, ensure_task_images
+from orchestrator.executors import Executor, open_executor
+from orchestrator.imagecache import ImageCache
+from orchestrator.models.endpoint import EndpointConfig
 from orchestrator.models.manifest import Manifest
 from orchestrator.models.result import (
     ERRORED,
@@ -29,8 +31,7 @@ from orchestrator.models.result import (
 )
 from orchestrator.proxy import Upstreams
 from orchestrator.report.shadow import memory_shadow
-from orchestrator.runtime.base import LABEL_JOB
-from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.runtime.base import LABEL_JOB, Runtime
 from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.sandbox import NetworkPool
 from orchestrator.scheduler import Admission, Item, Scheduler
@@ -39,7 +40,6 @@ from orchestrator.trial import (
     TrialContext,
     cancelled_result,
     new_result,
-    run_trial,
     trial_dir,
     trial_id,
 )
@@ -58,7 +58,7 @@ class JobOptions:
     k: int | None = 1  # None: each task's layer default (regression 1, workflow 3, else 1)
     policy: str = "memory-on"
     manifest_dir: Path | None = None
-    endpoints: object = None  # models.endpoint.EndpointConfig
+    endpoints: EndpointConfig | None = None
     max_retries: int = 2
     backoff_multiplier: float = 1.0
     max_cpus: float | None = None  # default: what the engine reports
@@ -72,32 +72,6 @@ class JobOptions:
     backend: str = "local"  # local | ray
     ray_address: str | None = None
     source: dict = field(default_factory=dict)  # how to rebuild this job (for --resume)
-
-
-class ImageCache:
-    """Task images per job: built at most once, one builder per image."""
-
-    def __init__(self, runtime: DockerRuntime, job: str, install: str | None = None,
-                 ca_bundle: bytes | None = None, build_policy: str = "prefer-prebuilt"):
-        self.runtime, self.job, self.install = runtime, job, install
-        self.ca_bundle, self.build_policy = ca_bundle, build_policy
-        self._done: dict[str, TaskImages] = {}
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
-        self.built = 0
-
-    def __call__(self, task: Task) -> TaskImages:
-        with self._guard:
-            lock = self._locks.setdefault(task.name, threading.Lock())
-        with lock:
-            if task.name not in self._done:
-                images = ensure_task_images(self.runtime, task, self.job, self.install,
-                                            self.ca_bundle, self.build_policy)
-                with self._guard:
-                    self.built += images.built
-                self._done[task.name] = images
-                touch_images([images.task_image, images.agent_image])
-            return self._done[task.name]
 
 
 def attempts_for(task: Task, k: int | None) -> int:
@@ -164,23 +138,17 @@ def load_finished(job_dir: Path, tasks: list[Task],
     return finished
 
 
-def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
+def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
             options: JobOptions, on_trial_done=None, on_phase=None, on_plan=None,
             on_admission=None) -> JobResult:
     """Run every trial of `tasks` under `manifest`. Observers (all optional): on_plan(total)
     once the trials to run are known, on_phase(trial_id, label, phase), on_admission(task,
     why-waiting or None), on_trial_done(result, done, total)."""
-    info = runtime.api.info()
+    info = runtime.engine_info()
     admission_cancel = threading.Event()
-    backend = None
-    if options.backend == "ray":
-        from orchestrator.runtime.ray import RayBackend
-
-        backend = RayBackend(options.ray_address)
-        capacity_cpus, capacity_mb = backend.capacity()
-    else:
-        capacity_cpus = float(info.get("NCPU") or 1)
-        capacity_mb = int((info.get("MemTotal") or 2**31) // 2**20)
+    executor = open_executor(options.backend, options.ray_address)
+    capacity_cpus, capacity_mb = executor.capacity() or (
+        float(info.get("NCPU") or 1), int((info.get("MemTotal") or 2**31) // 2**20))
     admission = Admission(options.max_cpus or capacity_cpus, options.max_memory_mb or capacity_mb,
                           admission_cancel)
     in_use = preflight(tasks, manifest, options.endpoints, admission)
@@ -247,7 +215,12 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
 
     scheduler = Scheduler(options.n_concurrent, admission, cancel, options.max_retries,
                           options.backoff_multiplier)
-    run_one = make_runner(ctx, backend, options, upstreams)
+    run_one = executor.runner(ctx, {
+        "job": options.job_name, "manifest": manifest.model_dump(mode="json"),
+        "manifest_dir": str(options.manifest_dir) if options.manifest_dir else None,
+        "policy": options.policy, "upstreams": upstreams.by_name if upstreams else {},
+        # image builds on other nodes trust the same CA and follow the same build policy
+        "ca_bundle": ca_bundle, "build_policy": options.build_policy})
     watchdog.start()
     interrupted = False
     try:
@@ -270,7 +243,7 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
         for item in todo:  # anything that never reached a final result
             if trial_id(ctx.job, item.task, ctx.agent_id, item.attempt) not in seen:
                 results.append(cancelled_result(ctx, item.task, item.attempt, item.retries))
-        left = _clean_up_job(runtime, options.job_name, watchdog, networks, upstreams, backend)
+        left = _clean_up_job(runtime, options.job_name, watchdog, networks, upstreams, executor)
         job = summarize(options, manifest, lead.agent, results, images.built, started, admission)
         try:
             write_json_atomic(job_dir / "result.json", job)
@@ -285,8 +258,8 @@ def run_job(runtime: DockerRuntime, tasks: list[Task], manifest: Manifest,
     return job
 
 
-def _clean_up_job(runtime: DockerRuntime, job: str, watchdog: DiskWatchdog,
-                  networks: NetworkPool, upstreams, backend) -> list[str]:
+def _clean_up_job(runtime: Runtime, job: str, watchdog: DiskWatchdog, networks: NetworkPool,
+                  upstreams: Upstreams | None, executor: Executor) -> list[str]:
     """Stop the job's helpers and remove everything it made. Each step is independent and
     never raises: removal is idempotent and races with trials' own clean-up (or a Ray
     node's reaper on the same engine) are expected. Returns what is still there."""
@@ -294,8 +267,7 @@ def _clean_up_job(runtime: DockerRuntime, job: str, watchdog: DiskWatchdog,
     steps = [("watchdog", watchdog.stop), ("networks", networks.close)]
     if upstreams is not None:
         steps.append(("upstreams", upstreams.close))
-    if backend is not None:
-        steps += [("ray_reap", lambda: backend.reap(label)), ("ray_close", backend.close)]
+    steps += [("executor_reap", lambda: executor.reap(label)), ("executor_close", executor.close)]
     steps.append(("reap", lambda: _log_reaped(reap(runtime, label))))
     for name, step in steps:
         try:
@@ -330,31 +302,6 @@ def infeasible_result(ctx: TrialContext, task: Task, attempt: int,
     write_json_atomic(trial_dir(ctx, task, tid).result, result)
     log.warning("trial.infeasible", task=task.name, attempt=attempt, error=result.error)
     return result
-
-
-def make_runner(ctx: TrialContext, backend, options: JobOptions, upstreams):
-    """How one scheduler item becomes a TrialResult: here, or as a Ray task on some node."""
-    if backend is None:
-        return lambda item: run_trial(ctx, item.task, item.attempt, item.retries)
-    base = {"job": options.job_name, "manifest": ctx.manifest.model_dump(mode="json"),
-            "manifest_dir": str(options.manifest_dir) if options.manifest_dir else None,
-            "policy": options.policy, "upstreams": upstreams.by_name if upstreams else {},
-            # image builds on the nodes trust the same CA and follow the same build policy
-            "ca_bundle": options.ca_bundle.read_bytes() if options.ca_bundle else None,
-            "build_policy": options.build_policy}
-
-    def run_remote(item: Item) -> TrialResult:
-        tid = trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)
-        fallback = new_result(ctx, item.task, item.attempt, tid)
-        fallback.retries = list(item.retries)
-        result = backend.run(item.task, item.attempt, item.retries, base, ctx.job_dir, ctx.cancel,
-                             fallback)
-        if result is fallback:  # lost on its node: the driver writes what it knows
-            fallback.finished_at = time.time()
-            write_json_atomic(trial_dir(ctx, item.task, tid).result, fallback)
-        return result
-
-    return run_remote
 
 
 def summarize(options: JobOptions, manifest: Manifest, agent: str, results: list[TrialResult],

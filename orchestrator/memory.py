@@ -207,8 +207,9 @@ def seed_engrams(runtime, container: str, seeds: tuple[EngramSeed, ...],
     records = []
     for seed in seeds:
         started = time.monotonic()
-        code, output = runtime.exec_stdin(container, [MEM, "set", seed.slug, "-"],
-                                          seed.value.encode(), user=user, env=env)
+        outcome = runtime.exec(container, [MEM, "set", seed.slug, "-"], stdin=seed.value.encode(),
+                               capture=65536, user=user, env=env)
+        code, output = outcome.exit_code, outcome.output
         records.append(SeedRecord(slug=seed.slug, exit_code=code,
                                   seconds=round(time.monotonic() - started, 4)))
         if code != 0:

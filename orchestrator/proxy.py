@@ -321,6 +321,14 @@ class Upstreams:
         scrub.register(*upstreams.secrets())
         return upstreams
 
+    @classmethod
+    def resolved(cls, by_name: dict[str, Upstream]) -> Upstreams:
+        """Endpoints resolved elsewhere (the driver, for a Ray node): nothing started here."""
+        upstreams = cls()
+        upstreams.by_name = dict(by_name)
+        scrub.register(*upstreams.secrets())
+        return upstreams
+
     def secrets(self) -> list[str]:
         return [u.api_key for u in self.by_name.values() if u.api_key]
 

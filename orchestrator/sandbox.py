@@ -29,10 +29,10 @@ from orchestrator.runtime.base import (
     LABEL_KIND,
     LABEL_TRIAL,
     Network,
+    Runtime,
     SandboxSpec,
     VolumeMount,
 )
-from orchestrator.runtime.docker import DockerRuntime
 from orchestrator.sidecars import start_sidecars, volume_mounts, wait_for
 from orchestrator.tasks import Task
 
@@ -73,7 +73,7 @@ class NetworkPool:
     0.25 s per trial on our machines. A network goes back to the pool only after every
     container of its trial is removed, so no two live trials ever share one."""
 
-    def __init__(self, runtime: DockerRuntime, job: str):
+    def __init__(self, runtime: Runtime, job: str):
         self.runtime, self.job = runtime, job
         self._free: dict[bool, list[Network]] = {True: [], False: []}
         self._all: list[Network] = []
@@ -104,15 +104,15 @@ class NetworkPool:
             _quietly(self.runtime.remove_network, network.name)
 
 
-def resolve_workdir(runtime: DockerRuntime, task: Task, image: str) -> str:
+def resolve_workdir(runtime: Runtime, task: Task, image: str) -> str:
     configured = task.config.environment.workdir
     if configured != "/app":
         return configured
-    image_dir = runtime.api.inspect_image(image)["Config"].get("WorkingDir") or ""
+    image_dir = runtime.image_inspect(image)["Config"].get("WorkingDir") or ""
     return image_dir if image_dir not in ("", "/") else "/app"
 
 
-def open_sandbox(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str,
+def open_sandbox(runtime: Runtime, networks: NetworkPool, task: Task, image: str,
                  job: str, trial_id: str, env: dict[str, str], workdir: str,
                  services: Callable[[Network], dict[str, str]] | None = None,
                  oci_runtime: str | None = None, binds: dict[str, str] | None = None) -> Sandbox:
@@ -132,7 +132,7 @@ def open_sandbox(runtime: DockerRuntime, networks: NetworkPool, task: Task, imag
     return box
 
 
-def _build(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str, box: Sandbox,
+def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box: Sandbox,
            name: str, env: dict[str, str], services, oci_runtime: str | None,
            binds: dict[str, str]) -> None:
     environment = task.config.environment
@@ -185,7 +185,7 @@ def _build(runtime: DockerRuntime, networks: NetworkPool, task: Task, image: str
             {}, dirs=[p.lstrip("/") for p in (LOGS, AGENT_LOGS, ARTIFACTS)]))
 
 
-def applied_limits(runtime: DockerRuntime, box: Sandbox, task: Task) -> AppliedLimits:
+def applied_limits(runtime: Runtime, box: Sandbox, task: Task) -> AppliedLimits:
     """Read the agent container's quotas back from the engine: what it really got."""
     limits = read_limits(runtime, box.agent_container, task.config.environment.storage_mb,
                          box.storage_enforcement)
@@ -194,7 +194,7 @@ def applied_limits(runtime: DockerRuntime, box: Sandbox, task: Task) -> AppliedL
     return limits
 
 
-def read_limits(runtime: DockerRuntime, container: str, storage_mb: int,
+def read_limits(runtime: Runtime, container: str, storage_mb: int,
                 storage_enforcement: str) -> AppliedLimits:
     """Any container's quotas, read back from the engine (agent, verifier, worker)."""
     host = runtime.inspect(container)["HostConfig"]
@@ -214,7 +214,7 @@ class Unhealthy(Exception):
     """[environment] healthcheck never passed: the environment did not come up."""
 
 
-def wait_healthy(runtime: DockerRuntime, box: Sandbox, check) -> int:
+def wait_healthy(runtime: Runtime, box: Sandbox, check) -> int:
     """Docker HEALTHCHECK semantics before the agent starts: during start_period_sec a
     failure does not count (checks every start_interval_sec); after it, `retries`
     consecutive failures (every interval_sec) fail the trial. Returns the checks run."""
@@ -256,7 +256,7 @@ def verifier_network(box: Sandbox, policy: str) -> str:
     return "none" if policy == "no-network" else _public_network(box).name
 
 
-def switch_network(runtime: DockerRuntime, box: Sandbox, policy: str, container: str,
+def switch_network(runtime: Runtime, box: Sandbox, policy: str, container: str,
                    back: bool = False) -> None:
     """Live grading under the verifier's policy, when it differs from the agent's; with
     `back`, the agent's network again (the next step of a multi-step task)."""
@@ -287,7 +287,7 @@ def reset_verifier_logs(box: Sandbox) -> None:
         shutil.rmtree(target)
 
 
-def close_sandbox(runtime: DockerRuntime, box: Sandbox) -> float:
+def close_sandbox(runtime: Runtime, box: Sandbox) -> float:
     """Remove everything the sandbox made, in reverse order; never raises. Returns seconds."""
     started = time.monotonic()
     for container in reversed(box.containers):

@@ -12,10 +12,10 @@ retries with backoff that never hold a slot, and prompt cancellation.
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import queue
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -115,6 +115,7 @@ class Scheduler:
         self.max_retries, self.backoff_multiplier = max_retries, backoff_multiplier
         self._results: queue.Queue = queue.Queue()
         self._timers: list[threading.Timer] = []
+        self._futures: list[concurrent.futures.Future] = []  # attempts submitted, not done
         self._outstanding = 0
         self._lock = threading.Lock()
         self.unstarted: list[Item] = []  # items given up on by a cancel
@@ -147,7 +148,9 @@ class Scheduler:
         self._results.put((item, result))
 
     def _submit(self, item: Item, run_one, on_cancelled) -> None:
-        self.pool.submit(self._attempt, item, run_one, on_cancelled)
+        future = self.pool.submit(self._attempt, item, run_one, on_cancelled)
+        with self._lock:
+            self._futures = [f for f in self._futures if not f.done()] + [future]
 
     def run(self, items: list[Item], run_one: Callable[[Item], TrialResult],
             on_cancelled: Callable[[Item], TrialResult],
@@ -192,9 +195,9 @@ class Scheduler:
             for timer in self._timers:
                 timer.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)
-        deadline = time.monotonic() + timeout
-        for thread in list(getattr(self.pool, "_threads", [])):
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            running = list(self._futures)
+        concurrent.futures.wait(running, timeout=timeout)
 
     def drain(self) -> list[tuple[Item, TrialResult]]:
         out = []

@@ -16,8 +16,14 @@ import structlog
 
 from orchestrator.archive import tar_directory
 from orchestrator.compose import Compose, Service
-from orchestrator.runtime.base import LABEL_IMAGE_KIND, SandboxSpec, VolumeMount
-from orchestrator.runtime.docker import BuildFailed, DockerRuntime, RuntimeFault
+from orchestrator.runtime.base import (
+    LABEL_IMAGE_KIND,
+    BuildFailed,
+    Runtime,
+    RuntimeFault,
+    SandboxSpec,
+    VolumeMount,
+)
 from orchestrator.tasks import Task, hash_tree, image_repository
 
 log = structlog.get_logger()
@@ -33,7 +39,7 @@ def volume_mounts(compose: Compose, service: Service, prefix: str) -> list[Volum
             for v in service.volumes]
 
 
-def sidecar_image(runtime: DockerRuntime, task: Task, name: str, service: Service) -> str:
+def sidecar_image(runtime: Runtime, task: Task, name: str, service: Service) -> str:
     if service.build is None:
         assert service.image is not None
         if not runtime.image_exists(service.image):
@@ -50,7 +56,7 @@ def sidecar_image(runtime: DockerRuntime, task: Task, name: str, service: Servic
     return tag
 
 
-def start_sidecars(runtime: DockerRuntime, task: Task, box, name: str) -> dict[str, str]:
+def start_sidecars(runtime: Runtime, task: Task, box, name: str) -> dict[str, str]:
     """Volumes, then every sidecar in dependency order; returns service -> container id."""
     compose = task.compose
     assert compose is not None and box.network is not None
@@ -77,7 +83,7 @@ def start_sidecars(runtime: DockerRuntime, task: Task, box, name: str) -> dict[s
     return started
 
 
-def wait_for(runtime: DockerRuntime, compose: Compose, service: Service, started: dict[str, str]) -> None:
+def wait_for(runtime: Runtime, compose: Compose, service: Service, started: dict[str, str]) -> None:
     """Block until each of `service`'s dependencies meets its condition."""
     for dep, rule in service.depends_on.items():
         container = started[dep]

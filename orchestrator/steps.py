@@ -15,7 +15,7 @@ import structlog
 from orchestrator.archive import tar_directory
 from orchestrator.models.result import FailureMode, StepResult, TrialResult
 from orchestrator.paths import AGENT_LOGS, TrialDir
-from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.runtime.base import Runtime
 from orchestrator.sandbox import Sandbox, Unhealthy, wait_healthy
 from orchestrator.tasks import Task
 
@@ -26,7 +26,7 @@ class StepSetupFailed(Exception):
     pass
 
 
-def run_steps(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir,
+def run_steps(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
               result: TrialResult, episode: Callable[[Task, TrialDir, bool], None]) -> None:
     """Each step in turn in the same environment: its workdir/ uploaded and setup.sh run,
     its healthcheck, then its agent, collect and verify (results under steps/<name>/).
@@ -77,11 +77,11 @@ def step_stops(min_reward, reward: dict[str, float] | None) -> str | None:
     return None
 
 
-def prepare_step(runtime: DockerRuntime, view: Task, box: Sandbox, step) -> None:
+def prepare_step(runtime: Runtime, view: Task, box: Sandbox, step) -> None:
     """A step's fresh /logs/agent, its workdir/ (and setup.sh), its healthcheck."""
     container = box.agent_container
-    runtime.exec_output(container, ["sh", "-c", f"rm -rf {AGENT_LOGS} && mkdir -p {AGENT_LOGS} "
-                                                f"&& chmod 777 {AGENT_LOGS}"])
+    runtime.exec(container, ["sh", "-c", f"rm -rf {AGENT_LOGS} && mkdir -p {AGENT_LOGS} "
+                                         f"&& chmod 777 {AGENT_LOGS}"])
     seed = view.workdir_seed
     if seed is not None and seed.is_dir():
         runtime.put_archive(container, box.workdir, tar_directory(seed, ".", mode=0o666))

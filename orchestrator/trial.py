@@ -33,7 +33,7 @@ from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TrialDir
 from orchestrator.proxy import ModelProxy, Upstreams
 from orchestrator.relay.session import TrialRelay, start_relay
 from orchestrator.report.audit import audit_trajectory
-from orchestrator.runtime.docker import BuildFailed, DockerRuntime
+from orchestrator.runtime.base import BuildFailed, Runtime
 from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.sandbox import (
     NetworkPool,
@@ -61,7 +61,7 @@ WATCHDOG_GRACE_SEC = 3  # the host kills the container this long after that
 class TrialContext:
     """What every trial of a job shares."""
 
-    runtime: DockerRuntime
+    runtime: Runtime
     job: str
     job_dir: Path
     condition: str
@@ -365,7 +365,7 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult) 
     command = ctx.agent.command(task)
     user = task.config.agent.user
     if command is not None and user:  # a non-root agent owns its workdir and logs
-        runtime.exec_output(container, ["chown", "-R", user, box.workdir, AGENT_LOGS, ARTIFACTS])
+        runtime.exec(container, ["chown", "-R", user, box.workdir, AGENT_LOGS, ARTIFACTS])
     if command is not None:
         started = time.time()
         deadline = started + timeout

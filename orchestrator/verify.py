@@ -17,8 +17,7 @@ from orchestrator.archive import safe_extract, spool_directory, tar_directory, t
 from orchestrator.images import TaskImages, verifier_image
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import ARTIFACTS, TESTS, VERIFIER_LOGS, TrialDir
-from orchestrator.runtime.base import LABEL_IMAGE_KIND, SandboxSpec
-from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.runtime.base import LABEL_IMAGE_KIND, Runtime, SandboxSpec
 from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.sandbox import (
     Sandbox,
@@ -101,7 +100,7 @@ def resolve_env(env: dict[str, str]) -> dict[str, str]:
     return resolved
 
 
-def verify(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
+def verify(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox,
            paths: TrialDir, result: TrialResult, evidence: Path | None = None,
            watchdog: DiskWatchdog | None = None, keep_alive: bool = False) -> None:
     """Grade the trial with tests/test.sh, /tests arriving only now, /logs/verifier empty.
@@ -136,12 +135,12 @@ def _command(box: Sandbox, static: bool, timeout: float | None = None) -> list[s
                     f"{run} >{VERIFIER_LOGS}/test-stdout.txt 2>&1"]
 
 
-def _stage_tests(runtime: DockerRuntime, container: str, task: Task) -> None:
+def _stage_tests(runtime: Runtime, container: str, task: Task) -> None:
     for folder in task.tests_dirs:  # the task's tests, then a step's own over them
         runtime.put_archive(container, "/", tar_directory(folder, STAGED_TESTS.lstrip("/")))
 
 
-def _verify_live(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialDir,
+def _verify_live(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
                  result: TrialResult, evidence: Path | None, watchdog: DiskWatchdog | None,
                  keep_alive: bool) -> None:
     verifier = task.config.verifier
@@ -185,7 +184,7 @@ def _verify_live(runtime: DockerRuntime, task: Task, box: Sandbox, paths: TrialD
         runtime.kill(container)
 
 
-def _verify_fresh(runtime: DockerRuntime, task: Task, images: TaskImages, box: Sandbox,
+def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox,
                   paths: TrialDir, result: TrialResult, evidence: Path | None,
                   watchdog: DiskWatchdog | None, keep_alive: bool = False) -> None:
     """A fresh verifier container; `keep_alive`: a later step still runs in the agent's."""
@@ -260,14 +259,14 @@ def _verify_fresh(runtime: DockerRuntime, task: Task, images: TaskImages, box: S
         runtime.start(box.agent_container)  # the next step: same files (its processes were stopped)
 
 
-def _stage_evidence(runtime: DockerRuntime, container: str, evidence: Path | None) -> None:
+def _stage_evidence(runtime: Runtime, container: str, evidence: Path | None) -> None:
     if evidence is not None:
         runtime.put_archive(container, "/", tar_files(
             {f"{ARTIFACTS.lstrip('/')}/{EVIDENCE_NAME}": evidence.read_bytes()},
             dirs=["logs", ARTIFACTS.lstrip("/")]))
 
 
-def _read_outcome(runtime: DockerRuntime, container: str, paths: TrialDir, result: TrialResult,
+def _read_outcome(runtime: Runtime, container: str, paths: TrialDir, result: TrialResult,
                   exit_code: int | None) -> None:
     """Copy /logs/verifier out (capped) and read the reward from it."""
     result.verifier_exit_code = exit_code

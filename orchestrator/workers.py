@@ -70,8 +70,8 @@ def start_workers(ctx, task, box: Sandbox, relay, image: str, deadline: float,
                 dirs=[d.lstrip("/") for d in (LOGS, AGENT_LOGS, ARTIFACTS)]))
             ctx.runtime.put_archive(container, "/", file_seed_archive(roots, box.workdir, ()))
             if user:  # a non-root agent owns its workdir and logs, as the orchestrator does
-                ctx.runtime.exec_output(container, ["chown", "-R", user, box.workdir, AGENT_LOGS,
-                                                    ARTIFACTS, roots.state_home, roots.tmpdir])
+                ctx.runtime.exec(container, ["chown", "-R", user, box.workdir, AGENT_LOGS,
+                                             ARTIFACTS, roots.state_home, roots.tmpdir])
             secrets = relay.env_for(relay.store.by_name(name)) if relay is not None else {}
             if member.endpoint and ctx.upstreams is not None:
                 upstream = ctx.upstreams.by_name[member.endpoint]
@@ -87,8 +87,8 @@ def start_workers(ctx, task, box: Sandbox, relay, image: str, deadline: float,
             wrapped = (f"exec timeout -k 5 {timeout} sh -c {shlex.quote(command)} "
                        f">{AGENT_LOGS}/stdout.txt 2>{AGENT_LOGS}/stderr.txt")
             env = {**member.env, **agent.env(task), **secrets, "ORCHESTRA_DEADLINE": str(int(deadline))}
-            worker.exec_id = ctx.runtime.exec_detached(container, ["sh", "-c", wrapped], env=env,
-                                                       workdir=box.workdir, user=user)
+            worker.exec_id = ctx.runtime.spawn(container, ["sh", "-c", wrapped], env=env,
+                                               workdir=box.workdir, user=user)
             log.info("worker.started", trial=box.trial_id[:12], worker=name, member=member.id)
     return workers
 
@@ -97,7 +97,7 @@ def stop_workers(runtime, workers: list[Worker], paths: TrialDir, watchdog=None)
     """Kill the workers (their turn ends with the orchestrator's), copy out their logs."""
     records = []
     for worker in workers:
-        exit_code = runtime.exec_exit_code(worker.exec_id) if worker.exec_id else None
+        exit_code = runtime.spawned_exit_code(worker.exec_id) if worker.exec_id else None
         runtime.kill(worker.container)
         if watchdog is not None:
             watchdog.unregister(worker.container)

@@ -1,13 +1,16 @@
-"""The runtime seam: everything trial.py needs from a container engine, and nothing more.
+"""The runtime seam: everything orchestra's phases need from a container engine.
 
-A second backend (Ray, DESIGN 6) wraps a node's Runtime; it does not widen this surface.
+Where trials run (threads on this host, or Ray nodes) is the executor's business
+(orchestrator/executors); each node runs trials against its own Runtime.
 """
 
 from __future__ import annotations
 
+import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import BinaryIO
 
 LABEL_JOB = "orchestra.job"
 LABEL_TRIAL = "orchestra.trial"
@@ -69,30 +72,120 @@ class ExecResult:
     output: bytes = b""
 
 
-class Runtime(Protocol):
-    # images
+class RuntimeFault(Exception):
+    """The engine failed (API error, connection lost): an infrastructure failure."""
+
+
+class BuildFailed(Exception):
+    """The task's Dockerfile did not build; the message holds the log tail."""
+
+
+class Runtime(ABC):
+    """What every phase (images, sandbox, trial, steps, verify, collect, workers, cleanup,
+    the watchdog) may ask of a container engine. `DockerRuntime` is the one implementation
+    and the only module that imports docker-py; `open_runtime()` makes one.
+
+    Errors: an engine failure raises `RuntimeFault` (or the client's transport errors, which
+    the CLI reports as the engine failing); a Dockerfile that does not build raises
+    `BuildFailed`. Removals are idempotent: what is already gone is success."""
+
+    # ---- the engine ----------------------------------------------------------------
+    @abstractmethod
+    def engine_info(self) -> dict:
+        """The engine's facts: NCPU, MemTotal, ServerVersion, CgroupVersion, Driver..."""
+
+    # ---- images --------------------------------------------------------------------
+    @abstractmethod
     def image_exists(self, ref: str) -> bool: ...
+    @abstractmethod
+    def image_inspect(self, ref: str) -> dict:
+        """Id, Config (Env, WorkingDir, Labels...) of a local image."""
+    @abstractmethod
+    def image_env(self, ref: str) -> list[str]: ...
+    @abstractmethod
     def build_image(self, context_tar: bytes, tag: str, labels: dict[str, str],
                     timeout_sec: float) -> None: ...
+    @abstractmethod
+    def pull(self, ref: str, timeout_sec: float = 600) -> None: ...
+    @abstractmethod
+    def import_image(self, tarball: str, repository: str, tag: str, changes: list[str]) -> None:
+        """A root filesystem tarball as an image (the offline base)."""
+    @abstractmethod
     def tag_image(self, source: str, target: str) -> None: ...
-    def commit(self, container: str, repository: str, tag: str,
-               labels: dict[str, str]) -> str: ...
+    @abstractmethod
+    def commit(self, container: str, repository: str, tag: str, labels: dict[str, str],
+               env: list[str] | None = None) -> str:
+        """Snapshot a container; `env` replaces its environment in the image."""
+    @abstractmethod
     def remove_image(self, ref: str) -> None: ...
-    # networks and volumes
+    @abstractmethod
+    def images_labelled(self, label: str) -> list[dict]: ...
+
+    # ---- networks and volumes ------------------------------------------------------
+    @abstractmethod
     def create_network(self, name: str, internal: bool, labels: dict[str, str]) -> Network: ...
+    @abstractmethod
     def remove_network(self, name: str) -> None: ...
+    @abstractmethod
+    def connect_network(self, container: str, network: str) -> None: ...
+    @abstractmethod
+    def connect_network_if_absent(self, container: str, network: str) -> None: ...
+    @abstractmethod
+    def disconnect_network(self, container: str, network: str) -> None: ...
+    @abstractmethod
     def create_bind_volume(self, name: str, host_path: str, labels: dict[str, str]) -> str: ...
+    @abstractmethod
+    def create_volume(self, name: str, labels: dict[str, str]) -> str: ...
+    @abstractmethod
     def remove_volume(self, name: str) -> None: ...
-    # containers
+
+    # ---- containers ----------------------------------------------------------------
+    @abstractmethod
     def create(self, spec: SandboxSpec) -> str: ...
+    @abstractmethod
     def start(self, container: str) -> None: ...
-    def exec(self, container: str, command: list[str], *, deadline: float,
+    @abstractmethod
+    def exec(self, container: str, command: list[str], *, deadline: float | None = None,
              env: dict[str, str] | None = None, workdir: str | None = None,
-             user: str | None = None) -> ExecResult: ...
+             user: str | None = None, stdin: bytes | None = None, capture: int = 0,
+             stop: threading.Event | None = None) -> ExecResult:
+        """Run a command and wait for it, until `deadline` (time.time(); default 60 s) or
+        `stop`. `stdin` is fed to it; `capture` > 0 keeps up to that many bytes of its
+        output (stdout and stderr), else output is not read at all (agent commands write
+        their own logs, so a flood lands on the trial's disk, not here). `timed_out` when
+        the deadline passed; `exit_code` None when it did not finish (deadline, stop, or
+        the container died)."""
+    @abstractmethod
+    def spawn(self, container: str, command: list[str], env: dict[str, str] | None = None,
+              workdir: str | None = None, user: str | None = None) -> str:
+        """Start a command in the background; `spawned_exit_code` reads how it ended."""
+    @abstractmethod
+    def spawned_exit_code(self, exec_id: str) -> int | None:
+        """The exit code of a spawned command; None while it runs (or if unknown)."""
+    @abstractmethod
     def wait(self, container: str, timeout_sec: float) -> int | None: ...
-    def put_archive(self, container: str, path: str, tar_bytes: bytes) -> None: ...
-    def get_archive(self, container: str, path: str) -> Iterator[bytes] | None: ...
+    @abstractmethod
+    def put_archive(self, container: str, path: str, tar_bytes: bytes | BinaryIO) -> None: ...
+    @abstractmethod
+    def get_archive(self, container: str, path: str) -> Iterator[bytes] | None:
+        """A tar stream of `path`, or None if it does not exist; close it if not read out."""
+    @abstractmethod
     def inspect(self, container: str) -> dict: ...
+    @abstractmethod
+    def health(self, container: str) -> tuple[str, str | None]: ...
+    @abstractmethod
+    def is_running(self, container: str) -> bool: ...
+    @abstractmethod
+    def oom_kills(self, container: str) -> int: ...
+    @abstractmethod
     def kill(self, container: str) -> None: ...
+    @abstractmethod
     def remove(self, container: str) -> None: ...
+    @abstractmethod
     def writable_layer_bytes(self, job: str) -> dict[str, int]: ...
+
+    # ---- what orchestra made (cleanup) ---------------------------------------------
+    @abstractmethod
+    def labelled(self, label: str) -> tuple[list[str], list[str], list[str]]: ...
+    @abstractmethod
+    def owned_objects(self) -> list[dict]: ...

@@ -30,22 +30,19 @@ from orchestrator.runtime.base import (
     LABEL_JOB,
     LABEL_PID,
     TRIMMED_CAPABILITIES,
+    BuildFailed,
     ExecResult,
     Network,
+    Runtime,
+    RuntimeFault,
     SandboxSpec,
 )
+
+__all__ = ["BuildFailed", "DockerRuntime", "RuntimeFault", "connect"]
 from orchestrator.runtime.subnets import SubnetPool
 
 log = structlog.get_logger()
 SUBNET_LOCK = Path(os.environ.get("ORCHESTRA_LOCK_DIR", "/var/tmp/orchestra-locks")) / "subnets.lock"
-
-
-class RuntimeFault(Exception):
-    """The engine failed (API error, connection lost): an infrastructure failure."""
-
-
-class BuildFailed(Exception):
-    """The task's Dockerfile did not build; the message holds the log tail."""
 
 
 def connect(max_pool_size: int = 16) -> docker.DockerClient:
@@ -65,17 +62,26 @@ def connect(max_pool_size: int = 16) -> docker.DockerClient:
 TRANSPORT_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, OSError)
 
 
-class DockerRuntime:
+class DockerRuntime(Runtime):
     def __init__(self, client: docker.DockerClient | None = None, max_pool_size: int = 16):
         self.client = client or connect(max_pool_size)
-        self.api = self.client.api
+        self.api = self.client.api  # docker-py's low-level client: tests read back from it
         self.subnets = SubnetPool()
         self._network_blocks: dict[str, object] = {}
         self._lock = threading.Lock()
 
+    def engine_info(self) -> dict:
+        return self.api.info()
+
     # ---- images -------------------------------------------------------------------
+    def image_inspect(self, ref: str) -> dict:
+        return self.api.inspect_image(ref)
+
     def image_env(self, ref: str) -> list[str]:
         return list(self.api.inspect_image(ref)["Config"].get("Env") or [])
+
+    def import_image(self, tarball: str, repository: str, tag: str, changes: list[str]) -> None:
+        self.api.import_image_from_file(tarball, repository=repository, tag=tag, changes=changes)
 
     def image_exists(self, ref: str) -> bool:
         try:
@@ -277,16 +283,18 @@ class DockerRuntime:
     def start(self, container: str) -> None:
         self.api.start(container)
 
-    def exec(self, container: str, command: list[str], *, deadline: float,
+    def exec(self, container: str, command: list[str], *, deadline: float | None = None,
              env: dict[str, str] | None = None, workdir: str | None = None,
-             user: str | None = None, stop: threading.Event | None = None) -> ExecResult:
-        """Run a command and wait for it until `deadline` (time.time()); poll, do not block.
-
-        Output is not streamed back: agent commands write their own logs to /logs/agent,
-        so a 1 GB stdout flood lands on the trial's disk quota, not in this process.
-        """
-        exec_id = self.api.exec_create(container, command, environment=env or {},
-                                       workdir=workdir, user=user or "")["Id"]
+             user: str | None = None, stdin: bytes | None = None, capture: int = 0,
+             stop: threading.Event | None = None) -> ExecResult:
+        """See Runtime.exec. Without stdin or capture the command runs detached and is
+        polled (never blocking on its output); with either, its multiplexed stream is read
+        on a socket with the deadline as the timeout."""
+        deadline = time.time() + 60 if deadline is None else deadline
+        exec_id = self.api.exec_create(container, command, environment=env or {}, workdir=workdir,
+                                       user=user or "", stdin=stdin is not None)["Id"]
+        if stdin is not None or capture:
+            return self._exec_attached(exec_id, stdin, capture, deadline)
         self.api.exec_start(exec_id, detach=True)
         delay, polls = 0.02, 0
         while True:
@@ -303,39 +311,16 @@ class DockerRuntime:
             time.sleep(min(delay, max(0.0, deadline - time.time())))
             delay = min(delay * 1.5, 0.5)
 
-    def exec_detached(self, container: str, command: list[str], env: dict[str, str] | None = None,
-                      workdir: str | None = None, user: str | None = None) -> str:
-        """Start a command and return at once; exec_exit_code() reads how it ended."""
-        exec_id = self.api.exec_create(container, command, environment=env or {}, workdir=workdir,
-                                       user=user or "")["Id"]
-        self.api.exec_start(exec_id, detach=True)
-        return exec_id
-
-    def exec_exit_code(self, exec_id: str) -> int | None:
-        try:
-            state = self.api.exec_inspect(exec_id)
-        except APIError:
-            return None
-        return None if state["Running"] else state["ExitCode"]
-
-    def exec_output(self, container: str, command: list[str], limit: int = 65536) -> tuple[int, bytes]:
-        """A short helper command whose (capped) output we need."""
-        exec_id = self.api.exec_create(container, command)["Id"]
-        output = self.api.exec_start(exec_id)[:limit]
-        return self.api.exec_inspect(exec_id)["ExitCode"], output
-
-    def exec_stdin(self, container: str, command: list[str], stdin: bytes, *,
-                   timeout_sec: float = 60, env: dict[str, str] | None = None,
-                   user: str | None = None, limit: int = 65536) -> tuple[int | None, bytes]:
-        """Run a command with `stdin` on its standard input; (exit code, capped output)."""
-        exec_id = self.api.exec_create(container, command, stdin=True, environment=env or {},
-                                       user=user or "")["Id"]
+    def _exec_attached(self, exec_id: str, stdin: bytes | None, capture: int,
+                       deadline: float) -> ExecResult:
         sock = self.api.exec_start(exec_id, socket=True)
-        raw = getattr(sock, "_sock", sock)
-        raw.settimeout(timeout_sec)
+        raw = getattr(sock, "_sock", sock)  # docker-py hands back a SocketIO over the socket
+        raw.settimeout(max(0.1, deadline - time.time()))
         output = bytearray()
+        timed_out = False
         try:
-            raw.sendall(stdin)
+            if stdin:
+                raw.sendall(stdin)
             raw.shutdown(socket.SHUT_WR)
             buffer = b""
             while chunk := raw.recv(65536):
@@ -344,19 +329,34 @@ class DockerRuntime:
                     size = struct.unpack(">I", buffer[4:8])[0]
                     if len(buffer) < 8 + size:
                         break
-                    if len(output) < limit:
+                    if len(output) < capture:
                         output += buffer[8:8 + size]
                     buffer = buffer[8 + size:]
         except TimeoutError:
-            return None, bytes(output[:limit])
+            timed_out = True
         finally:
             sock.close()
-        for _ in range(100):
+        if not timed_out:
+            for _ in range(100):
+                state = self.api.exec_inspect(exec_id)
+                if not state["Running"]:
+                    return ExecResult(state["ExitCode"], False, bytes(output[:capture]))
+                time.sleep(0.02)
+        return ExecResult(None, timed_out, bytes(output[:capture]))
+
+    def spawn(self, container: str, command: list[str], env: dict[str, str] | None = None,
+              workdir: str | None = None, user: str | None = None) -> str:
+        exec_id = self.api.exec_create(container, command, environment=env or {}, workdir=workdir,
+                                       user=user or "")["Id"]
+        self.api.exec_start(exec_id, detach=True)
+        return exec_id
+
+    def spawned_exit_code(self, exec_id: str) -> int | None:
+        try:
             state = self.api.exec_inspect(exec_id)
-            if not state["Running"]:
-                return state["ExitCode"], bytes(output[:limit])
-            time.sleep(0.02)
-        return None, bytes(output[:limit])
+        except APIError:
+            return None
+        return None if state["Running"] else state["ExitCode"]
 
     def oom_kills(self, container: str) -> int:
         """OOM kills in the container's memory cgroup (an exec'd process's OOM never sets
@@ -374,10 +374,10 @@ class DockerRuntime:
                 continue
         if not state["State"].get("Running"):
             return 0
-        _code, output = self.exec_output(container, [
+        outcome = self.exec(container, [
             "sh", "-c", "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || "
-                        "cat /sys/fs/cgroup/memory.events 2>/dev/null"])
-        return _oom_counter(output.decode(errors="replace"))
+                        "cat /sys/fs/cgroup/memory.events 2>/dev/null"], capture=65536)
+        return _oom_counter(outcome.output.decode(errors="replace"))
 
     def is_running(self, container: str) -> bool:
         try:
@@ -400,16 +400,17 @@ class DockerRuntime:
     def get_archive(self, container: str, path: str) -> Iterator[bytes] | None:
         """A tar stream of `path`, or None if it does not exist. Close the iterator when not
         reading it to the end: an abandoned copy holds the container and blocks its removal."""
-        url = self.api._url("/containers/{0}/archive", container)
-        response = self.api._get(url, params={"path": path}, stream=True)
+        # docker-py's get_archive() cannot be closed early, so the request is made on its
+        # (public) requests session: the same endpoint, a response we can close.
+        url = f"{self.api.base_url}/v{self.api.api_version}/containers/{container}/archive"
+        response = self.api.get(url, params={"path": path}, stream=True)
         if response.status_code == 404:
             response.close()
             return None
-        try:
-            self.api._raise_for_status(response)
-        except APIError:
+        if response.status_code >= 400:
+            detail = response.text[:300]
             response.close()
-            raise
+            raise RuntimeFault(f"copy out of {path} failed: {response.status_code} {detail}")
 
         def chunks() -> Iterator[bytes]:
             try:

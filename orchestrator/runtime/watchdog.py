@@ -6,7 +6,7 @@ import threading
 
 import structlog
 
-from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.runtime.base import Runtime
 
 log = structlog.get_logger()
 
@@ -15,7 +15,7 @@ class DiskWatchdog:
     """One thread per job polls the writable-layer size of the job's running containers
     (one API call for all of them) and kills any container past its storage quota."""
 
-    def __init__(self, runtime: DockerRuntime, job: str, interval: float = 1.0):
+    def __init__(self, runtime: Runtime, job: str, interval: float = 1.0):
         self.runtime, self.job, self.interval = runtime, job, interval
         self._limits: dict[str, int] = {}
         self._tripped: set[str] = set()

@@ -39,7 +39,7 @@ def test_every_node_is_on_loopback(cluster):
     assert cluster.addresses() == ["127.0.0.1"]
 
 
-def test_examples_on_ray_score_as_locally_and_spread_over_nodes(cluster, runtime, tmp_path):
+def test_the_executor_seam_ray_and_local_give_equal_rewards_and_the_same_job_folder(cluster, runtime, tmp_path):
     common = ["--path", str(ROOT / "tasks/examples"), "--agent", "oracle", "-k", "3", "-n", "6", "-q",
               "--jobs-dir", str(tmp_path / "jobs")]
     ray_run = orchestra("run", *common, "--backend", "ray", "--ray-address", cluster.address,
@@ -56,6 +56,13 @@ def test_examples_on_ray_score_as_locally_and_spread_over_nodes(cluster, runtime
     # the driver alone wrote the job folder, in the usual shape
     folders = list((tmp_path / "jobs/on-ray/trials").iterdir())
     assert len(folders) == 9 and all((f / "verifier").is_dir() for f in folders)
+
+    def layout(job: str) -> list[tuple[str, str]]:  # (task, file in its trial folder), all trials
+        root = tmp_path / "jobs" / job
+        files = [("", str(p.relative_to(root))) for p in root.iterdir() if p.is_file()]
+        return sorted(files + [(f.name.split("__")[0], str(p.relative_to(f)))
+                               for f in (root / "trials").iterdir() for p in f.rglob("*")])
+    assert layout("on-ray") == layout("local") and len(layout("local")) > 9 * 5
     report = orchestra("report", str(tmp_path / "jobs/on-ray"))
     assert report.returncode == 0
     assert orchestra_objects(runtime) == ([], [])

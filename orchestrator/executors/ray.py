@@ -1,4 +1,4 @@
-"""The Ray backend (DESIGN 6): each trial is a Ray task with `num_cpus` and `memory` from
+"""The Ray executor (DESIGN 6): each trial is a Ray task with `num_cpus` and `memory` from
 the task's quotas, so Ray's scheduler places it; the trial runs end to end on that node,
 against that node's Docker engine (images cached per node by content hash, one builder per
 image per node), with its relay and model proxy on that node.
@@ -12,6 +12,7 @@ A lost node surfaces as an infrastructure failure, retried by orchestra's own po
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
@@ -19,6 +20,7 @@ import shutil
 import tarfile
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import structlog
@@ -37,11 +39,11 @@ _node_lock = threading.Lock()
 
 
 def _node_runtime():
-    from orchestrator.runtime.docker import DockerRuntime
+    from orchestrator.runtime import open_runtime
 
     with _node_lock:
         if "runtime" not in _node_state:
-            _node_state["runtime"] = DockerRuntime(max_pool_size=32)
+            _node_state["runtime"] = open_runtime(max_pool_size=32)
         return _node_state["runtime"]
 
 
@@ -69,7 +71,7 @@ def run_on_node(payload: dict, task_tar: bytes) -> dict:
     import ray
 
     from orchestrator.agents import agent_for
-    from orchestrator.job import ImageCache
+    from orchestrator.imagecache import ImageCache
     from orchestrator.models.manifest import Manifest
     from orchestrator.proxy import Upstreams
     from orchestrator.runtime.watchdog import DiskWatchdog
@@ -87,10 +89,12 @@ def run_on_node(payload: dict, task_tar: bytes) -> dict:
         images = _node_state.setdefault(("images", job), ImageCache(
             runtime, job, lead.install if lead.agent == "command" else None,
             payload.get("ca_bundle"), payload.get("build_policy", "prefer-prebuilt")))
-    upstreams = None
-    if payload["upstreams"]:
-        upstreams = Upstreams()
-        upstreams.by_name = payload["upstreams"]
+    upstreams = Upstreams.resolved(payload["upstreams"]) if payload["upstreams"] else None
+    ca_file = None
+    if payload.get("ca_bundle"):  # installed agents' pip/npm on this node trust it too
+        ca_file = NODE_CACHE / f"ca-{hashlib.sha256(payload['ca_bundle']).hexdigest()[:16]}.pem"
+        if not ca_file.is_file():
+            ca_file.write_bytes(payload["ca_bundle"])
     work = Path(tempfile.mkdtemp(dir=NODE_CACHE, prefix="job-"))
     watchdog = DiskWatchdog(runtime, job)
     networks = NetworkPool(runtime, job)
@@ -100,7 +104,7 @@ def run_on_node(payload: dict, task_tar: bytes) -> dict:
             runtime=runtime, job=job, job_dir=work, condition=manifest.condition,
             condition_hash=manifest.condition_hash(), agent_id=lead.id,
             agent=agent_for(lead, Path(payload["manifest_dir"]) if payload["manifest_dir"] else None,
-                            Path(payload["ca_bundle"]) if payload.get("ca_bundle") else None),
+                            ca_file),
             policy=payload["policy"], images_for=images, cancel=threading.Event(),
             watchdog=watchdog, networks=networks, manifest=manifest, upstreams=upstreams,
             timeout_override=manifest.trial_budget.timeout_seconds)
@@ -122,7 +126,9 @@ def reap_on_node(label: str) -> dict:
 
 
 # ---- on the driver -----------------------------------------------------------------------
-class RayBackend:
+class RayExecutor:
+    name = "ray"
+
     def __init__(self, address: str | None):
         import ray
 
@@ -145,6 +151,25 @@ class RayBackend:
             if task.content_hash not in self._task_refs:
                 self._task_refs[task.content_hash] = self.ray.put(tar_directory(task.path, "."))
             return self._task_refs[task.content_hash]
+
+    def runner(self, ctx, spec: dict):
+        """Each item becomes a Ray task; a trial lost on its node gets the result the
+        driver can write (infrastructure, retried by the scheduler)."""
+        from orchestrator.trial import new_result, trial_dir, trial_id
+        from orchestrator.util import write_json_atomic
+
+        def run_remote(item) -> TrialResult:
+            tid = trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)
+            fallback = new_result(ctx, item.task, item.attempt, tid)
+            fallback.retries = list(item.retries)
+            result = self.run(item.task, item.attempt, item.retries, spec, ctx.job_dir,
+                              ctx.cancel, fallback)
+            if result is fallback:  # lost on its node: the driver writes what it knows
+                fallback.finished_at = time.time()
+                write_json_atomic(trial_dir(ctx, item.task, tid).result, fallback)
+            return result
+
+        return run_remote
 
     def run(self, task: Task, attempt: int, retries: list[str], base: dict, job_dir: Path,
             cancel: threading.Event, fallback: TrialResult) -> TrialResult:

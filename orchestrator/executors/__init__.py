@@ -1,0 +1,47 @@
+"""Executors: where a job's trials run. The job's scheduler hands an executor one trial spec
+(task, attempt, earlier tries) at a time and receives its result; the executor never sees
+the job's bookkeeping, and the job never sees how a trial reached its node.
+
+- `local`: in a thread of this process, against this host's runtime.
+- `ray`: as a Ray task on some node of a cluster, against that node's runtime; the trial
+  folder comes back to the driver, which alone writes the job directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from orchestrator.models.result import TrialResult
+    from orchestrator.scheduler import Item
+    from orchestrator.trial import TrialContext
+
+
+class Executor(Protocol):
+    name: str
+
+    def capacity(self) -> tuple[float, int] | None:
+        """(CPUs, memory MB) trials may use at once, or None: the local engine's."""
+        ...
+
+    def runner(self, ctx: TrialContext, spec: dict) -> Callable[[Item], TrialResult]:
+        """How one scheduler item becomes a TrialResult. `spec` is what a remote node needs
+        to rebuild the job's context (manifest, policy, endpoints, CA bundle, build policy)."""
+        ...
+
+    def reap(self, label: str) -> None:
+        """Remove what trials of `label` left on wherever they ran (after a cancel)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def open_executor(kind: str, ray_address: str | None = None) -> Executor:
+    if kind == "ray":
+        from orchestrator.executors.ray import RayExecutor
+
+        return RayExecutor(ray_address)
+    from orchestrator.executors.local import LocalExecutor
+
+    return LocalExecutor()

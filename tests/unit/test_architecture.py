@@ -1,0 +1,69 @@
+"""The seams hold: docker-py only behind the Docker runtime, and no import cycles between
+orchestra's modules (module-level imports; imports inside functions are deliberate and lazy)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "orchestrator"
+ENGINE_CLIENTS = {"docker", "requests", "urllib3"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """Modules imported at module level (not under `if TYPE_CHECKING:`, not in functions)."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def test_only_the_docker_runtime_imports_the_engine_client():
+    offenders = sorted(
+        name for name, path in MODULES.items() if name != "orchestrator.runtime.docker"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and ({a.name.split(".")[0] for a in node.names} if isinstance(node, ast.Import)
+             else {(node.module or "").split(".")[0]}) & ENGINE_CLIENTS)
+    assert offenders == []
+
+
+def test_no_import_cycles_between_orchestra_modules():
+    graph = {name: {m for m in top_level_imports(path) if m in MODULES and m != name}
+             for name, path in MODULES.items()}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_the_checks_see_what_they_check():
+    assert "orchestrator.runtime.docker" in MODULES and "orchestrator.job" in MODULES
+    assert "docker" in top_level_imports(MODULES["orchestrator.runtime.docker"])
+    assert "orchestrator.trial" in top_level_imports(MODULES["orchestrator.job"])
