@@ -2,7 +2,13 @@
 Not a test: these machines are noisy, so nothing here asserts a time.
 
   overhead_ratio        orchestra's per-trial wall time (k trials in one job, hello-file,
-                        oracle) over the docker-py floor for the same containers by hand
+                        oracle) over the docker-py floor for the same containers by hand;
+                        per verifier mode: _shared (Harbor's default: test.sh in the agent's
+                        container) and _snapshot (a verifier container from a commit)
+  engine_calls_per_trial  engine API requests orchestra makes per trial (beside the floor's
+                        and Harbor's 21-35 docker CLI calls)
+  concurrency16_vs_floor  16 concurrent sleeping trials over the floor doing the same 16
+                        trials' containers at once (target <= 1.25)
   warm_images_built     images built by a second run of the same tasks (target 0)
   warm_image_phase_pct  share of that run's time in the image phase (target < 5)
   concurrency_ratio_N   wall time of N concurrent sleeping trials over one (target <= 1.3)
@@ -24,14 +30,17 @@ import io
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import tracemalloc
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,8 +68,39 @@ def emit(name: str, value) -> None:
     print(f"{name}={value}", flush=True)
 
 
+class CallCounter:
+    """Counts the engine API requests of a runtime (a response hook on docker-py's session)."""
+
+    def __init__(self, runtime: DockerRuntime):
+        self.count, self._lock = 0, threading.Lock()
+        runtime.api.hooks["response"].append(self)
+
+    def __call__(self, response, *args, **kwargs):
+        with self._lock:
+            self.count += 1
+
+
+def shared_floor(runtime: DockerRuntime, image: str, task_dir: Path) -> float:
+    """Shared mode by hand: agent container, exec solve, then test.sh in the same container."""
+    api = runtime.api
+    started = time.perf_counter()
+    agent = api.create_container(image, ["sleep", "infinity"], working_dir="/app", host_config=api.create_host_config(
+        init=True, mem_limit="512m", nano_cpus=10**9))["Id"]
+    api.start(agent)
+    api.put_archive(agent, "/", tar_directory(task_dir / "solution", "solution"))
+    api.exec_start(api.exec_create(agent, ["bash", "/solution/solve.sh"])["Id"])
+    api.put_archive(agent, "/", tar_directory(task_dir / "tests", "tests"))
+    api.put_archive(agent, "/", tar_files({}, dirs=["logs", "logs/verifier"]))
+    api.exec_start(api.exec_create(agent, ["bash", "/tests/test.sh"])["Id"])
+    stream, _ = api.get_archive(agent, "/logs/verifier")
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        assert any(m.name.endswith("reward.txt") for m in tar)
+    api.remove_container(agent, force=True)
+    return time.perf_counter() - started
+
+
 def raw_floor(runtime: DockerRuntime, image: str, task_dir: Path) -> float:
-    """The same work by hand: agent container, exec, commit, verifier container, copy out."""
+    """Snapshot mode by hand: agent container, exec, commit, verifier container, copy out."""
     api = runtime.api
     started = time.perf_counter()
     agent = api.create_container(image, ["sleep", "infinity"], working_dir="/app", host_config=api.create_host_config(
@@ -91,6 +131,14 @@ def job_seconds(runtime, path: Path, n: int, k: int, jobs: Path):
     started = time.perf_counter()
     job = run_job(runtime, [load_task(path)], default_manifest("oracle"), options)
     return time.perf_counter() - started, job
+
+
+def with_mode(task_dir: Path, mode: str, root: Path) -> Path:
+    target = root / "modes" / f"{task_dir.name}-{mode}"
+    shutil.copytree(task_dir, target, dirs_exist_ok=True)
+    toml = (target / "task.toml").read_text().replace("[verifier]\n", f"[verifier]\nenvironment_mode = \"{mode}\"\n")
+    (target / "task.toml").write_text(toml)
+    return target
 
 
 def whole_process(hello: Path, jobs: Path) -> tuple[float, float]:
@@ -189,11 +237,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         jobs = tmp / "jobs"
-        floor = statistics.median(raw_floor(runtime, images.agent_image, hello) for _ in range(REPEATS))
+        counter = CallCounter(runtime)
+        floor = statistics.median(shared_floor(runtime, images.agent_image, hello) for _ in range(REPEATS))
+        before = counter.count
+        shared_floor(runtime, images.agent_image, hello)
+        emit("floor_engine_calls_per_trial", counter.count - before)
+        before = counter.count
         ours = job_seconds(runtime, hello, 1, REPEATS, jobs)[0] / REPEATS
+        emit("engine_calls_per_trial", round((counter.count - before) / REPEATS, 1))
+        emit("harbor_cli_calls_per_trial", "21-35")
         emit("floor_seconds_per_trial", round(floor, 3))
         emit("orchestra_seconds_per_trial", round(ours, 3))
         emit("overhead_ratio", round(ours / floor, 2))
+        emit("overhead_ratio_shared", round(ours / floor, 2))
+        snap_floor = statistics.median(raw_floor(runtime, images.agent_image, hello) for _ in range(REPEATS))
+        snapshot = with_mode(hello, "snapshot", tmp)
+        ensure_task_images(runtime, load_task(snapshot), "bench")
+        job_seconds(runtime, snapshot, 1, 1, jobs)  # warm
+        snap = job_seconds(runtime, snapshot, 1, REPEATS, jobs)[0] / REPEATS
+        emit("floor_seconds_per_trial_snapshot", round(snap_floor, 3))
+        emit("overhead_ratio_snapshot", round(snap / snap_floor, 2))
         emit("help_seconds", round(statistics.median(help_seconds() for _ in range(REPEATS)), 3))
         runs = [whole_process(hello, jobs) for _ in range(REPEATS)]
         one_run = statistics.median(r[0] for r in runs)
@@ -215,6 +278,13 @@ def main() -> None:
             many, job = job_seconds(runtime, sleeper, n, n, jobs)
             assert job.mean_reward == 1.0, job.counts
             emit(f"concurrency_ratio_{n}", round(many / one, 2))
+        sleeper_image = ensure_task_images(runtime, load_task(sleeper), "bench").agent_image
+        started = time.perf_counter()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda _: shared_floor(runtime, sleeper_image, sleeper), range(16)))
+        floor16 = time.perf_counter() - started
+        emit("floor_seconds_16", round(floor16, 2))
+        emit("concurrency16_vs_floor", round(many / floor16, 2))
         proc = subprocess.Popen([ORCHESTRA, "run", "--path", str(sleeper), "--agent", "oracle", "-k", "16",
                                  "-n", "16", "-q", "--jobs-dir", str(jobs), "--job-name", "rss16"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -174,7 +174,10 @@ class ModelProxy:
             else:
                 self.stats.calls += 1
         if refusal:
-            return 402, {"error": {"message": f"orchestra budget exceeded: {refusal}; no more model calls in this trial",
+            # Worded so agent CLIs stop instead of retrying: aider, for one, retries every
+            # APIError except a 402 that says "insufficient credits".
+            return 402, {"error": {"message": f"orchestra budget exceeded: {refusal}; no more model "
+                                              'calls in this trial (insufficient credits, "code":402)',
                                    "type": "budget_exceeded", "code": "budget_exceeded"}}, None
         request["model"] = self.model
         stream = None

@@ -42,6 +42,7 @@ __all__ = ["BuildFailed", "DockerRuntime", "RuntimeFault", "connect"]
 from orchestrator.runtime.subnets import SubnetPool
 
 log = structlog.get_logger()
+POLL_SEC = 0.25  # how often a waiting exec checks its deadline and stop event
 SUBNET_LOCK = Path(os.environ.get("ORCHESTRA_LOCK_DIR", "/var/tmp/orchestra-locks")) / "subnets.lock"
 
 
@@ -287,62 +288,56 @@ class DockerRuntime(Runtime):
              env: dict[str, str] | None = None, workdir: str | None = None,
              user: str | None = None, stdin: bytes | None = None, capture: int = 0,
              stop: threading.Event | None = None) -> ExecResult:
-        """See Runtime.exec. Without stdin or capture the command runs detached and is
-        polled (never blocking on its output); with either, its multiplexed stream is read
-        on a socket with the deadline as the timeout."""
+        """See Runtime.exec. The exec is attached: its end is seen the moment its stream
+        closes (no polling), while short socket timeouts let the deadline and `stop` be
+        checked, and a process that ended while a child it left behind holds the stream is
+        seen as ended. Output past `capture` bytes is read and dropped (agent commands
+        redirect their own output to files, so their stream is empty)."""
         deadline = time.time() + 60 if deadline is None else deadline
         exec_id = self.api.exec_create(container, command, environment=env or {}, workdir=workdir,
                                        user=user or "", stdin=stdin is not None)["Id"]
-        if stdin is not None or capture:
-            return self._exec_attached(exec_id, stdin, capture, deadline)
-        self.api.exec_start(exec_id, detach=True)
-        delay, polls = 0.02, 0
-        while True:
-            state = self.api.exec_inspect(exec_id)
-            if not state["Running"]:
-                return ExecResult(exit_code=state["ExitCode"], timed_out=False)
-            if time.time() >= deadline:
-                return ExecResult(exit_code=None, timed_out=True)
-            if stop is not None and stop.is_set():
-                return ExecResult(exit_code=None, timed_out=False)
-            polls += 1
-            if polls % 10 == 0 and not self.is_running(container):  # killed by a watchdog
-                return ExecResult(exit_code=None, timed_out=False)
-            time.sleep(min(delay, max(0.0, deadline - time.time())))
-            delay = min(delay * 1.5, 0.5)
-
-    def _exec_attached(self, exec_id: str, stdin: bytes | None, capture: int,
-                       deadline: float) -> ExecResult:
         sock = self.api.exec_start(exec_id, socket=True)
         raw = getattr(sock, "_sock", sock)  # docker-py hands back a SocketIO over the socket
-        raw.settimeout(max(0.1, deadline - time.time()))
         output = bytearray()
-        timed_out = False
         try:
+            raw.settimeout(max(0.05, min(POLL_SEC, deadline - time.time())))
             if stdin:
                 raw.sendall(stdin)
             raw.shutdown(socket.SHUT_WR)
             buffer = b""
-            while chunk := raw.recv(65536):
+            while True:
+                try:
+                    chunk = raw.recv(65536)
+                except TimeoutError:
+                    if time.time() >= deadline:
+                        return ExecResult(None, True, bytes(output))
+                    if stop is not None and stop.is_set():
+                        return ExecResult(None, False, bytes(output))
+                    if not self.api.exec_inspect(exec_id)["Running"]:
+                        break  # it ended, but something it started still holds the stream
+                    raw.settimeout(max(0.05, min(POLL_SEC, deadline - time.time())))
+                    continue
+                if not chunk:
+                    break
                 buffer += chunk
                 while len(buffer) >= 8:  # docker's multiplexed frames: 8-byte header
                     size = struct.unpack(">I", buffer[4:8])[0]
                     if len(buffer) < 8 + size:
                         break
                     if len(output) < capture:
-                        output += buffer[8:8 + size]
+                        output += buffer[8:8 + size][:capture - len(output)]
                     buffer = buffer[8 + size:]
-        except TimeoutError:
-            timed_out = True
         finally:
             sock.close()
-        if not timed_out:
-            for _ in range(100):
-                state = self.api.exec_inspect(exec_id)
-                if not state["Running"]:
-                    return ExecResult(state["ExitCode"], False, bytes(output[:capture]))
-                time.sleep(0.02)
-        return ExecResult(None, timed_out, bytes(output[:capture]))
+        for _ in range(100):  # the stream closes as the process ends; its state follows
+            state = self.api.exec_inspect(exec_id)
+            if not state["Running"]:
+                code = state["ExitCode"]
+                if (code is None or code >= 128) and not self.is_running(container):
+                    return ExecResult(None, False, bytes(output))  # the container was killed
+                return ExecResult(code, False, bytes(output))
+            time.sleep(0.02)
+        return ExecResult(None, False, bytes(output))
 
     def spawn(self, container: str, command: list[str], env: dict[str, str] | None = None,
               workdir: str | None = None, user: str | None = None) -> str:

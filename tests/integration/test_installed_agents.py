@@ -88,3 +88,17 @@ def test_a_recorded_job_reruns_with_the_same_model_outputs(tmp_path):
     empty.mkdir()
     refused = orchestra("run", *common, "--job-name", "x", "--replay-from", str(empty))
     assert refused.returncode == 2 and "no recorded exchanges" in " ".join(refused.stderr.split())
+
+
+@pytest.mark.parametrize("agent", ["mini-swe-agent", "aider", "opencode"])
+def test_a_budget_refusal_stops_an_installed_cli_instead_of_retrying(tmp_path, agent):
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(f"schema_version: 1\ncondition: broke\nroster:\n  - id: lead\n    kind: orchestrator\n"
+                        f"    agent: {agent}\n    endpoint: replay-{agent}\n    budget: {{max_calls: 0}}\n")
+    proc = orchestra("run", "--path", HELLO, "--manifest", str(manifest), "--endpoint-config",
+                     str(ROOT / "endpoints/replay.json"), "--jobs-dir", str(tmp_path), "--job-name", "j", "-q")
+    assert proc.returncode == 0, proc.stderr
+    result, _ = only_trial(tmp_path / "j")
+    assert result["agent_outcome"] == "budget_exceeded" and result["failure_mode"] == "none"
+    assert result["model"]["calls"] == 0 and 1 <= result["model"]["refused_budget"] <= 3  # no retry storm
+    assert result["reward"] == {"reward": 0.0}
