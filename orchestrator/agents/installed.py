@@ -118,9 +118,12 @@ class MiniSweAgent(InstalledAgent):
   MSWEA_COST_TRACKING=ignore_errors LITELLM_LOCAL_MODEL_COST_MAP=True \\
   MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT=2 MSWEA_GLOBAL_CONFIG_DIR=/tmp/mswea MSWEA_CONFIGURED=true
 traj={AGENT_LOGS}/{self.own_log}
+config=${{MSWEA_CONFIG:-mini.yaml}}
+class=litellm
+case "$config" in *textbased*) class=litellm_textbased ;; esac
 python3 -c 'import sys; sys.argv[0] = "mini"; from minisweagent.run.mini import app; app()' \\
-  --yolo --exit-immediately --cost-limit 0 --model openai/{MODEL} \\
-  --task "$(cat "$1")" -c "${{MSWEA_CONFIG:-mini.yaml}}" \\
+  --yolo --exit-immediately --cost-limit 0 --model openai/{MODEL} --model-class "$class" \\
+  --task "$(cat "$1")" -c "$config" \\
   -c "model.model_kwargs.api_base=$OPENAI_BASE_URL" -c "agent.step_limit={steps}"{kwargs} \\
   --output "$traj" </dev/null
 code=$?
