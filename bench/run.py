@@ -80,15 +80,21 @@ class CallCounter:
             self.count += 1
 
 
-def shared_floor(runtime: DockerRuntime, image: str, task_dir: Path) -> float:
-    """Shared mode by hand: agent container, exec solve, then test.sh in the same container."""
-    api = runtime.api
-    started = time.perf_counter()
+def solved_agent(api, image: str, task_dir: Path) -> str:
+    """The floor's agent: a started container that has run solution/solve.sh."""
     agent = api.create_container(image, ["sleep", "infinity"], working_dir="/app", host_config=api.create_host_config(
         init=True, mem_limit="512m", nano_cpus=10**9))["Id"]
     api.start(agent)
     api.put_archive(agent, "/", tar_directory(task_dir / "solution", "solution"))
     api.exec_start(api.exec_create(agent, ["bash", "/solution/solve.sh"])["Id"])
+    return agent
+
+
+def shared_floor(runtime: DockerRuntime, image: str, task_dir: Path) -> float:
+    """Shared mode by hand: agent container, exec solve, then test.sh in the same container."""
+    api = runtime.api
+    started = time.perf_counter()
+    agent = solved_agent(api, image, task_dir)
     api.put_archive(agent, "/", tar_directory(task_dir / "tests", "tests"))
     api.put_archive(agent, "/", tar_files({}, dirs=["logs", "logs/verifier"]))
     api.exec_start(api.exec_create(agent, ["bash", "/tests/test.sh"])["Id"])
@@ -103,12 +109,7 @@ def raw_floor(runtime: DockerRuntime, image: str, task_dir: Path) -> float:
     """Snapshot mode by hand: agent container, exec, commit, verifier container, copy out."""
     api = runtime.api
     started = time.perf_counter()
-    agent = api.create_container(image, ["sleep", "infinity"], working_dir="/app", host_config=api.create_host_config(
-        init=True, mem_limit="512m", nano_cpus=10**9))["Id"]
-    api.start(agent)
-    api.put_archive(agent, "/", tar_directory(task_dir / "solution", "solution"))
-    exec_id = api.exec_create(agent, ["bash", "/solution/solve.sh"])["Id"]
-    api.exec_start(exec_id)
+    agent = solved_agent(api, image, task_dir)
     api.kill(agent)
     snapshot = api.commit(agent, repository="bench/snap", tag=uuid.uuid4().hex[:8])["Id"]
     api.remove_container(agent, force=True)

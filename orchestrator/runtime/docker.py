@@ -291,7 +291,7 @@ class DockerRuntime(Runtime):
         """See Runtime.exec. The exec is attached: its end is seen the moment its stream
         closes (no polling), while short socket timeouts let the deadline and `stop` be
         checked, and a process that ended while a child it left behind holds the stream is
-        seen as ended. Output past `capture` bytes is read and dropped (agent commands
+        seen as ended (looked at every 2 s: one inspect, not a poll). Output past `capture` bytes is read and dropped (agent commands
         redirect their own output to files, so their stream is empty)."""
         deadline = time.time() + 60 if deadline is None else deadline
         exec_id = self.api.exec_create(container, command, environment=env or {}, workdir=workdir,
@@ -299,6 +299,7 @@ class DockerRuntime(Runtime):
         sock = self.api.exec_start(exec_id, socket=True)
         raw = getattr(sock, "_sock", sock)  # docker-py hands back a SocketIO over the socket
         output = bytearray()
+        waits = 0
         try:
             raw.settimeout(max(0.05, min(POLL_SEC, deadline - time.time())))
             if stdin:
@@ -313,7 +314,8 @@ class DockerRuntime(Runtime):
                         return ExecResult(None, True, bytes(output))
                     if stop is not None and stop.is_set():
                         return ExecResult(None, False, bytes(output))
-                    if not self.api.exec_inspect(exec_id)["Running"]:
+                    waits += 1
+                    if waits % 8 == 0 and not self.api.exec_inspect(exec_id)["Running"]:
                         break  # it ended, but something it started still holds the stream
                     raw.settimeout(max(0.05, min(POLL_SEC, deadline - time.time())))
                     continue
