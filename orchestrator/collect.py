@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import structlog
 
-from orchestrator.archive import safe_extract
+from orchestrator.archive import DEFAULT_CAP_FILES, safe_extract
+from orchestrator.hostcopy import host_tar
 from orchestrator.models.result import TrialResult
-from orchestrator.paths import AGENT_LOGS, ARTIFACTS, TrialDir
+from orchestrator.paths import AGENT_LOGS, ARTIFACTS, LOGS, TrialDir
 from orchestrator.relay.session import TrialRelay
 from orchestrator.runtime.base import Runtime
 from orchestrator.sandbox import Sandbox
@@ -36,16 +38,18 @@ def collect(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir) -> None
         parent = paths.files / Path(path).parent.relative_to("/")
         wanted.append((path, parent, ""))
     for source, dest, strip in wanted:
-        stream = runtime.get_archive(container, source)
+        cap = min(budget, caps.get(source, budget))
+        file_cap = AGENT_LOG_FILE_CAP_BYTES if source == AGENT_LOGS else None
+        stream, cut = copy_out(runtime, box, container, source, max(cap, 0), file_cap)
         if stream is None:
             log.info("collect.missing", trial=box.trial_id[:12], path=source)
             continue
-        cap = min(budget, caps.get(source, budget))
         try:
             report = safe_extract(stream, dest, cap_bytes=max(cap, 0), strip_prefix=strip,
-                                  file_cap_bytes=AGENT_LOG_FILE_CAP_BYTES if source == AGENT_LOGS else None)
+                                  file_cap_bytes=file_cap)
         finally:
             stream.close()
+        report.truncated = report.truncated or cut
         budget -= report.bytes
         box.collected[source] = {"files": report.files, "bytes": report.bytes,
                                  "truncated": report.truncated, "rejected": report.n_rejected,
@@ -53,6 +57,19 @@ def collect(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir) -> None
         if report.rejected:
             log.warning("collect.rejected", trial=box.trial_id[:12], path=source,
                         rejected=report.rejected[:20], truncated=report.truncated)
+
+
+def copy_out(runtime: Runtime, box: Sandbox, container: str, source: str, cap_bytes: int,
+             file_cap_bytes: int | None = None) -> tuple[Iterator[bytes] | None, bool]:
+    """A tar stream of `source` in `container`, and whether data was cut at the caps. A folder
+    under /logs of a container on the trial's loop disk is read on the host (no engine
+    round trip, never following the agent's links: hostcopy); anything else via the engine."""
+    if box.loop_disk is not None and container in box.containers and (
+            source.startswith(LOGS + "/") and source.count("/") == 2):
+        made = host_tar(box.loop_disk.logs / Path(source).name, Path(source).name, cap_bytes,
+                        file_cap_bytes, DEFAULT_CAP_FILES)
+        return (made.chunks, made.cut) if made is not None else (None, False)
+    return runtime.get_archive(container, source), False
 
 
 def export_evidence(relay: TrialRelay, paths: TrialDir, result: TrialResult) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from orchestrator import verifier_tools
 from orchestrator.archive import safe_extract, spool_directory, tar_directory, tar_files
+from orchestrator.collect import copy_out
 from orchestrator.images import TaskImages, verifier_image
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import ARTIFACTS, TESTS, VERIFIER_LOGS, TrialDir
@@ -177,7 +178,7 @@ def _verify_live(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
         exit_code = None
     if not runtime.is_running(container) and exit_code is not None and exit_code != 0:
         runtime.start(container)  # killed mid-grading (disk, OOM): read what test.sh wrote
-    _read_outcome(runtime, container, paths, result, exit_code)
+    _read_outcome(runtime, container, paths, result, exit_code, box)
     if keep_alive:  # the next step runs in this environment, under the agent's policy
         switch_network(runtime, box, task.config.network_for("agent"), container, back=True)
     else:
@@ -267,10 +268,14 @@ def _stage_evidence(runtime: Runtime, container: str, evidence: Path | None) -> 
 
 
 def _read_outcome(runtime: Runtime, container: str, paths: TrialDir, result: TrialResult,
-                  exit_code: int | None) -> None:
-    """Copy /logs/verifier out (capped) and read the reward from it."""
+                  exit_code: int | None, box: Sandbox | None = None) -> None:
+    """Copy /logs/verifier out (capped) and read the reward from it; `box`: the container
+    has the trial's loop disk at /logs, read on the host."""
     result.verifier_exit_code = exit_code
-    stream = runtime.get_archive(container, VERIFIER_LOGS)
+    if box is not None:
+        stream, _ = copy_out(runtime, box, container, VERIFIER_LOGS, 64 * 1024 * 1024)
+    else:
+        stream = runtime.get_archive(container, VERIFIER_LOGS)
     if stream is not None:
         try:
             safe_extract(stream, paths.verifier, cap_bytes=64 * 1024 * 1024, strip_prefix="verifier")
