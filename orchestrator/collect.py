@@ -40,7 +40,7 @@ def collect(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir) -> None
     for source, dest, strip in wanted:
         cap = min(budget, caps.get(source, budget))
         file_cap = AGENT_LOG_FILE_CAP_BYTES if source == AGENT_LOGS else None
-        stream, cut = copy_out(runtime, box, container, source, max(cap, 0), file_cap)
+        stream, cut, unlisted = copy_out(runtime, box, container, source, max(cap, 0), file_cap)
         if stream is None:
             log.info("collect.missing", trial=box.trial_id[:12], path=source)
             continue
@@ -49,7 +49,8 @@ def collect(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir) -> None
                                   file_cap_bytes=file_cap)
         finally:
             stream.close()
-        report.truncated = report.truncated or cut
+        report.truncated = report.truncated or cut or unlisted > 0
+        report.skipped += unlisted
         budget -= report.bytes
         box.collected[source] = {"files": report.files, "bytes": report.bytes,
                                  "truncated": report.truncated, "rejected": report.n_rejected,
@@ -60,16 +61,17 @@ def collect(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir) -> None
 
 
 def copy_out(runtime: Runtime, box: Sandbox, container: str, source: str, cap_bytes: int,
-             file_cap_bytes: int | None = None) -> tuple[Iterator[bytes] | None, bool]:
-    """A tar stream of `source` in `container`, and whether data was cut at the caps. A folder
+             file_cap_bytes: int | None = None) -> tuple[Iterator[bytes] | None, bool, int]:
+    """A tar stream of `source` in `container`, whether data was cut at the caps, and how many
+    members past the member cap were left out of the stream (counted). A folder
     under /logs of a container on the trial's loop disk is read on the host (no engine
     round trip, never following the agent's links: hostcopy); anything else via the engine."""
     if box.loop_disk is not None and container in box.containers and (
             source.startswith(LOGS + "/") and source.count("/") == 2):
         made = host_tar(box.loop_disk.logs / Path(source).name, Path(source).name, cap_bytes,
                         file_cap_bytes, DEFAULT_CAP_FILES)
-        return (made.chunks, made.cut) if made is not None else (None, False)
-    return runtime.get_archive(container, source), False
+        return (made.chunks, made.cut, made.unlisted) if made is not None else (None, False, 0)
+    return runtime.get_archive(container, source), False, 0
 
 
 def export_evidence(relay: TrialRelay, paths: TrialDir, result: TrialResult) -> None:

@@ -145,15 +145,19 @@ def trajectory_from_exchanges(path: Path) -> list[dict]:
         message = (response["choices"][0] or {}).get("message") or {}
         if message.get("content"):
             events.append({"kind": "message", "text": _text(message["content"])})
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") or {}
-            try:
-                args = json.loads(function.get("arguments") or "{}")
-            except (json.JSONDecodeError, TypeError):
-                args = function.get("arguments")
-            events.append({"kind": "tool_dispatch",
-                           "tool": {"id": call.get("id"), "name": function.get("name"), "args": args}})
+        events += [dispatch_event(call) for call in message.get("tool_calls") or []]
     return [{"seq": i, "event": e} for i, e in enumerate(events)]
+
+
+def dispatch_event(call: dict) -> dict:
+    """A chat-completions tool call as a DESIGN 3.6 `tool_dispatch` event."""
+    function = call.get("function") or {}
+    try:
+        args = json.loads(function.get("arguments") or "{}")
+    except (json.JSONDecodeError, TypeError):
+        args = function.get("arguments")
+    return {"kind": "tool_dispatch",
+            "tool": {"id": call.get("id"), "name": function.get("name"), "args": args}}
 
 
 def _text(content) -> str:

@@ -7,7 +7,9 @@ read, so nothing here follows a link: every directory is opened relative to its 
 descriptor with O_NOFOLLOW, every file with O_NOFOLLOW | O_NONBLOCK and checked with fstat
 after opening (a FIFO never blocks us, a link is never read through). Links, FIFOs and
 devices go into the stream as what they are, for `safe_extract` to reject as it does for the
-engine's streams. Data is cut at the caps here (bounding the work), and `cut` says so.
+engine's streams. Data is cut at the caps here (bounding the work), and `cut` says so;
+members past the member cap (one past it is streamed, for safe_extract to see the cap) are
+only counted, in `unlisted`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 class HostTar:
     chunks: Iterator[bytes]
     cut: bool = False  # some file's data was cut at a cap
+    unlisted: int = 0  # members past the member cap: counted here, not in the stream
 
 
 def host_tar(folder: Path, arcname: str, cap_bytes: int, file_cap_bytes: int | None,
@@ -54,24 +57,28 @@ def host_tar(folder: Path, arcname: str, cap_bytes: int, file_cap_bytes: int | N
         finally:
             spool.close()
 
-    return HostTar(chunks(), state.cut)
+    return HostTar(chunks(), state.cut, state.unlisted)
 
 
 class _Walk:
     def __init__(self, cap_bytes: int, file_cap_bytes: int | None, cap_entries: int):
         self.room, self.file_cap, self.entries_left = cap_bytes, file_cap_bytes, cap_entries + 1
         self.cut = False
+        self.unlisted = 0  # entries past the member cap, left out of the stream
 
     def walk(self, archive: tarfile.TarFile, dir_fd: int, prefix: str) -> None:
         for name in sorted(os.listdir(dir_fd)):
-            if self.entries_left <= 0:
-                return
-            self.entries_left -= 1
             path = f"{prefix}/{name}"
             try:
                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue
+            if self.entries_left <= 0:  # past the member cap: counted, never read or written
+                self.unlisted += 1
+                if stat.S_ISDIR(info.st_mode):
+                    self._directory(archive, dir_fd, name, path)
+                continue
+            self.entries_left -= 1
             if stat.S_ISDIR(info.st_mode):
                 self._directory(archive, dir_fd, name, path)
             elif stat.S_ISREG(info.st_mode):
@@ -93,7 +100,8 @@ class _Walk:
             archive.addfile(_info(path, tarfile.SYMTYPE, None))
             return
         try:
-            archive.addfile(_info(path, tarfile.DIRTYPE, os.fstat(fd)))
+            if self.entries_left >= 0 and not self.unlisted:
+                archive.addfile(_info(path, tarfile.DIRTYPE, os.fstat(fd)))
             self.walk(archive, fd, path)
         finally:
             os.close(fd)

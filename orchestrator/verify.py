@@ -273,7 +273,7 @@ def _read_outcome(runtime: Runtime, container: str, paths: TrialDir, result: Tri
     has the trial's loop disk at /logs, read on the host."""
     result.verifier_exit_code = exit_code
     if box is not None:
-        stream, _ = copy_out(runtime, box, container, VERIFIER_LOGS, 64 * 1024 * 1024)
+        stream, _, _ = copy_out(runtime, box, container, VERIFIER_LOGS, 64 * 1024 * 1024)
     else:
         stream = runtime.get_archive(container, VERIFIER_LOGS)
     if stream is not None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from orchestrator.agents.base import EXIT_STEP_LIMIT
 from orchestrator.agents.install import PYTHON, Recipe, ensure_installed, install_dir, installed
-from orchestrator.exchanges import read_exchanges, trajectory_from_exchanges
+from orchestrator.exchanges import dispatch_event, read_exchanges, trajectory_from_exchanges
 from orchestrator.models.manifest import RosterMember
 from orchestrator.paths import AGENT_LOGS
 from orchestrator.tasks import Task
@@ -144,14 +144,7 @@ exit "$code"
             if role == "assistant":
                 if text:
                     events.append({"kind": "message", "text": text})
-                for call in message.get("tool_calls") or []:
-                    function = call.get("function") or {}
-                    try:
-                        args = json.loads(function.get("arguments") or "{}")
-                    except (json.JSONDecodeError, TypeError):
-                        args = function.get("arguments")
-                    events.append({"kind": "tool_dispatch", "tool": {
-                        "id": call.get("id"), "name": function.get("name"), "args": args}})
+                events += [dispatch_event(call) for call in message.get("tool_calls") or []]
             elif role == "tool":
                 events.append({"kind": "tool_result", "text": text,
                                "tool": {"id": message.get("tool_call_id"), "output": text}})

@@ -3,7 +3,9 @@ followed or opened."""
 
 from __future__ import annotations
 
+import io
 import os
+import tarfile
 
 from orchestrator.archive import safe_extract
 from orchestrator.hostcopy import host_tar
@@ -37,3 +39,18 @@ def test_caps_cut_the_data_and_say_so(tmp_path):
     report = safe_extract(made.chunks, tmp_path / "out", strip_prefix="agent")
     assert made.cut and (tmp_path / "out/big.txt").stat().st_size == 1000 and report.files == 2
     assert host_tar(tmp_path / "missing", "agent", 10, None, 10) is None
+
+
+def test_members_past_the_cap_are_counted_not_streamed(tmp_path):
+    logs = tmp_path / "artifacts"
+    (logs / "d").mkdir(parents=True)
+    for i in range(30):
+        (logs / "d" / f"f{i:02d}").write_text("x")
+    made = host_tar(logs, "artifacts", cap_bytes=10**6, file_cap_bytes=None, cap_entries=10)
+    report = safe_extract(made.chunks, tmp_path / "out", strip_prefix="artifacts", cap_files=10)
+    whole = io.BytesIO()  # the whole folder in one stream, as the engine gives it
+    with tarfile.open(fileobj=whole, mode="w") as archive:
+        archive.add(logs, "artifacts")
+    engine = safe_extract([whole.getvalue()], tmp_path / "engine", strip_prefix="artifacts", cap_files=10)
+    assert (report.files, report.skipped + made.unlisted) == (engine.files, engine.skipped) == (8, 22)
+    assert report.truncated and made.unlisted == 20
