@@ -255,7 +255,8 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         runtime.kill(container)
         _verifier_failure(result, FailureMode.VERIFIER_TIMEOUT,
                           f"test.sh ran past verifier.timeout_sec={verifier.timeout_sec:g}")
-    _read_outcome(runtime, container, paths, result, exit_code)
+    # snapshot: /logs is the trial's loop disk here too, read on the host
+    _read_outcome(runtime, container, paths, result, exit_code, box if mounts else None)
     if keep_alive and not runtime.is_running(box.agent_container):
         runtime.start(box.agent_container)  # the next step: same files (its processes were stopped)
 
