@@ -70,8 +70,11 @@ def ensure_installed(recipe: Recipe, ca_bundle: Path | None = None) -> Path:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
         started = time.monotonic()
-        log.info("agent.installing", agent=recipe.name, package=recipe.package, version=recipe.version,
-                 into=str(final))
+        # a warning so a run shows it: the first use waits minutes on pip or npm, once
+        log.warning("agent.installing", agent=recipe.name, package=recipe.package,
+                    version=recipe.version, into=str(final),
+                    message=f"installing {recipe.name} {recipe.version} once (pip/npm on this "
+                            "host, a few minutes); later runs reuse it")
         try:
             (_pypi if recipe.kind == "pypi" else _npm)(recipe, work, _client_env(ca_bundle))
         except (subprocess.CalledProcessError, OSError, tarfile.TarError) as exc:
