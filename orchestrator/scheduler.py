@@ -195,9 +195,9 @@ class Scheduler:
             for timer in self._timers:
                 timer.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)
-        with self._lock:
-            running = list(self._futures)
-        concurrent.futures.wait(running, timeout=timeout)
+        with self._lock:  # shutdown() cancelled the queued ones: they never ran and never
+            running = [f for f in self._futures if not f.cancelled()]  # will (wait() would
+        concurrent.futures.wait(running, timeout=timeout)  # block on them to the timeout)
 
     def drain(self) -> list[tuple[Item, TrialResult]]:
         out = []

@@ -7,11 +7,13 @@ import json
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from conftest import make_task
 
 from orchestrator.httpserve import BackgroundServer, ByteBudget, HttpError, JsonHandler
+from orchestrator.models.result import FailureMode
 from orchestrator.relay import store as relay_store
 from orchestrator.relay.store import RelayError, RelayStore
 from orchestrator.scheduler import Admission, Item, Scheduler
@@ -144,3 +146,26 @@ def test_outputs_never_replace_what_is_not_a_regular_file(tmp_path, capsys):
     assert fifo_like.is_symlink() and json.loads(target.read_text()) == {"a": 1}
     write_output("-", {"b": 2})
     assert json.loads(capsys.readouterr().out) == {"b": 2}
+
+
+def test_stop_waits_for_running_attempts_only_not_for_queued_ones(tmp_path):
+    """After a cancel, queued attempts are dropped: stop() returns once the running ones
+    end, instead of sitting out its whole timeout on futures that will never run."""
+    task = load_task(make_task(tmp_path, "t"))
+    cancel = threading.Event()
+    scheduler = Scheduler(1, Admission(4, 4096, cancel), cancel)
+    started = threading.Event()
+
+    def slow(item):
+        started.set()
+        cancel.wait(10)
+        return SimpleNamespace(failure_mode=FailureMode.NONE)
+
+    thread = threading.Thread(target=lambda: scheduler.run(
+        [Item(task, i) for i in range(4)], slow, lambda item: None, lambda r: None), daemon=True)
+    thread.start()
+    assert started.wait(10)
+    cancel.set()
+    began = time.monotonic()
+    scheduler.stop(timeout=10)
+    assert time.monotonic() - began < 5  # it was 10 s: the three queued futures, never notified
