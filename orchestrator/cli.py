@@ -413,6 +413,7 @@ def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON ins
     installed on first use, or now with --install)."""
     from orchestrator.agents.install import ensure_installed
     from orchestrator.agents.installed import INSTALLED, listing
+    from orchestrator.models.manifest import AGENT_NAMES
 
     try:
         for name in (list(INSTALLED) if install == ["all"] else install or []):
@@ -424,7 +425,7 @@ def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON ins
     import orchestrator
 
     rows = [{"name": n, "kind": "built-in", "version": orchestrator.__version__, "installed": True,
-             "path": ""} for n in ("oracle", "nop", "reference", "command")] + listing()
+             "path": ""} for n in AGENT_NAMES if n not in INSTALLED] + listing()
     if json_out:
         console.print_json(json.dumps(rows))
         return

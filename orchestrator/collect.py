@@ -66,7 +66,7 @@ def copy_out(runtime: Runtime, box: Sandbox, container: str, source: str, cap_by
     members past the member cap were left out of the stream (counted). A folder
     under /logs of a container on the trial's loop disk is read on the host (no engine
     round trip, never following the agent's links: hostcopy); anything else via the engine."""
-    if box.loop_disk is not None and container in box.containers and (
+    if box.loop_disk is not None and container in box.on_disk and (
             source.startswith(LOGS + "/") and source.count("/") == 2):
         made = host_tar(box.loop_disk.logs / Path(source).name, Path(source).name, cap_bytes,
                         file_cap_bytes, DEFAULT_CAP_FILES)

@@ -106,12 +106,6 @@ def conversation_key(request: dict) -> str:
     return hashlib.sha256(json.dumps([task, system, turn]).encode()).hexdigest()
 
 
-def _text(content: object) -> str:
-    if isinstance(content, list):  # content parts
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return content if isinstance(content, str) else ""
-
-
 def recorded_answers(job: Path) -> dict[str, list[tuple[int, dict]]]:
     """Every recorded exchange of a job folder, by conversation key, in order."""
     answers: dict[str, list[tuple[int, dict]]] = {}
@@ -125,12 +119,12 @@ def recorded_answers(job: Path) -> dict[str, list[tuple[int, dict]]]:
 
 
 # ---- a trajectory for agents that write none -------------------------------------------
-def trajectory_from_exchanges(path: Path) -> list[dict]:
-    """DESIGN 3.6 events from the proxy's record: each reply's text and tool calls, and
-    the tool results the agent sent back in its next request."""
+def trajectory_from_exchanges(exchanges: list[dict]) -> list[dict]:
+    """DESIGN 3.6 events from the proxy's record (read_exchanges): each reply's text and
+    tool calls, and the tool results the agent sent back in its next request."""
     events: list[dict] = []
     seen_results: set[str] = set()
-    for item in read_exchanges(path):
+    for item in exchanges:
         request, response = item.get("request"), item.get("response")
         if isinstance(request, dict):
             for message in request.get("messages") or []:
@@ -161,6 +155,7 @@ def dispatch_event(call: dict) -> dict:
 
 
 def _text(content) -> str:
+    """A message's text: a string, or the text of its content parts."""
     if isinstance(content, list):
         return " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
     return str(content or "")

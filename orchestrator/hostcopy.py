@@ -76,11 +76,11 @@ class _Walk:
             if self.entries_left <= 0:  # past the member cap: counted, never read or written
                 self.unlisted += 1
                 if stat.S_ISDIR(info.st_mode):
-                    self._directory(archive, dir_fd, name, path)
+                    self._directory(archive, dir_fd, name, path, listed=False)
                 continue
             self.entries_left -= 1
             if stat.S_ISDIR(info.st_mode):
-                self._directory(archive, dir_fd, name, path)
+                self._directory(archive, dir_fd, name, path, listed=True)
             elif stat.S_ISREG(info.st_mode):
                 self._file(archive, dir_fd, name, path)
             elif stat.S_ISLNK(info.st_mode):
@@ -93,24 +93,22 @@ class _Walk:
             else:  # FIFO, socket, device: named in the stream, never opened
                 archive.addfile(_info(path, tarfile.FIFOTYPE, info))
 
-    def _directory(self, archive: tarfile.TarFile, dir_fd: int, name: str, path: str) -> None:
-        try:
-            fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
-        except OSError:  # swapped for a link (ELOOP) or gone meanwhile
-            archive.addfile(_info(path, tarfile.SYMTYPE, None))
+    def _directory(self, archive: tarfile.TarFile, dir_fd: int, name: str, path: str,
+                   listed: bool) -> None:
+        """Its entry (when `listed`: within the member cap) and everything under it."""
+        fd = _open_no_follow(archive if listed else None, dir_fd, name, path, DIR_FLAGS)
+        if fd is None:
             return
         try:
-            if self.entries_left >= 0 and not self.unlisted:
+            if listed:
                 archive.addfile(_info(path, tarfile.DIRTYPE, os.fstat(fd)))
             self.walk(archive, fd, path)
         finally:
             os.close(fd)
 
     def _file(self, archive: tarfile.TarFile, dir_fd: int, name: str, path: str) -> None:
-        try:
-            fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
-        except OSError:  # swapped for a link (ELOOP) or gone meanwhile
-            archive.addfile(_info(path, tarfile.SYMTYPE, None))
+        fd = _open_no_follow(archive, dir_fd, name, path, FILE_FLAGS)
+        if fd is None:
             return
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -123,6 +121,19 @@ class _Walk:
             entry = _info(path, tarfile.REGTYPE, info)
             entry.size = keep
             archive.addfile(entry, fileobj=_Exactly(handle, keep))
+
+
+def _open_no_follow(archive: tarfile.TarFile | None, dir_fd: int, name: str, path: str,
+                    flags: int) -> int | None:
+    """`name` opened under `dir_fd` without following a link, or None when it was swapped
+    for a link (ELOOP) or is gone meanwhile: then named in `archive` as a link that leaves
+    the folder (safe_extract rejects it), when an archive is given."""
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        if archive is not None:
+            archive.addfile(_info(path, tarfile.SYMTYPE, None))
+        return None
 
 
 def _info(path: str, kind: bytes, info: os.stat_result | None) -> tarfile.TarInfo:

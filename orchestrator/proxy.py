@@ -306,13 +306,14 @@ class Upstreams:
         from orchestrator.replay import ReplayServer, load_script
 
         upstreams = cls()
-        recorded = recorded_answers(replay_from) if replay_from is not None else None
+        recorded = None  # one server answers every endpoint from the recording (one lock)
+        if replay_from is not None:
+            recorded = ReplayServer({"recorded": recorded_answers(replay_from)}).start()
+            upstreams._servers.append(recorded)
         for name in sorted(names):
             endpoint = config.resolve(name)
             if recorded is not None:
-                server = ReplayServer({"recorded": recorded}).start()
-                upstreams._servers.append(server)
-                url, key = server.url, None
+                url, key = recorded.url, None
             elif endpoint.provider == "replay":
                 key = config.api_key(name)
                 server = ReplayServer(load_script(config.script_path(name)), api_key=key).start()

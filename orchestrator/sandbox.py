@@ -54,6 +54,7 @@ class Sandbox:
     named_volumes: list[str] = field(default_factory=list)  # compose volumes
     sidecars: dict[str, str] = field(default_factory=dict)  # compose service -> container
     containers: list[str] = field(default_factory=list)
+    on_disk: list[str] = field(default_factory=list)  # containers with the loop disk at /logs
     images: list[str] = field(default_factory=list)
     agent_container: str | None = None
     storage_enforcement: str = "watchdog"
@@ -174,6 +175,8 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
     )
     box.agent_container = runtime.create(spec)
     box.containers.append(box.agent_container)
+    if box.volumes:
+        box.on_disk.append(box.agent_container)
     if box.loop_disk is not None:  # /logs is the loop disk's logs folder: make it on the host
         for folder in (AGENT_LOGS, ARTIFACTS):
             path = box.loop_disk.logs / Path(folder).name

@@ -226,6 +226,8 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
     )
     container = runtime.create(spec)
     box.containers.append(container)
+    if mounts:  # snapshot: the trial's loop disk is /logs here too
+        box.on_disk.append(container)
     _stage_tests(runtime, container, task)
     if verifier.environment_mode == "separate":  # the agent's files, streamed from disk
         if paths.artifacts.is_dir():
@@ -255,8 +257,7 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         runtime.kill(container)
         _verifier_failure(result, FailureMode.VERIFIER_TIMEOUT,
                           f"test.sh ran past verifier.timeout_sec={verifier.timeout_sec:g}")
-    # snapshot: /logs is the trial's loop disk here too, read on the host
-    _read_outcome(runtime, container, paths, result, exit_code, box if mounts else None)
+    _read_outcome(runtime, container, paths, result, exit_code, box)
     if keep_alive and not runtime.is_running(box.agent_container):
         runtime.start(box.agent_container)  # the next step: same files (its processes were stopped)
 
@@ -269,14 +270,10 @@ def _stage_evidence(runtime: Runtime, container: str, evidence: Path | None) -> 
 
 
 def _read_outcome(runtime: Runtime, container: str, paths: TrialDir, result: TrialResult,
-                  exit_code: int | None, box: Sandbox | None = None) -> None:
-    """Copy /logs/verifier out (capped) and read the reward from it; `box`: the container
-    has the trial's loop disk at /logs, read on the host."""
+                  exit_code: int | None, box: Sandbox) -> None:
+    """Copy /logs/verifier out (capped) and read the reward from it."""
     result.verifier_exit_code = exit_code
-    if box is not None:
-        stream, _, _ = copy_out(runtime, box, container, VERIFIER_LOGS, 64 * 1024 * 1024)
-    else:
-        stream = runtime.get_archive(container, VERIFIER_LOGS)
+    stream, _, _ = copy_out(runtime, box, container, VERIFIER_LOGS, 64 * 1024 * 1024)
     if stream is not None:
         try:
             safe_extract(stream, paths.verifier, cap_bytes=64 * 1024 * 1024, strip_prefix="verifier")

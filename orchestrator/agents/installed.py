@@ -83,12 +83,12 @@ class InstalledAgent:
             if events is not None:
                 _write(out, events)
                 return None
-        _write(out, trajectory_from_exchanges(exchanges) if exchanges.is_file() else [])
+        recorded = read_exchanges(exchanges) if exchanges.is_file() else []
+        _write(out, trajectory_from_exchanges(recorded))
         said = f"{self.recipe.name} wrote no trajectory of its own" if own is None else \
             f"{self.recipe.name}'s own log ({self.own_log}) was missing or unreadable"
         return (f"{said}; built from the model exchanges the proxy recorded "
-                f"({len(read_exchanges(exchanges)) if exchanges.is_file() else 0} calls): "
-                "what it did after its last call is not seen")
+                f"({len(recorded)} calls): what it did after its last call is not seen")
 
     def convert(self, log: dict) -> list[dict]:
         raise NotImplementedError

@@ -29,6 +29,7 @@ from orchestrator.archive import safe_extract, tar_directory
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import TrialDir
 from orchestrator.tasks import Task
+from orchestrator.util import write_json_atomic
 
 log = structlog.get_logger()
 NODE_CACHE = Path(os.environ.get("ORCHESTRA_RAY_CACHE", "/var/tmp/orchestra-ray"))
@@ -156,7 +157,6 @@ class RayExecutor:
         """Each item becomes a Ray task; a trial lost on its node gets the result the
         driver can write (infrastructure, retried by the scheduler)."""
         from orchestrator.trial import new_result, trial_dir, trial_id
-        from orchestrator.util import write_json_atomic
 
         def run_remote(item) -> TrialResult:
             tid = trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)
@@ -202,8 +202,6 @@ class RayExecutor:
         folder = job_dir / "trials" / out["folder"]
         TrialDir(folder).set_aside_earlier_try()  # an earlier try is kept, never mixed in
         safe_extract([out["tar"]], folder)
-        from orchestrator.util import write_json_atomic
-
         write_json_atomic(folder / "result.json", result)
         return result
 

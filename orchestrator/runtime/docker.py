@@ -37,9 +37,9 @@ from orchestrator.runtime.base import (
     RuntimeFault,
     SandboxSpec,
 )
+from orchestrator.runtime.subnets import SubnetPool
 
 __all__ = ["BuildFailed", "DockerRuntime", "RuntimeFault", "connect"]
-from orchestrator.runtime.subnets import SubnetPool
 
 log = structlog.get_logger()
 POLL_SEC = 0.25  # how often a waiting exec checks its deadline and stop event
@@ -79,7 +79,7 @@ class DockerRuntime(Runtime):
         return self.api.inspect_image(ref)
 
     def image_env(self, ref: str) -> list[str]:
-        return list(self.api.inspect_image(ref)["Config"].get("Env") or [])
+        return list(self.image_inspect(ref)["Config"].get("Env") or [])
 
     def import_image(self, tarball: str, repository: str, tag: str, changes: list[str]) -> None:
         self.api.import_image_from_file(tarball, repository=repository, tag=tag, changes=changes)
@@ -291,8 +291,9 @@ class DockerRuntime(Runtime):
         """See Runtime.exec. The exec is attached: its end is seen the moment its stream
         closes (no polling), while short socket timeouts let the deadline and `stop` be
         checked, and a process that ended while a child it left behind holds the stream is
-        seen as ended (looked at every 2 s: one inspect, not a poll). Output past `capture` bytes is read and dropped (agent commands
-        redirect their own output to files, so their stream is empty)."""
+        seen as ended (looked at every 2 s: one inspect, not a poll). Output past `capture`
+        bytes is read and dropped (agent commands redirect their own output to files, so
+        their stream is empty)."""
         deadline = time.time() + 60 if deadline is None else deadline
         exec_id = self.api.exec_create(container, command, environment=env or {}, workdir=workdir,
                                        user=user or "", stdin=stdin is not None)["Id"]
