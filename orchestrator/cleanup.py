@@ -14,16 +14,16 @@ import socket
 import tempfile
 import threading
 import time
-from pathlib import Path
 
 import structlog
 
+from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime import disk
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, LABEL_JOB, LABEL_KIND, LABEL_PID, Runtime
 
 log = structlog.get_logger()
 LABEL_HOST = "orchestra.host"
-USAGE_FILE = Path(os.environ.get("ORCHESTRA_LOCK_DIR", "/var/tmp/orchestra-locks")) / "image-usage.json"
+USAGE_FILE = LOCK_DIR / "image-usage.json"
 
 
 def owner_labels() -> dict[str, str]:

@@ -446,10 +446,12 @@ def cleanup(
     keep_gb: Annotated[float | None, typer.Option(help="With --images: keep the most recently used up to this size.")] = None,
 ):
     """Remove containers, networks and volumes orchestra created (and the loop disks behind
-    them). By default only those of jobs whose orchestrator process on this host is gone;
-    `--job NAME` one job's, `--all` all of them. Objects orchestra did not create (e.g.
-    someone's container from an image orchestra built) are never touched."""
+    them). By default only those of jobs whose orchestrator process on this host is gone,
+    and the idle networks kept between jobs; `--job NAME` one job's, `--all` all of them.
+    Objects orchestra did not create (e.g. someone's container from an image orchestra
+    built) are never touched."""
     from orchestrator.cleanup import LABEL_JOB, plan, prune_images, reap, reap_orphans
+    from orchestrator.netpool import remove_idle
     from orchestrator.runtime import open_runtime
     from orchestrator.runtime.base import LABEL_KIND
 
@@ -464,6 +466,9 @@ def cleanup(
         f"job {job}" if job else "jobs whose orchestrator is gone")
     if dry_run:
         rows = plan(runtime, job, everything)
+        if job is None and not everything:
+            rows += [{"kind": "network", "name": n, "labels": {LABEL_JOB: "(idle, kept between jobs)"}}
+                     for n in remove_idle(runtime, dry_run=True)]
         for row in rows:
             console.print(f"would remove {row['kind']} {row['name'][:64]}  "
                           f"(job {row['labels'].get(LABEL_JOB, '?')})", markup=False)
@@ -476,6 +481,7 @@ def cleanup(
         removed = reap(runtime, f"{LABEL_JOB}={job}")
     else:
         removed = reap_orphans(runtime)
+        removed["networks"] += len(remove_idle(runtime))
     if images:
         removed["images"] = len(prune_images(runtime, keep_gb))
     console.print(", ".join(f"{n} {what}" for what, n in removed.items()) + f" removed ({scope})")

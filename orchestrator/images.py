@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ from pathlib import Path
 import structlog
 
 from orchestrator.archive import tar_directory, tar_files
+from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
 from orchestrator.tasks import Task, hash_tree, image_repository
 
@@ -38,7 +38,6 @@ DEFAULT_ALIASES = (
     "python:3.12-slim-bookworm", "python:3.12-slim", "python:3.11-slim-bookworm",
     "python:3.11-slim", "debian:bookworm-slim", "debian:bookworm",
 )
-LOCK_DIR = Path(os.environ.get("ORCHESTRA_LOCK_DIR", "/var/tmp/orchestra-locks"))
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.IGNORECASE | re.MULTILINE)
 _thread_locks: dict[str, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()

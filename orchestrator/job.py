@@ -29,11 +29,11 @@ from orchestrator.models.result import (
     TrialResult,
     TrialSummary,
 )
+from orchestrator.netpool import NetworkPool
 from orchestrator.proxy import Upstreams
 from orchestrator.report.shadow import memory_shadow
 from orchestrator.runtime.base import LABEL_JOB, Runtime
 from orchestrator.runtime.watchdog import DiskWatchdog
-from orchestrator.sandbox import NetworkPool
 from orchestrator.scheduler import Admission, Item, Scheduler
 from orchestrator.tasks import Task
 from orchestrator.trial import (

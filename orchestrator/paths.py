@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+# On the host: locks and small state shared by every orchestra process on this machine.
+LOCK_DIR = Path(os.environ.get("ORCHESTRA_LOCK_DIR", "/var/tmp/orchestra-locks"))
 
 # Inside the containers (DESIGN 3.4).
 LOGS = "/logs"

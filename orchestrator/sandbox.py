@@ -7,7 +7,6 @@ module owns the order of creation and the reverse order of removal (also on erro
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from orchestrator.cleanup import owner_labels
 from orchestrator.egress import EgressProxy
 from orchestrator.images import AGENT_STACK as AGENT_STACK_DIR
 from orchestrator.models.result import AppliedLimits
+from orchestrator.netpool import NetworkPool
 from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, LOGS, VERIFIER_LOGS
 from orchestrator.runtime import disk
 from orchestrator.runtime.base import (
@@ -67,42 +67,6 @@ class Sandbox:
     def labels(self, kind: str) -> dict[str, str]:
         return {LABEL_JOB: self.job, LABEL_TRIAL: self.trial_id, LABEL_KIND: kind,
                 **owner_labels()}
-
-
-class NetworkPool:
-    """Trial networks, reused within a job: creating and removing a bridge costs about
-    0.25 s per trial on our machines. A network goes back to the pool only after every
-    container of its trial is removed, so no two live trials ever share one."""
-
-    def __init__(self, runtime: Runtime, job: str):
-        self.runtime, self.job = runtime, job
-        self._free: dict[bool, list[Network]] = {True: [], False: []}
-        self._all: list[Network] = []
-        self._lock = threading.Lock()
-
-    def acquire(self, internal: bool) -> Network:
-        with self._lock:
-            if self._free[internal]:
-                return self._free[internal].pop()
-            index = len(self._all)
-        name = f"orchestra-{disk.job_key(self.job)[:10]}-{index}-{'int' if internal else 'pub'}"
-        network = self.runtime.create_network(
-            f"{name}-{uuid.uuid4().hex[:6]}", internal=internal,
-            labels={LABEL_JOB: self.job, LABEL_KIND: "network", **owner_labels()})
-        with self._lock:
-            self._all.append(network)
-        return network
-
-    def release(self, network: Network) -> None:
-        with self._lock:
-            self._free[network.internal].append(network)
-
-    def close(self) -> None:
-        with self._lock:
-            networks, self._all = self._all, []
-            self._free = {True: [], False: []}
-        for network in networks:
-            _quietly(self.runtime.remove_network, network.name)
 
 
 def resolve_workdir(runtime: Runtime, task: Task, image: str) -> str:

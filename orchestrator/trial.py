@@ -29,6 +29,7 @@ from orchestrator.images import TaskImages
 from orchestrator.memory import StateRoots, file_seed_archive, seed_engrams
 from orchestrator.models.manifest import Manifest, flag_env
 from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.netpool import NetworkPool
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TrialDir
 from orchestrator.proxy import ModelProxy, Upstreams
 from orchestrator.relay.session import TrialRelay, start_relay
@@ -36,7 +37,6 @@ from orchestrator.report.audit import audit_trajectory
 from orchestrator.runtime.base import BuildFailed, Runtime
 from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.sandbox import (
-    NetworkPool,
     Sandbox,
     applied_limits,
     close_sandbox,

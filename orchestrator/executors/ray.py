@@ -74,9 +74,9 @@ def run_on_node(payload: dict, task_tar: bytes) -> dict:
     from orchestrator.agents import agent_for
     from orchestrator.imagecache import ImageCache
     from orchestrator.models.manifest import Manifest
+    from orchestrator.netpool import NetworkPool
     from orchestrator.proxy import Upstreams
     from orchestrator.runtime.watchdog import DiskWatchdog
-    from orchestrator.sandbox import NetworkPool
     from orchestrator.tasks import load_task
     from orchestrator.trial import TrialContext, run_trial, trial_dir
 

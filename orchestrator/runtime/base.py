@@ -127,6 +127,10 @@ class Runtime(ABC):
     @abstractmethod
     def remove_network(self, name: str) -> None: ...
     @abstractmethod
+    def adopt_network(self, name: str) -> Network | None:
+        """A network made earlier (by this or another process): its addresses, with its
+        host isolation re-checked; None if it is gone or any container (running or not) is on it."""
+    @abstractmethod
     def connect_network(self, container: str, network: str) -> None: ...
     @abstractmethod
     def connect_network_if_absent(self, container: str, network: str) -> None: ...

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fcntl
 import io
-import os
 import socket
 import struct
 import threading
@@ -25,6 +24,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import IPAMConfig, IPAMPool, LogConfig, Mount
 
 from orchestrator.errors import InfraError
+from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime import firewall
 from orchestrator.runtime.base import (
     LABEL_JOB,
@@ -43,7 +43,7 @@ __all__ = ["BuildFailed", "DockerRuntime", "RuntimeFault", "connect"]
 
 log = structlog.get_logger()
 POLL_SEC = 0.25  # how often a waiting exec checks its deadline and stop event
-SUBNET_LOCK = Path(os.environ.get("ORCHESTRA_LOCK_DIR", "/var/tmp/orchestra-locks")) / "subnets.lock"
+SUBNET_LOCK = LOCK_DIR / "subnets.lock"
 
 
 def connect(max_pool_size: int = 16) -> docker.DockerClient:
@@ -201,6 +201,22 @@ class DockerRuntime(Runtime):
             self._release_block(name)
         if gateway:
             firewall.release(name, gateway)
+
+    def adopt_network(self, name: str) -> Network | None:
+        try:
+            info = self.api.inspect_network(name)
+        except NotFound:
+            return None
+        configs = (info.get("IPAM") or {}).get("Config") or []
+        config = next((c for c in configs if c.get("Gateway") and c.get("Subnet")), None)
+        if config is None or info.get("Containers"):
+            return None
+        if self.api.containers(all=True, filters={"network": name}):  # created or stopped ones too
+            return None
+        isolated = firewall.ensure(name, config["Gateway"])
+        return Network(name=name, gateway=config["Gateway"], subnet=config["Subnet"],
+                       internal=bool(info.get("Internal")),
+                       host_isolation="iptables" if isolated else "none")
 
     def _gateway_of(self, name: str) -> str | None:
         try:

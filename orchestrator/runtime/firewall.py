@@ -50,6 +50,16 @@ def isolate(network: str, gateway: str) -> bool:
     return True
 
 
+def ensure(network: str, gateway: str) -> bool:
+    """isolate(), unless the network's rule is already there (a network kept from an
+    earlier job; a host reboot or an iptables flush would have dropped its rule)."""
+    if not available():
+        return False
+    checked = subprocess.run(["iptables", "-w", "10", "-C", *_rule(bridge_name(network), gateway)],
+                             capture_output=True, timeout=30)
+    return checked.returncode == 0 or isolate(network, gateway)
+
+
 def release(network: str, gateway: str) -> None:
     """Remove the network's rule (idempotent: a missing rule is fine)."""
     if not available():

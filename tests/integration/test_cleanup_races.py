@@ -110,6 +110,7 @@ def test_a_job_whose_removals_are_all_raced_exits_0_with_every_trial_graded(
     for name in ("one", "two", "three"):
         make_task(tmp_path / "ds", name, solve="touch /app/ok\n")
     monkeypatch.setattr(docker_runtime, "DockerRuntime", RivalRemover)
+    monkeypatch.setenv("ORCHESTRA_NETWORK_POOL", "0")  # the job's networks are removed (and raced) too
     RivalRemover.races, RivalRemover.rival_errors = 0, []
     outcome = CliRunner().invoke(cli.app, [
         "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-k", "2", "-n", "3",
