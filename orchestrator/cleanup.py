@@ -15,13 +15,12 @@ import tempfile
 import threading
 import time
 
-import structlog
-
+from orchestrator.log import get_logger
 from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime import disk
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, LABEL_JOB, LABEL_KIND, LABEL_PID, Runtime
 
-log = structlog.get_logger()
+log = get_logger()
 LABEL_HOST = "orchestra.host"
 USAGE_FILE = LOCK_DIR / "image-usage.json"
 

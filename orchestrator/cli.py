@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -488,6 +489,9 @@ def cleanup(
 
 
 def main() -> None:
+    # orchestra's models need no pydantic plugin; looking for them reads every installed
+    # package's metadata at the first model (tens of ms of each run's start-up)
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "1")
     try:
         app()
     except KeyboardInterrupt:

@@ -7,21 +7,23 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-
-import structlog
+from typing import TYPE_CHECKING
 
 from orchestrator.archive import DEFAULT_CAP_FILES, safe_extract
 from orchestrator.hostcopy import host_tar
+from orchestrator.log import get_logger
 from orchestrator.models.result import TrialResult
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, LOGS, TrialDir
-from orchestrator.relay.session import TrialRelay
 from orchestrator.runtime.base import Runtime
 from orchestrator.sandbox import Sandbox
 from orchestrator.scrub import scrub_json
 from orchestrator.tasks import Task
 from orchestrator.util import write_json_atomic
 
-log = structlog.get_logger()
+if TYPE_CHECKING:
+    from orchestrator.relay.session import TrialRelay
+
+log = get_logger()
 COLLECT_CAP_BYTES = 256 * 1024 * 1024  # everything one trial copies out
 AGENT_LOG_CAP_BYTES = 32 * 1024 * 1024  # /logs/agent (stdout/stderr floods stop here)
 AGENT_LOG_FILE_CAP_BYTES = 8 * 1024 * 1024  # ... and any one file in it

@@ -23,7 +23,6 @@ import re
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from orchestrator.errors import InputError, validation_problems
@@ -140,6 +139,8 @@ def find(environment_dir: Path) -> Path | None:
 
 def load_compose(path: Path, main_image: str = "") -> Compose:
     """Parse and check a task's compose file; InputError naming the file and field."""
+    import yaml  # only tasks with a compose file need it
+
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:

@@ -26,11 +26,10 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler
 
-import structlog
-
 from orchestrator.httpserve import BackgroundServer
+from orchestrator.log import get_logger
 
-log = structlog.get_logger()
+log = get_logger()
 CONNECT_TIMEOUT_SEC = 10.0
 TUNNEL_IDLE_SEC = 120.0
 HOP_HEADERS = {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "te",

@@ -27,9 +27,9 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import structlog
+from orchestrator.log import get_logger
 
-log = structlog.get_logger()
+log = get_logger()
 MAX_CONNECTIONS = 16
 IDLE_TIMEOUT_SEC = 15.0
 BODY_RATE = 1024 * 1024  # body bytes a second, per server

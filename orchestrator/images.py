@@ -22,14 +22,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import structlog
-
 from orchestrator.archive import tar_directory, tar_files
+from orchestrator.log import get_logger
 from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
 from orchestrator.tasks import Task, hash_tree, image_repository
 
-log = structlog.get_logger()
+log = get_logger()
 
 AGENT_STACK = Path(__file__).resolve().parent.parent / "images" / "agent-stack"
 BASE_IMAGE = "orchestra/base:bookworm"

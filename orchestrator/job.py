@@ -10,8 +10,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import structlog
 from pydantic import ValidationError
 
 from orchestrator.agents import agent_for
@@ -19,6 +19,7 @@ from orchestrator.cleanup import reap, reap_orphans, remaining
 from orchestrator.errors import InfraError, InputError
 from orchestrator.executors import Executor, open_executor
 from orchestrator.imagecache import ImageCache
+from orchestrator.log import get_logger
 from orchestrator.models.endpoint import EndpointConfig
 from orchestrator.models.manifest import Manifest
 from orchestrator.models.result import (
@@ -30,7 +31,6 @@ from orchestrator.models.result import (
     TrialSummary,
 )
 from orchestrator.netpool import NetworkPool
-from orchestrator.proxy import Upstreams
 from orchestrator.report.shadow import memory_shadow
 from orchestrator.runtime.base import LABEL_JOB, Runtime
 from orchestrator.runtime.watchdog import DiskWatchdog
@@ -46,7 +46,10 @@ from orchestrator.trial import (
 from orchestrator.util import write_json_atomic
 from orchestrator.verify import EnvTemplateError, resolve_env
 
-log = structlog.get_logger()
+if TYPE_CHECKING:
+    from orchestrator.proxy import Upstreams
+
+log = get_logger()
 LAYER_DEFAULT_K = {"regression": 1, "workflow": 3}
 
 
@@ -161,7 +164,11 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
     agent.binds()  # an installed CLI is installed on this host now, not in a trial's phases
     job_dir = options.jobs_dir / options.job_name
     finished = load_finished(job_dir, tasks, options.retry_errors) if options.resume else {}
-    upstreams = Upstreams.open(in_use, options.endpoints, options.replay_from) if in_use else None
+    upstreams = None
+    if in_use:  # model endpoints: the proxy's module only then
+        from orchestrator.proxy import Upstreams
+
+        upstreams = Upstreams.open(in_use, options.endpoints, options.replay_from)
     reap_orphans(runtime)
     write_json_atomic(job_dir / "config.json", {
         "job": options.job_name,

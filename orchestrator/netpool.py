@@ -26,13 +26,12 @@ import os
 import threading
 import uuid
 
-import structlog
-
 from orchestrator.cleanup import owner_labels
+from orchestrator.log import get_logger
 from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime.base import LABEL_KIND, Network, Runtime
 
-log = structlog.get_logger()
+log = get_logger()
 LABEL_POOL = "orchestra.pool"
 POOL_DIR = LOCK_DIR / "networks"
 PREFIX = "orchestra-pool-"

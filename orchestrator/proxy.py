@@ -19,7 +19,6 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import structlog
 from tenacity import (
     RetryError,
     Retrying,
@@ -32,9 +31,10 @@ from tenacity import (
 from orchestrator import scrub
 from orchestrator.exchanges import ExchangeLog, event_stream
 from orchestrator.httpserve import BackgroundServer, HttpError, JsonHandler
+from orchestrator.log import get_logger
 from orchestrator.models.manifest import Budget
 
-log = structlog.get_logger()
+log = get_logger()
 # A request body's cap (~500k tokens of context). Decoded, 2 MB of tiny JSON values is
 # ~20 MB of objects: the cap and the byte rate (httpserve) bound what an agent costs us.
 MAX_REQUEST = 2 * 1024 * 1024

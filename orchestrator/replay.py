@@ -37,14 +37,14 @@ import time
 import uuid
 from pathlib import Path
 
-import structlog
 import yaml
 
 from orchestrator.errors import InputError
 from orchestrator.exchanges import conversation_key
 from orchestrator.httpserve import BackgroundServer, HttpError, JsonHandler
+from orchestrator.log import get_logger
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 def load_script(path: Path) -> dict:

@@ -12,14 +12,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import structlog
+from typing import TYPE_CHECKING
 
 from orchestrator import verifier_tools
 from orchestrator.archive import tar_files
 from orchestrator.cleanup import owner_labels
-from orchestrator.egress import EgressProxy
 from orchestrator.images import AGENT_STACK as AGENT_STACK_DIR
+from orchestrator.log import get_logger
 from orchestrator.models.result import AppliedLimits
 from orchestrator.netpool import NetworkPool
 from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, LOGS, VERIFIER_LOGS
@@ -36,7 +35,10 @@ from orchestrator.runtime.base import (
 from orchestrator.sidecars import start_sidecars, volume_mounts, wait_for
 from orchestrator.tasks import Task
 
-log = structlog.get_logger()
+if TYPE_CHECKING:
+    from orchestrator.egress import EgressProxy
+
+log = get_logger()
 SECRET_VARS = {"ORCHESTRA_PRIVATE_KEY", "ORCHESTRA_AUTH_TAG", "ORCHESTRA_MODEL_TOKEN", "OPENAI_API_KEY"}
 
 

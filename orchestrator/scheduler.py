@@ -20,14 +20,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import structlog
-from tenacity import RetryCallState, wait_random_exponential
-
 from orchestrator.errors import InfraError
+from orchestrator.log import get_logger
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.tasks import Task
 
-log = structlog.get_logger()
+log = get_logger()
 RETRYABLE = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.ENDPOINT_ERROR}
 
 
@@ -102,6 +100,8 @@ class Item:
 
 def backoff_seconds(retry_number: int, multiplier: float = 1.0, maximum: float = 30.0) -> float:
     """tenacity's exponential backoff with full jitter, for the n-th retry (1-based)."""
+    from tenacity import RetryCallState, wait_random_exponential  # only when a trial retries
+
     state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})
     state.attempt_number = retry_number
     return wait_random_exponential(multiplier=multiplier, max=maximum)(state)

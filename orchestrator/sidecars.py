@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import time
 
-import structlog
-
 from orchestrator.archive import tar_directory
 from orchestrator.compose import Compose, Service
+from orchestrator.log import get_logger
 from orchestrator.runtime.base import (
     LABEL_IMAGE_KIND,
     BuildFailed,
@@ -26,7 +25,7 @@ from orchestrator.runtime.base import (
 )
 from orchestrator.tasks import Task, hash_tree, image_repository
 
-log = structlog.get_logger()
+log = get_logger()
 START_WAIT_SEC = 60.0
 
 

@@ -10,16 +10,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import structlog
-
 from orchestrator.archive import tar_directory
+from orchestrator.log import get_logger
 from orchestrator.models.result import FailureMode, StepResult, TrialResult
 from orchestrator.paths import AGENT_LOGS, TrialDir
 from orchestrator.runtime.base import Runtime
 from orchestrator.sandbox import Sandbox, Unhealthy, wait_healthy
 from orchestrator.tasks import Task
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 class StepSetupFailed(Exception):

@@ -16,23 +16,20 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import structlog
+from typing import TYPE_CHECKING
 
 from orchestrator import scrub
 from orchestrator.agents.base import EXIT_OUTCOMES, Agent, render_command
 from orchestrator.archive import tar_directory, tar_files
 from orchestrator.collect import EVIDENCE_NAME, collect, export_evidence
-from orchestrator.egress import EgressProxy
 from orchestrator.exchanges import RECORD
 from orchestrator.images import TaskImages
+from orchestrator.log import get_logger
 from orchestrator.memory import StateRoots, file_seed_archive, seed_engrams
 from orchestrator.models.manifest import Manifest, flag_env
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.netpool import NetworkPool
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TrialDir
-from orchestrator.proxy import ModelProxy, Upstreams
-from orchestrator.relay.session import TrialRelay, start_relay
 from orchestrator.report.audit import audit_trajectory
 from orchestrator.runtime.base import BuildFailed, Runtime
 from orchestrator.runtime.watchdog import DiskWatchdog
@@ -51,7 +48,12 @@ from orchestrator.util import write_json_atomic
 from orchestrator.verify import verify
 from orchestrator.workers import start_workers, stop_workers
 
-log = structlog.get_logger()
+if TYPE_CHECKING:  # imported where a trial needs them: a model proxy, a relay, an egress proxy
+    from orchestrator.egress import EgressProxy
+    from orchestrator.proxy import ModelProxy, Upstreams
+    from orchestrator.relay.session import TrialRelay
+
+log = get_logger()
 
 KILL_AFTER_SEC = 5  # `timeout -k`: SIGTERM at the deadline, SIGKILL this much later
 WATCHDOG_GRACE_SEC = 3  # the host kills the container this long after that
@@ -153,15 +155,21 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
         nonlocal relay, proxy, egress
         env: dict[str, str] = {}
         if task.config.network_for("agent") == "allowlist":
+            from orchestrator.egress import EgressProxy
+
             egress = EgressProxy(network.gateway, task.config.allowed_hosts_for("agent")).start()
             env.update(egress.env(direct=[network.gateway]))
         if task.uses_relay:
+            from orchestrator.relay.session import start_relay
+
             relay = start_relay(task, ctx.manifest, network.gateway, tid, ctx.job)
             result.relay["start_sec"] = round(relay.started_sec, 4)
             env.update(relay.env_for(relay.lead))
             trial_secrets.extend(relay.secrets())
         lead = ctx.manifest.orchestrator
         if lead.endpoint and ctx.upstreams is not None:
+            from orchestrator.proxy import ModelProxy
+
             upstream = ctx.upstreams.by_name[lead.endpoint]
             timeout = ctx.timeout_override or task.config.agent.timeout_sec
             proxy = ModelProxy.for_upstream(network.gateway, upstream, lead.budget,

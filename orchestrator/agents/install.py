@@ -27,11 +27,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
-
 from orchestrator.errors import InfraError
+from orchestrator.log import get_logger
 
-log = structlog.get_logger()
+log = get_logger()
 PYTHON = (3, 11)  # what the offline base (Debian bookworm) and most task images run
 
 

@@ -23,15 +23,14 @@ import threading
 import time
 from pathlib import Path
 
-import structlog
-
 from orchestrator.archive import safe_extract, tar_directory
+from orchestrator.log import get_logger
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import TrialDir
 from orchestrator.tasks import Task
 from orchestrator.util import write_json_atomic
 
-log = structlog.get_logger()
+log = get_logger()
 NODE_CACHE = Path(os.environ.get("ORCHESTRA_RAY_CACHE", "/var/tmp/orchestra-ray"))
 
 # ---- on the node ---------------------------------------------------------------------------

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
 from orchestrator.errors import InputError, validation_problems
@@ -124,6 +123,8 @@ def flag_env(member: RosterMember, active: set[str]) -> dict[str, str]:
 def load_manifest(path: Path) -> Manifest:
     if not path.is_file():
         raise InputError(f"{path}: manifest not found")
+    import yaml  # a run without a manifest file does not load it
+
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:

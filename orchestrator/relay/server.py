@@ -13,9 +13,8 @@ import time
 from collections import OrderedDict
 from urllib.parse import parse_qs, urlsplit
 
-import structlog
-
 from orchestrator.httpserve import BackgroundServer, HttpError, JsonHandler
+from orchestrator.log import get_logger
 from orchestrator.relay import auth
 from orchestrator.relay.slugs import MAX_VALUE_BYTES, SlugError
 from orchestrator.relay.store import (
@@ -27,7 +26,7 @@ from orchestrator.relay.store import (
     value_hash,
 )
 
-log = structlog.get_logger()
+log = get_logger()
 MAX_BODY = MAX_VALUE_BYTES * 2 + 4096
 
 

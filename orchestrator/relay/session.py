@@ -7,14 +7,13 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-import structlog
-
+from orchestrator.log import get_logger
 from orchestrator.models.manifest import Manifest
 from orchestrator.relay.server import RelayServer
 from orchestrator.relay.store import Identity, RelayStore
 from orchestrator.tasks import Task
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 @dataclass

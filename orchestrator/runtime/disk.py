@@ -19,9 +19,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
+from orchestrator.log import get_logger
 
-log = structlog.get_logger()
+log = get_logger()
 
 DISK_ROOT = Path(os.environ.get("ORCHESTRA_DISK_ROOT", "/var/tmp/orchestra-disks"))
 

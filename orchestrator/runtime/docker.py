@@ -18,12 +18,12 @@ from typing import BinaryIO
 
 import docker
 import requests
-import structlog
 import urllib3.exceptions
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import IPAMConfig, IPAMPool, LogConfig, Mount
 
 from orchestrator.errors import InfraError
+from orchestrator.log import get_logger
 from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime import firewall
 from orchestrator.runtime.base import (
@@ -41,7 +41,7 @@ from orchestrator.runtime.subnets import SubnetPool
 
 __all__ = ["BuildFailed", "DockerRuntime", "RuntimeFault", "connect"]
 
-log = structlog.get_logger()
+log = get_logger()
 POLL_SEC = 0.25  # how often a waiting exec checks its deadline and stop event
 SUBNET_LOCK = LOCK_DIR / "subnets.lock"
 

@@ -18,9 +18,9 @@ import os
 import shutil
 import subprocess
 
-import structlog
+from orchestrator.log import get_logger
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 def available() -> bool:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import threading
 
-import structlog
-
+from orchestrator.log import get_logger
 from orchestrator.runtime.base import Runtime
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 class DiskWatchdog:
