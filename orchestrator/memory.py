@@ -176,8 +176,10 @@ class StateRoots:
                 "ORCHESTRA_WORKDIR": workdir}
 
 
-def file_seed_archive(roots: StateRoots, workdir: str, facts: tuple[FactFile, ...]) -> bytes:
-    """The state root and TMPDIR, with the facts in place (none for memory-off)."""
+def file_seed_archive(roots: StateRoots, workdir: str, facts: tuple[FactFile, ...],
+                      extra: dict[str, bytes] | None = None) -> bytes:
+    """The state root and TMPDIR, with the facts in place (none for memory-off); `extra`:
+    more files for the same copy ({absolute path: content}, e.g. the agent's hand-over)."""
     from orchestrator.archive import tar_files
 
     state = roots.state_home.lstrip("/")
@@ -185,6 +187,7 @@ def file_seed_archive(roots: StateRoots, workdir: str, facts: tuple[FactFile, ..
     glob = f"{state}/memory/global"
     files = {f"{project if f.scope == 'project' else glob}/{f.name}": f.text.encode()
              for f in facts}
+    files.update({path.lstrip("/"): content for path, content in (extra or {}).items()})
     dirs = [state, f"{state}/projects", f"{state}/projects/{workspace_slug(workdir)}", project,
             f"{state}/memory", glob, roots.tmpdir.lstrip("/")]
     return tar_files(files, dirs=dirs)

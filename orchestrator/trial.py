@@ -191,7 +191,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             workers = start_workers(ctx, view, box, relay, images.agent_image, deadline,
                                     flags=active_flags(ctx, view))
             try:
-                run_agent(ctx, view, box, result)
+                run_agent(ctx, view, box, result, handed_over=handed_over)
             finally:
                 if workers:
                     result.workers = stop_workers(ctx.runtime, workers, where, ctx.watchdog)
@@ -237,8 +237,11 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             if task.config.environment.healthcheck is not None:
                 result.healthchecks = wait_healthy(ctx.runtime, box,
                                                    task.config.environment.healthcheck)
+        # a one-instruction task's hand-over travels with the seed: one copy into the container
+        handed_over = not task.config.steps
         with phase(result, "seed", ctx):
-            seed_files(ctx, task, box, roots, result)
+            seed_files(ctx, task, box, roots, result,
+                       handover=handover_files(ctx, task) if handed_over else None)
             if ctx.policy == "memory-on" and task.seeds:
                 records = seed_engrams(ctx.runtime, box.agent_container, task.seeds,
                                        user=task.config.agent.user, env=box.exec_env)
@@ -338,14 +341,16 @@ def classify_agent(result: TrialResult, proxy: ModelProxy | None) -> str:
 
 
 def seed_files(ctx: TrialContext, task: Task, box: Sandbox, roots: StateRoots,
-               result: TrialResult) -> None:
+               result: TrialResult, handover: dict[str, bytes] | None = None) -> None:
     """The workdir seed (both arms), the state root and TMPDIR, and in memory-on the fact
-    files in their places. Their host source paths never appear in the container."""
+    files in their places. Their host source paths never appear in the container.
+    `handover`: the agent's files (handover_files), copied in the same archive."""
     if (task.path / "workdir").is_dir():
         ctx.runtime.put_archive(box.agent_container, box.workdir,
                                 tar_directory(task.path / "workdir", ".", mode=0o666))
     facts = task.facts if ctx.policy == "memory-on" else ()
-    ctx.runtime.put_archive(box.agent_container, "/", file_seed_archive(roots, box.workdir, facts))
+    ctx.runtime.put_archive(box.agent_container, "/",
+                            file_seed_archive(roots, box.workdir, facts, extra=handover))
     result.memory.update(state_home=roots.state_home, fact_files_seeded=len(facts))
 
 
@@ -363,13 +368,21 @@ def agent_flags(ctx: TrialContext, task: Task) -> dict[str, str]:
 
 
 # ---- agent ---------------------------------------------------------------------------
-def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult) -> None:
-    """Hand over the instruction, run the agent command under `timeout -k` and a host
-    watchdog, classify timeout / OOM / disk, and kill the sandbox (nothing outlives it)."""
+def handover_files(ctx: TrialContext, task: Task) -> dict[str, bytes]:
+    """What the agent is handed in its container: the instruction and the agent's own files."""
+    return {INSTRUCTION: task.instruction.encode(), **ctx.agent.files(task)}
+
+
+def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult,
+              handed_over: bool = False) -> None:
+    """Hand over the instruction (unless the seed did), run the agent command under
+    `timeout -k` and a host watchdog, classify timeout / OOM / disk, and kill the sandbox
+    (nothing outlives it)."""
     runtime, container = ctx.runtime, box.agent_container
     timeout = ctx.timeout_override or task.config.agent.timeout_sec
-    files = {INSTRUCTION: task.instruction.encode(), **ctx.agent.files(task)}
-    runtime.put_archive(container, "/", tar_files({p.lstrip("/"): c for p, c in files.items()}))
+    if not handed_over:
+        files = handover_files(ctx, task)
+        runtime.put_archive(container, "/", tar_files({p.lstrip("/"): c for p, c in files.items()}))
     command = ctx.agent.command(task)
     user = task.config.agent.user
     if command is not None and user:  # a non-root agent owns its workdir and logs

@@ -181,8 +181,8 @@ def _verify_live(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
     _read_outcome(runtime, container, paths, result, exit_code, box)
     if keep_alive:  # the next step runs in this environment, under the agent's policy
         switch_network(runtime, box, task.config.network_for("agent"), container, back=True)
-    else:
-        runtime.kill(container)
+    # else the trial's clean-up removes the container next (a forced removal kills it): a
+    # separate kill first cost ~0.1 s per trial
 
 
 def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox,
