@@ -46,6 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+import docker  # noqa: E402  (docker-py: the floor is measured with it)
 from conftest import make_task  # noqa: E402
 
 from orchestrator import log as logsetup  # noqa: E402
@@ -69,11 +70,11 @@ def emit(name: str, value) -> None:
 
 
 class CallCounter:
-    """Counts the engine API requests of a runtime (a response hook on docker-py's session)."""
+    """Counts the floor's engine API requests (a response hook on docker-py's session)."""
 
-    def __init__(self, runtime: DockerRuntime):
+    def __init__(self, api):
         self.count, self._lock = 0, threading.Lock()
-        runtime.api.hooks["response"].append(self)
+        api.hooks["response"].append(self)
 
     def __call__(self, response, *args, **kwargs):
         with self._lock:
@@ -90,9 +91,8 @@ def solved_agent(api, image: str, task_dir: Path) -> str:
     return agent
 
 
-def shared_floor(runtime: DockerRuntime, image: str, task_dir: Path) -> float:
-    """Shared mode by hand: agent container, exec solve, then test.sh in the same container."""
-    api = runtime.api
+def shared_floor(api, image: str, task_dir: Path) -> float:
+    """Shared mode by hand (docker-py): agent container, exec solve, then test.sh in it."""
     started = time.perf_counter()
     agent = solved_agent(api, image, task_dir)
     api.put_archive(agent, "/", tar_directory(task_dir / "tests", "tests"))
@@ -105,9 +105,9 @@ def shared_floor(runtime: DockerRuntime, image: str, task_dir: Path) -> float:
     return time.perf_counter() - started
 
 
-def raw_floor(runtime: DockerRuntime, image: str, task_dir: Path) -> float:
-    """Snapshot mode by hand: agent container, exec, commit, verifier container, copy out."""
-    api = runtime.api
+def raw_floor(api, image: str, task_dir: Path) -> float:
+    """Snapshot mode by hand (docker-py): agent container, exec, commit, verifier container,
+    copy out."""
     started = time.perf_counter()
     agent = solved_agent(api, image, task_dir)
     api.kill(agent)
@@ -233,25 +233,26 @@ def viewer_10k(tmp: Path) -> None:
 def main() -> None:
     logsetup.configure()
     runtime = DockerRuntime(max_pool_size=64)
+    floor_api = docker.from_env(max_pool_size=64, timeout=120).api
     hello = ROOT / "tasks/examples/hello-file"
     images = ensure_task_images(runtime, load_task(hello), "bench")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         jobs = tmp / "jobs"
-        counter = CallCounter(runtime)
-        floor = statistics.median(shared_floor(runtime, images.agent_image, hello) for _ in range(REPEATS))
+        counter = CallCounter(floor_api)
+        floor = statistics.median(shared_floor(floor_api, images.agent_image, hello) for _ in range(REPEATS))
         before = counter.count
-        shared_floor(runtime, images.agent_image, hello)
+        shared_floor(floor_api, images.agent_image, hello)
         emit("floor_engine_calls_per_trial", counter.count - before)
-        before = counter.count
+        before = runtime.api.calls
         ours = job_seconds(runtime, hello, 1, REPEATS, jobs)[0] / REPEATS
-        emit("engine_calls_per_trial", round((counter.count - before) / REPEATS, 1))
+        emit("engine_calls_per_trial", round((runtime.api.calls - before) / REPEATS, 1))
         emit("harbor_cli_calls_per_trial", "21-35")
         emit("floor_seconds_per_trial", round(floor, 3))
         emit("orchestra_seconds_per_trial", round(ours, 3))
         emit("overhead_ratio", round(ours / floor, 2))
         emit("overhead_ratio_shared", round(ours / floor, 2))
-        snap_floor = statistics.median(raw_floor(runtime, images.agent_image, hello) for _ in range(REPEATS))
+        snap_floor = statistics.median(raw_floor(floor_api, images.agent_image, hello) for _ in range(REPEATS))
         snapshot = with_mode(hello, "snapshot", tmp)
         ensure_task_images(runtime, load_task(snapshot), "bench")
         job_seconds(runtime, snapshot, 1, 1, jobs)  # warm
@@ -282,7 +283,7 @@ def main() -> None:
         sleeper_image = ensure_task_images(runtime, load_task(sleeper), "bench").agent_image
         started = time.perf_counter()
         with ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda _: shared_floor(runtime, sleeper_image, sleeper), range(16)))
+            list(pool.map(lambda _: shared_floor(floor_api, sleeper_image, sleeper), range(16)))
         floor16 = time.perf_counter() - started
         emit("floor_seconds_16", round(floor16, 2))
         emit("concurrency16_vs_floor", round(many / floor16, 2))

@@ -530,10 +530,11 @@ def _engine_errors() -> tuple[type[BaseException], ...]:
     """The engine client's exceptions, from the modules only if a command loaded them (an
     exception cannot be of a class never imported; `--help` then loads none of them)."""
     found: list[type[BaseException]] = []
-    if "requests" in sys.modules:
-        found.append(sys.modules["requests"].RequestException)
-    if "docker.errors" in sys.modules:
-        found.append(sys.modules["docker.errors"].DockerException)
+    if "orchestrator.runtime.engine" in sys.modules:
+        import http.client
+
+        found += [sys.modules["orchestrator.runtime.engine"].APIError, http.client.HTTPException,
+                  ConnectionError]
     return tuple(found)
 
 

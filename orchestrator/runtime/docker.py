@@ -1,4 +1,5 @@
-"""The local Docker engine backend, on one docker-py client (DESIGN 7: no subprocess per step).
+"""The local Docker engine backend, on one Engine API client (engine.py; DESIGN 7: no
+subprocess per step).
 
 Containers are created and started, never `run()` (which auto-pulls). Every object made
 here carries orchestra's labels, so `cleanup` and the reaper find them.
@@ -7,7 +8,6 @@ here carries orchestra's labels, so `cleanup` and the reaper find them.
 from __future__ import annotations
 
 import fcntl
-import io
 import socket
 import struct
 import threading
@@ -15,12 +15,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
-
-import docker
-import requests
-import urllib3.exceptions
-from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import IPAMConfig, IPAMPool, LogConfig, Mount
 
 from orchestrator.errors import InfraError
 from orchestrator.log import get_logger
@@ -37,6 +31,7 @@ from orchestrator.runtime.base import (
     RuntimeFault,
     SandboxSpec,
 )
+from orchestrator.runtime.engine import APIError, Engine, ImageNotFound, NotFound
 from orchestrator.runtime.subnets import SubnetPool
 
 __all__ = ["BuildFailed", "DockerRuntime", "RuntimeFault", "connect"]
@@ -46,27 +41,24 @@ POLL_SEC = 0.25  # how often a waiting exec checks its deadline and stop event
 SUBNET_LOCK = LOCK_DIR / "subnets.lock"
 
 
-def connect(max_pool_size: int = 16) -> docker.DockerClient:
+def connect(max_pool_size: int = 16) -> Engine:
     try:
-        client = docker.from_env(max_pool_size=max_pool_size, timeout=120)
-        client.ping()
-        return client
-    except (DockerException, requests.RequestException) as exc:
+        return Engine(timeout=120, max_pool_size=max_pool_size)
+    except (OSError, APIError, ValueError) as exc:
         raise InfraError(
             f"Docker engine unreachable ({exc.__class__.__name__}: {exc}). "
             "Start dockerd (or run `make docker`) and retry."
         ) from exc
 
 
-# A broken connection to the engine while a response streams (docker-py reads streams from
-# urllib3 directly, so its errors are not always wrapped by requests).
-TRANSPORT_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, OSError)
+# A broken connection to the engine while a response streams (http.client's errors are
+# OSErrors too).
+TRANSPORT_ERRORS = (OSError,)
 
 
 class DockerRuntime(Runtime):
-    def __init__(self, client: docker.DockerClient | None = None, max_pool_size: int = 16):
-        self.client = client or connect(max_pool_size)
-        self.api = self.client.api  # docker-py's low-level client: tests read back from it
+    def __init__(self, engine: Engine | None = None, max_pool_size: int = 16):
+        self.api = engine or connect(max_pool_size)  # the Engine API client: tests read back from it
         self.subnets = SubnetPool()
         self._network_blocks: dict[str, object] = {}
         self._lock = threading.Lock()
@@ -96,10 +88,8 @@ class DockerRuntime(Runtime):
         tail: list[str] = []
         started = time.monotonic()
         try:
-            stream = self.api.build(
-                fileobj=io.BytesIO(context_tar), custom_context=True, tag=tag, labels=labels,
-                rm=True, forcerm=True, pull=False, decode=True, timeout=int(timeout_sec) + 30,
-            )
+            stream = self.api.build(context_tar, tag=tag, labels=labels,
+                                    timeout=int(timeout_sec) + 30)
             for chunk in stream:
                 if "stream" in chunk:
                     tail = (tail + chunk["stream"].splitlines())[-30:]
@@ -119,7 +109,7 @@ class DockerRuntime(Runtime):
         reason when it cannot be had."""
         repository, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
         try:
-            for chunk in self.api.pull(repository, tag=tag, stream=True, decode=True):
+            for chunk in self.api.pull(repository, tag):
                 if "error" in chunk:
                     raise BuildFailed(f"pull {ref}: {chunk['error']}")
         except APIError as exc:
@@ -173,11 +163,9 @@ class DockerRuntime(Runtime):
         for _ in range(5):
             block = self.subnets.acquire(self._subnets_in_use())
             gateway = str(next(block.hosts()))
-            ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(block), gateway=gateway)])
             try:
                 self.api.create_network(
-                    name, driver="bridge", internal=internal, labels=labels, ipam=ipam,
-                    check_duplicate=True,
+                    name, internal=internal, labels=labels, subnet=str(block), gateway=gateway,
                     options={"com.docker.network.bridge.name": firewall.bridge_name(name)})
             except APIError as exc:
                 self.subnets.release(block)
@@ -266,33 +254,34 @@ class DockerRuntime(Runtime):
 
     # ---- containers ---------------------------------------------------------------
     def create(self, spec: SandboxSpec) -> str:
-        host_config = self.api.create_host_config(
-            nano_cpus=int(spec.cpus * 1e9),
-            mem_limit=spec.memory_mb * 1024 * 1024,
-            memswap_limit=spec.memory_mb * 1024 * 1024,
-            pids_limit=spec.pids_limit,
-            cap_drop=["ALL"] if spec.drop_all_capabilities else TRIMMED_CAPABILITIES,
-            security_opt=["no-new-privileges:true"],
-            init=True,
-            log_config=LogConfig(type="json-file",
-                                 config={"max-size": spec.log_max_size, "max-file": "1"}),
-            network_mode=spec.network,
-            mounts=[Mount(target=m.target, source=m.source, type="volume") for m in spec.mounts]
-            + [Mount(target=target, source=source, type="bind", read_only=True)
+        memory = spec.memory_mb * 1024 * 1024
+        host_config = {
+            "NanoCpus": int(spec.cpus * 1e9), "Memory": memory, "MemorySwap": memory,
+            "PidsLimit": spec.pids_limit,
+            "CapDrop": ["ALL"] if spec.drop_all_capabilities else TRIMMED_CAPABILITIES,
+            "SecurityOpt": ["no-new-privileges:true"], "Init": True,
+            "LogConfig": {"Type": "json-file",
+                          "Config": {"max-size": spec.log_max_size, "max-file": "1"}},
+            "NetworkMode": spec.network,
+            "Mounts": [{"Target": m.target, "Source": m.source, "Type": "volume", "ReadOnly": False}
+                       for m in spec.mounts]
+            + [{"Target": target, "Source": source, "Type": "bind", "ReadOnly": True}
                for source, target in spec.read_only_binds.items()],
-            runtime=spec.runtime,
-        )
-        networking = None
+        }
+        if spec.runtime:
+            host_config["Runtime"] = spec.runtime
+        config: dict = {"Labels": spec.labels, "Env": [f"{k}={v}" for k, v in spec.env.items()],
+                        "WorkingDir": spec.workdir or "", "User": spec.user or ""}
         if spec.aliases and spec.network != "none":
-            networking = self.api.create_networking_config(
-                {spec.network: self.api.create_endpoint_config(aliases=spec.aliases)})
+            config["NetworkingConfig"] = {"EndpointsConfig": {spec.network: {"Aliases": spec.aliases}}}
+        if spec.entrypoint is not None:
+            config["Entrypoint"] = spec.entrypoint
+        if spec.healthcheck is not None:
+            config["Healthcheck"] = {key.title().replace("_", ""): value
+                                     for key, value in spec.healthcheck.items()}
         try:
-            created = self.api.create_container(
-                spec.image, command=spec.command, name=spec.name, labels=spec.labels,
-                environment=spec.env, working_dir=spec.workdir, user=spec.user or "",
-                host_config=host_config, detach=True, networking_config=networking,
-                entrypoint=spec.entrypoint, healthcheck=spec.healthcheck,
-            )
+            created = self.api.create_container(spec.image, command=spec.command, name=spec.name,
+                                                host_config=host_config, **config)
         except ImageNotFound as exc:
             raise RuntimeFault(f"image {spec.image} not found (orchestra never pulls)") from exc
         return created["Id"]
@@ -313,8 +302,7 @@ class DockerRuntime(Runtime):
         deadline = time.time() + 60 if deadline is None else deadline
         exec_id = self.api.exec_create(container, command, environment=env or {}, workdir=workdir,
                                        user=user or "", stdin=stdin is not None)["Id"]
-        sock = self.api.exec_start(exec_id, socket=True)
-        raw = getattr(sock, "_sock", sock)  # docker-py hands back a SocketIO over the socket
+        raw, buffer = self.api.exec_attach(exec_id)
         output = bytearray()
         waits = 0
         try:
@@ -322,7 +310,6 @@ class DockerRuntime(Runtime):
             if stdin:
                 raw.sendall(stdin)
             raw.shutdown(socket.SHUT_WR)
-            buffer = b""
             while True:
                 try:
                     chunk = raw.recv(65536)
@@ -338,16 +325,10 @@ class DockerRuntime(Runtime):
                     continue
                 if not chunk:
                     break
-                buffer += chunk
-                while len(buffer) >= 8:  # docker's multiplexed frames: 8-byte header
-                    size = struct.unpack(">I", buffer[4:8])[0]
-                    if len(buffer) < 8 + size:
-                        break
-                    if len(output) < capture:
-                        output += buffer[8:8 + size][:capture - len(output)]
-                    buffer = buffer[8 + size:]
+                buffer = _frames(buffer + chunk, output, capture)
+            _frames(buffer, output, capture)  # what came with the engine's answer, if no more did
         finally:
-            sock.close()
+            raw.close()
         for _ in range(100):  # the stream closes as the process ends; its state follows
             state = self.api.exec_inspect(exec_id)
             if not state["Running"]:
@@ -362,7 +343,7 @@ class DockerRuntime(Runtime):
               workdir: str | None = None, user: str | None = None) -> str:
         exec_id = self.api.exec_create(container, command, environment=env or {}, workdir=workdir,
                                        user=user or "")["Id"]
-        self.api.exec_start(exec_id, detach=True)
+        self.api.exec_start(exec_id)
         return exec_id
 
     def spawned_exit_code(self, exec_id: str) -> int | None:
@@ -403,7 +384,7 @@ class DockerRuntime(Runtime):
         """The exit code, or None when the container outlived timeout_sec."""
         try:
             return self.api.wait(container, timeout=timeout_sec)["StatusCode"]
-        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+        except OSError:  # the read timed out (TimeoutError), or the connection broke
             return None
 
     def put_archive(self, container: str, path: str, tar_bytes: bytes | BinaryIO) -> None:
@@ -414,23 +395,18 @@ class DockerRuntime(Runtime):
     def get_archive(self, container: str, path: str) -> Iterator[bytes] | None:
         """A tar stream of `path`, or None if it does not exist. Close the iterator when not
         reading it to the end: an abandoned copy holds the container and blocks its removal."""
-        # docker-py's get_archive() cannot be closed early, so the request is made on its
-        # (public) requests session: the same endpoint, a response we can close.
-        url = f"{self.api.base_url}/v{self.api.api_version}/containers/{container}/archive"
-        response = self.api.get(url, params={"path": path}, stream=True)
-        if response.status_code == 404:
-            response.close()
+        try:
+            stream = self.api.get_archive(container, path)
+        except APIError as exc:
+            raise RuntimeFault(f"copy out of {path} failed: {exc}") from exc
+        if stream is None:
             return None
-        if response.status_code >= 400:
-            detail = response.text[:300]
-            response.close()
-            raise RuntimeFault(f"copy out of {path} failed: {response.status_code} {detail}")
 
         def chunks() -> Iterator[bytes]:
             try:
-                yield from response.iter_content(chunk_size=1024 * 1024)
+                yield from stream
             finally:
-                response.close()
+                stream.close()
 
         return chunks()
 
@@ -528,3 +504,16 @@ def _oom_counter(text: str) -> int:
         if key == "oom_kill" and value.strip().isdigit():
             return int(value)
     return 0
+
+
+def _frames(buffer: bytes, output: bytearray, capture: int) -> bytes:
+    """Move the complete frames of docker's multiplexed stream (8-byte header: stream, 0, 0,
+    0, big-endian size) into `output`, up to `capture` bytes; return the incomplete rest."""
+    while len(buffer) >= 8:
+        size = struct.unpack(">I", buffer[4:8])[0]
+        if len(buffer) < 8 + size:
+            break
+        if len(output) < capture:
+            output += buffer[8:8 + size][:capture - len(output)]
+        buffer = buffer[8 + size:]
+    return buffer

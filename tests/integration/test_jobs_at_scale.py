@@ -12,7 +12,6 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import docker.errors
 import pytest
 from conftest import ROOT, make_task, orchestra_objects
 
@@ -20,6 +19,7 @@ from orchestrator.job import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import TrialResult
 from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.runtime.engine import APIError
 from orchestrator.tasks import load_tasks
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
@@ -84,7 +84,7 @@ class FlakyEngine(DockerRuntime):
     def start(self, container: str) -> None:
         if self.failures > 0:
             self.failures -= 1
-            raise docker.errors.APIError("500 Server Error: injected: daemon restarting")
+            raise APIError(500, "injected: daemon restarting")
         super().start(container)
 
 

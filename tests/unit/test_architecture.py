@@ -1,5 +1,6 @@
-"""The seams hold: docker-py only behind the Docker runtime, and no import cycles between
-orchestra's modules (module-level imports; imports inside functions are deliberate and lazy)."""
+"""The seams hold: the Engine API client only behind the Docker runtime, no docker-py (nor
+requests, urllib3) anywhere in orchestra, and no import cycles between orchestra's modules
+(module-level imports; imports inside functions are deliberate and lazy)."""
 
 from __future__ import annotations
 
@@ -32,14 +33,24 @@ def top_level_imports(path: Path) -> set[str]:
 MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def test_only_the_docker_runtime_imports_the_engine_client():
-    offenders = sorted(
-        name for name, path in MODULES.items() if name != "orchestrator.runtime.docker"
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-        and ({a.name.split(".")[0] for a in node.names} if isinstance(node, ast.Import)
-             else {(node.module or "").split(".")[0]}) & ENGINE_CLIENTS)
-    assert offenders == []
+def imported_anywhere(path: Path) -> set[str]:
+    """Every module an orchestra file imports (module level, functions, TYPE_CHECKING)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def test_no_docker_py_and_only_the_docker_runtime_imports_the_engine_client():
+    third_party = sorted(name for name, path in MODULES.items()
+                         if {m.split(".")[0] for m in imported_anywhere(path)} & ENGINE_CLIENTS)
+    assert third_party == []
+    engine_users = sorted(name for name, path in MODULES.items()
+                          if "orchestrator.runtime.engine" in imported_anywhere(path))
+    assert engine_users == ["orchestrator.runtime.docker"]
 
 
 def test_no_import_cycles_between_orchestra_modules():
@@ -65,5 +76,6 @@ def test_no_import_cycles_between_orchestra_modules():
 
 def test_the_checks_see_what_they_check():
     assert "orchestrator.runtime.docker" in MODULES and "orchestrator.job" in MODULES
-    assert "docker" in top_level_imports(MODULES["orchestrator.runtime.docker"])
+    assert "orchestrator.runtime.engine" in top_level_imports(MODULES["orchestrator.runtime.docker"])
+    assert "http.client" in imported_anywhere(MODULES["orchestrator.runtime.engine"])
     assert "orchestrator.trial" in top_level_imports(MODULES["orchestrator.job"])
