@@ -8,8 +8,8 @@ hijacked socket of an attached exec. Method names and arguments follow docker-py
 low-level APIClient for the subset used, so tests can read state back the same way.
 
 Errors: an engine answer >= 400 is APIError (NotFound for 404, ImageNotFound when the
-missing object is an image); a broken connection is an OSError (http.client's errors are
-OSErrors too). A request on a pooled connection the engine has meanwhile closed is sent
+missing object is an image); a broken connection is an OSError (http.client's protocol
+errors, e.g. a body cut mid-chunk, are raised as ConnectionError). A request on a pooled connection the engine has meanwhile closed is sent
 again once on a fresh one (nothing was processed: the engine closes idle connections only).
 """
 
@@ -150,6 +150,9 @@ class Engine:
                 if reused and attempt == 0 and not hasattr(body, "read"):
                     continue
                 raise
+            except http.client.HTTPException as exc:
+                conn.close()
+                raise ConnectionError(f"engine connection: {exc.__class__.__name__}: {exc}") from exc
             except BaseException:
                 conn.close()
                 raise
@@ -159,6 +162,9 @@ class Engine:
                 return response.status, _Stream(self, conn, response)
             try:
                 data = response.read()
+            except http.client.HTTPException as exc:
+                conn.close()
+                raise ConnectionError(f"engine connection: {exc.__class__.__name__}: {exc}") from exc
             except BaseException:
                 conn.close()
                 raise
@@ -388,6 +394,9 @@ class _Stream:
                 if not chunk:
                     break
                 yield chunk
+        except http.client.HTTPException as exc:  # e.g. the body cut mid-chunk
+            self.close()
+            raise ConnectionError(f"engine connection: {exc.__class__.__name__}: {exc}") from exc
         except BaseException:
             self.close()
             raise
