@@ -1,6 +1,7 @@
-"""Copy-out from a trial's loop disk on the host: the tar stream `get_archive` would give
-for a folder under /logs, made here without the engine (an archive copy costs the engine
-~60 ms; this costs a directory walk).
+"""Copies to and from a trial's loop disk on the host, without the engine (an archive copy
+costs the engine ~60 ms; these cost a directory walk). Out: the tar stream `get_archive`
+would give for a folder under /logs. In: `stage_tree`, a fresh folder of orchestra's files
+(the verifier's tests) under /logs.
 
 The agent may still be running services (shared mode) that swap files for links while we
 read, so nothing here follows a link: every directory is opened relative to its parent's
@@ -15,6 +16,7 @@ only counted, in `unlisted`.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tarfile
 import tempfile
@@ -158,3 +160,45 @@ class _Exactly:
         data += b"\0" * (want - len(data))
         self._left -= want
         return data
+
+
+def stage_tree(parent: Path, name: str, sources: list[Path]) -> None:
+    """Create parent/name, a folder that must not exist yet, and copy each source folder
+    into it in turn (later ones over earlier ones): regular files and folders only, never
+    links or __pycache__, modes kept (what tar_directory ships). Every step is relative to
+    a descriptor opened with O_NOFOLLOW, so a live agent process that swaps a folder here for
+    a link cannot turn the copy into a write elsewhere on the host."""
+    top = os.open(parent, DIR_FLAGS)
+    try:
+        os.mkdir(name, 0o755, dir_fd=top)
+        into = os.open(name, DIR_FLAGS, dir_fd=top)
+    finally:
+        os.close(top)
+    try:
+        for source in sources:
+            _copy_into(source, into)
+    finally:
+        os.close(into)
+
+
+def _copy_into(source: Path, into: int) -> None:
+    for entry in os.scandir(source):
+        if entry.is_symlink() or entry.name == "__pycache__":
+            continue
+        if entry.is_dir():
+            try:
+                os.mkdir(entry.name, stat.S_IMODE(entry.stat().st_mode), dir_fd=into)
+            except FileExistsError:
+                pass  # an earlier source made it: merge
+            child = os.open(entry.name, DIR_FLAGS, dir_fd=into)
+            try:
+                _copy_into(Path(entry.path), child)
+            finally:
+                os.close(child)
+        elif entry.is_file():
+            mode = stat.S_IMODE(entry.stat().st_mode)
+            out = os.open(entry.name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                          mode, dir_fd=into)
+            with os.fdopen(out, "wb") as target, open(entry.path, "rb") as data:
+                shutil.copyfileobj(data, target)
+                os.fchmod(target.fileno(), mode)

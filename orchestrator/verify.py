@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import secrets
 import shlex
 import time
 import uuid
@@ -15,9 +16,10 @@ from pathlib import Path
 from orchestrator import verifier_tools
 from orchestrator.archive import safe_extract, spool_directory, tar_directory, tar_files
 from orchestrator.collect import copy_out
+from orchestrator.hostcopy import stage_tree
 from orchestrator.images import TaskImages, verifier_image
 from orchestrator.models.result import FailureMode, TrialResult
-from orchestrator.paths import ARTIFACTS, TESTS, VERIFIER_LOGS, TrialDir
+from orchestrator.paths import ARTIFACTS, LOGS, TESTS, VERIFIER_LOGS, TrialDir
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, Runtime, SandboxSpec
 from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.sandbox import (
@@ -121,9 +123,10 @@ def verify(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox,
         _verify_fresh(runtime, task, images, box, paths, result, evidence, watchdog, keep_alive)
 
 
-def _command(box: Sandbox, static: bool, timeout: float | None = None) -> list[str]:
-    """The verifier's command: fresh /tests, empty /logs/verifier, test.sh under bash;
-    `static`: all of it from the host's read-only tools (verifier_tools)."""
+def _command(box: Sandbox, static: bool, staged: str, timeout: float | None = None) -> list[str]:
+    """The verifier's command: fresh /tests (moved from where `staged` them), empty
+    /logs/verifier, test.sh under bash; `static`: all of it from the host's read-only
+    tools (verifier_tools)."""
     shell, util, bash = verifier_tools.wrapper(static)
     run = f"{bash} {TESTS}/test.sh"
     if timeout is not None and static:  # the live container has no host wait of its own
@@ -131,14 +134,25 @@ def _command(box: Sandbox, static: bool, timeout: float | None = None) -> list[s
     elif timeout is not None:
         run = (f"if command -v timeout >/dev/null 2>&1; then timeout -k 5 {timeout:g} {run}; "
                f"else {run}; fi")
-    return [*shell, f"{util}rm -rf {TESTS} {VERIFIER_LOGS} && {util}mv {STAGED_TESTS} {TESTS} && "
+    return [*shell, f"{util}rm -rf {TESTS} {VERIFIER_LOGS} && {util}mv {staged} {TESTS} && "
                     f"{util}mkdir -p {VERIFIER_LOGS} && cd {shlex.quote(box.workdir)} 2>/dev/null; "
                     f"{run} >{VERIFIER_LOGS}/test-stdout.txt 2>&1"]
 
 
-def _stage_tests(runtime: Runtime, container: str, task: Task) -> None:
-    for folder in task.tests_dirs:  # the task's tests, then a step's own over them
+def _stage_tests(runtime: Runtime, container: str | None, task: Task, box: Sandbox) -> str:
+    """Put the task's tests (then a step's own over them) where the verifier command moves
+    them to /tests from; returns that path. A container with the trial's loop disk at /logs
+    (or, with `container` None, one about to be created with it) gets them written on the
+    host under a fresh random name there (no engine copy: ~50 ms less per trial); others by
+    an archive copy to STAGED_TESTS."""
+    if box.loop_disk is not None and (container is None or container in box.on_disk):
+        name = f".orchestra-tests-{secrets.token_hex(8)}"
+        stage_tree(box.loop_disk.logs, name, list(task.tests_dirs))
+        return f"{LOGS}/{name}"
+    assert container is not None
+    for folder in task.tests_dirs:
         runtime.put_archive(container, "/", tar_directory(folder, STAGED_TESTS.lstrip("/")))
+    return STAGED_TESTS
 
 
 def _verify_live(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
@@ -159,11 +173,11 @@ def _verify_live(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
                                          box.storage_enforcement)
     switch_network(runtime, box, task.config.network_for("verifier"), container)
     reset_verifier_logs(box)
-    _stage_tests(runtime, container, task)
+    staged = _stage_tests(runtime, container, task, box)
     _stage_evidence(runtime, container, evidence)
     started = time.time()
     result.verifier_interpreter = verifier_tools.interpreter_note(box.static_tools)
-    outcome = runtime.exec(container, _command(box, box.static_tools, verifier.timeout_sec),
+    outcome = runtime.exec(container, _command(box, box.static_tools, staged, verifier.timeout_sec),
                            env=resolve_env(verifier.env), user=verifier.user,
                            deadline=started + verifier.timeout_sec + 10)
     elapsed = time.time() - started
@@ -217,10 +231,12 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
     if box.egress is not None and task.config.network_for("verifier") == "allowlist":
         box.egress.set_policy("allowlist", task.config.allowed_hosts_for("verifier"))
         env = {**box.egress.env(direct=[box.network.gateway]), **env}
+    # snapshot: the tests go onto the loop disk before the container exists; separate: copied in
+    staged = _stage_tests(runtime, None, task, box) if mounts else STAGED_TESTS
     spec = SandboxSpec(
         image=image, name=f"{box.name}-verifier" + (f"-{re.sub(r'[^a-zA-Z0-9_.-]', '-', task.step)}" if task.step else ""),
         labels=box.labels("verifier"),
-        command=_command(box, bool(tools)), cpus=environment.cpus,
+        command=_command(box, bool(tools), staged), cpus=environment.cpus,
         memory_mb=environment.memory_mb, pids_limit=environment.pids_limit, network=network,
         workdir=None, env=env, user=verifier.user, mounts=mounts, read_only_binds=tools,
     )
@@ -228,7 +244,8 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
     box.containers.append(container)
     if mounts:  # snapshot: the trial's loop disk is /logs here too
         box.on_disk.append(container)
-    _stage_tests(runtime, container, task)
+    else:
+        _stage_tests(runtime, container, task, box)
     if verifier.environment_mode == "separate":  # the agent's files, streamed from disk
         if paths.artifacts.is_dir():
             with spool_directory(paths.artifacts, ARTIFACTS.lstrip("/")) as spool:

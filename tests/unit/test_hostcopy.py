@@ -1,14 +1,17 @@
-"""Copy-out from a loop disk on the host: what a hostile agent leaves there is named, never
-followed or opened."""
+"""Copies to and from a loop disk on the host: what a hostile agent leaves there is named,
+never followed or opened, and never written through."""
 
 from __future__ import annotations
 
 import io
 import os
+import stat
 import tarfile
 
+import pytest
+
 from orchestrator.archive import safe_extract
-from orchestrator.hostcopy import host_tar
+from orchestrator.hostcopy import host_tar, stage_tree
 
 
 def test_files_and_folders_come_out_and_links_fifos_are_named_not_followed(tmp_path):
@@ -54,3 +57,47 @@ def test_members_past_the_cap_are_counted_not_streamed(tmp_path):
     engine = safe_extract([whole.getvalue()], tmp_path / "engine", strip_prefix="artifacts", cap_files=10)
     assert (report.files, report.skipped + made.unlisted) == (engine.files, engine.skipped) == (8, 22)
     assert report.truncated and made.unlisted == 20
+
+
+def _tests_folders(tmp_path):
+    first, second = tmp_path / "tests", tmp_path / "step-tests"
+    (first / "lib").mkdir(parents=True)
+    (first / "test.sh").write_text("echo task\n")
+    (first / "test.sh").chmod(0o755)
+    (first / "lib" / "check.py").write_text("print(1)\n")
+    (first / "__pycache__").mkdir()
+    (first / "__pycache__" / "x.pyc").write_bytes(b"junk")
+    (first / "link").symlink_to("/etc/passwd")
+    second.mkdir()
+    (second / "test.sh").write_text("echo step\n")
+    return first, second
+
+
+def test_staged_tests_are_the_sources_merged_in_order_without_links_or_caches(tmp_path):
+    first, second = _tests_folders(tmp_path)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    stage_tree(logs, ".orchestra-tests-ab", [first, second])
+    staged = logs / ".orchestra-tests-ab"
+    assert (staged / "test.sh").read_text() == "echo step\n"  # the step's own wins
+    assert (staged / "lib" / "check.py").read_text() == "print(1)\n"
+    assert not (staged / "link").exists() and not (staged / "link").is_symlink()
+    assert not (staged / "__pycache__").exists()
+    assert stat.S_IMODE((first / "test.sh").stat().st_mode) == 0o755
+    assert stat.S_IMODE((staged / "lib" / "check.py").stat().st_mode) == stat.S_IMODE(
+        (first / "lib" / "check.py").stat().st_mode)
+
+
+def test_staging_never_writes_through_a_link_the_agent_planted(tmp_path):
+    first, _ = _tests_folders(tmp_path)
+    logs, outside = tmp_path / "logs", tmp_path / "host-folder"
+    logs.mkdir()
+    outside.mkdir()
+    (logs / ".orchestra-tests-ab").symlink_to(outside)  # the name, planted as a link
+    with pytest.raises(FileExistsError):
+        stage_tree(logs, ".orchestra-tests-ab", [first])
+    linked_logs = tmp_path / "linked-logs"
+    linked_logs.symlink_to(outside)  # /logs itself a link: refused, not followed
+    with pytest.raises(OSError):
+        stage_tree(linked_logs, ".orchestra-tests-cd", [first])
+    assert list(outside.iterdir()) == []
