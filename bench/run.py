@@ -4,7 +4,9 @@ Not a test: these machines are noisy, so nothing here asserts a time.
   overhead_ratio        orchestra's per-trial wall time (k trials in one job, hello-file,
                         oracle) over the docker-py floor for the same containers by hand;
                         per verifier mode: _shared (Harbor's default: test.sh in the agent's
-                        container) and _snapshot (a verifier container from a commit)
+                        container), _snapshot (a verifier container from a commit) and
+                        _separate (a clean verifier container given the agent's artifacts;
+                        a hello-artifact task, since hello-file's test needs the agent's /app)
   engine_calls_per_trial  engine API requests orchestra makes per trial (beside the floor's
                         and Harbor's 21-35 docker CLI calls)
   concurrency16_vs_floor  16 concurrent sleeping trials over the floor doing the same 16
@@ -125,6 +127,36 @@ def raw_floor(api, image: str, task_dir: Path) -> float:
     api.remove_container(verifier, force=True)
     api.remove_image(snapshot, force=True)
     return time.perf_counter() - started
+
+
+def separate_floor(api, agent_image: str, task_image: str, task_dir: Path) -> float:
+    """Separate mode by hand (docker-py): agent container, exec solve, copy its artifacts
+    out, remove it; a verifier container from the clean task image given tests, artifacts
+    and log folders; wait, copy the verdict out."""
+    started = time.perf_counter()
+    agent = solved_agent(api, agent_image, task_dir)
+    stream, _ = api.get_archive(agent, "/logs/artifacts")
+    artifacts = b"".join(stream)
+    api.remove_container(agent, force=True)
+    verifier = api.create_container(task_image, ["bash", "/tests/test.sh"],
+                                    host_config=api.create_host_config(network_mode="none"))["Id"]
+    api.put_archive(verifier, "/", tar_directory(task_dir / "tests", "tests"))
+    api.put_archive(verifier, "/", tar_files({}, dirs=["logs", "logs/verifier"]))
+    api.put_archive(verifier, "/logs", artifacts)
+    api.start(verifier)
+    api.wait(verifier)
+    stream, _ = api.get_archive(verifier, "/logs/verifier")
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        reward = next(tar.extractfile(m).read() for m in tar if m.name.endswith("reward.txt"))
+    assert reward.strip() == b"1", reward
+    api.remove_container(verifier, force=True)
+    return time.perf_counter() - started
+
+
+HELLO_ARTIFACT_SOLVE = "mkdir -p /logs/artifacts\necho hello > /logs/artifacts/hello.txt\n"
+HELLO_ARTIFACT_TEST = ("mkdir -p /logs/verifier\n"
+                       "if grep -qx hello /logs/artifacts/hello.txt; then echo 1; else echo 0; fi"
+                       " > /logs/verifier/reward.txt\n")
 
 
 def job_seconds(runtime, path: Path, n: int, k: int, jobs: Path):
@@ -259,6 +291,18 @@ def main() -> None:
         snap = job_seconds(runtime, snapshot, 1, REPEATS, jobs)[0] / REPEATS
         emit("floor_seconds_per_trial_snapshot", round(snap_floor, 3))
         emit("overhead_ratio_snapshot", round(snap / snap_floor, 2))
+        separate = make_task(tmp / "ds", "hello-artifact", solve=HELLO_ARTIFACT_SOLVE,
+                             test=HELLO_ARTIFACT_TEST,
+                             toml="[agent]\ntimeout_sec = 60\n[verifier]\nenvironment_mode = \"separate\"\n")
+        separate_images = ensure_task_images(runtime, load_task(separate), "bench")
+        sep_floor = statistics.median(
+            separate_floor(floor_api, separate_images.agent_image, separate_images.task_image, separate)
+            for _ in range(REPEATS))
+        _, job = job_seconds(runtime, separate, 1, 1, jobs)  # warm, and it passes
+        assert job.mean_reward == 1.0, job.counts
+        sep = job_seconds(runtime, separate, 1, REPEATS, jobs)[0] / REPEATS
+        emit("floor_seconds_per_trial_separate", round(sep_floor, 3))
+        emit("overhead_ratio_separate", round(sep / sep_floor, 2))
         emit("help_seconds", round(statistics.median(help_seconds() for _ in range(REPEATS)), 3))
         runs = [whole_process(hello, jobs) for _ in range(REPEATS)]
         one_run = statistics.median(r[0] for r in runs)
