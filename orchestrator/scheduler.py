@@ -148,7 +148,14 @@ class Scheduler:
         self._results.put((item, result))
 
     def _submit(self, item: Item, run_one, on_cancelled) -> None:
-        future = self.pool.submit(self._attempt, item, run_one, on_cancelled)
+        try:
+            future = self.pool.submit(self._attempt, item, run_one, on_cancelled)
+        except RuntimeError:  # stop() shut the pool first (a retry's timer that was already
+            try:  # firing, or a cancel racing run()'s first submits): the attempt is cancelled
+                self._results.put((item, on_cancelled(item)))
+            except BaseException as exc:
+                self._results.put((item, exc))
+            return
         with self._lock:
             self._futures = [f for f in self._futures if not f.done()] + [future]
 

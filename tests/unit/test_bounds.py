@@ -161,11 +161,26 @@ def test_stop_waits_for_running_attempts_only_not_for_queued_ones(tmp_path):
         cancel.wait(10)
         return SimpleNamespace(failure_mode=FailureMode.NONE)
 
+    def cancelled(item):
+        return SimpleNamespace(failure_mode=FailureMode.CANCELLED)
+
     thread = threading.Thread(target=lambda: scheduler.run(
-        [Item(task, i) for i in range(4)], slow, lambda item: None, lambda r: None), daemon=True)
+        [Item(task, i) for i in range(4)], slow, cancelled, lambda r: None), daemon=True)
     thread.start()
     assert started.wait(10)
     cancel.set()
     began = time.monotonic()
     scheduler.stop(timeout=10)
     assert time.monotonic() - began < 5  # it was 10 s: the three queued futures, never notified
+
+
+def test_an_attempt_submitted_after_stop_is_cancelled_not_raised(tmp_path):
+    """A retry's timer can fire while stop() shuts the pool: the attempt comes back as
+    cancelled through the results (drain), instead of a RuntimeError in the timer thread."""
+    task = load_task(make_task(tmp_path, "t"))
+    cancel = threading.Event()
+    scheduler = Scheduler(1, Admission(4, 4096, cancel), cancel)
+    cancel.set()
+    scheduler.stop(timeout=1)
+    scheduler._submit(Item(task, 0), lambda item: None, lambda item: f"cancelled {item.attempt}")
+    assert [result for _item, result in scheduler.drain()] == ["cancelled 0"]
