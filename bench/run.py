@@ -21,7 +21,7 @@ Not a test: these machines are noisy, so nothing here asserts a time.
   help_seconds          `orchestra --help`, whole process (target < 0.3)
   run_seconds_1_trial   `orchestra run` of one oracle trial of hello-file, whole process,
                         warm images (target <= 1.5 x floor_seconds_per_trial)
-  run_vs_floor_1_trial  the two above as a ratio
+  run_vs_floor_1_trial  run_seconds_1_trial over the shared floor timed around those runs
   startup_seconds       process start to the first trial's first event (target <= 0.3)
 """
 
@@ -159,6 +159,16 @@ HELLO_ARTIFACT_TEST = ("mkdir -p /logs/verifier\n"
                        " > /logs/verifier/reward.txt\n")
 
 
+def bracketed(floor, measure):
+    """(median floor, measure()): the floor is timed REPEATS times before and REPEATS times
+    after the measurement, so a machine whose speed drifts during the run (ours do, by 10-30%
+    within a minute) biases neither side of the ratio."""
+    before = [floor() for _ in range(REPEATS)]
+    value = measure()
+    after = [floor() for _ in range(REPEATS)]
+    return statistics.median(before + after), value
+
+
 def job_seconds(runtime, path: Path, n: int, k: int, jobs: Path):
     options = JobOptions(job_name=f"bench-{uuid.uuid4().hex[:8]}", jobs_dir=jobs, n_concurrent=n, k=k)
     started = time.perf_counter()
@@ -272,42 +282,45 @@ def main() -> None:
         tmp = Path(tmp_name)
         jobs = tmp / "jobs"
         counter = CallCounter(floor_api)
-        floor = statistics.median(shared_floor(floor_api, images.agent_image, hello) for _ in range(REPEATS))
         before = counter.count
         shared_floor(floor_api, images.agent_image, hello)
         emit("floor_engine_calls_per_trial", counter.count - before)
         before = runtime.api.calls
-        ours = job_seconds(runtime, hello, 1, REPEATS, jobs)[0] / REPEATS
+        job_seconds(runtime, hello, 1, REPEATS, jobs)
         emit("engine_calls_per_trial", round((runtime.api.calls - before) / REPEATS, 1))
+        floor, ours = bracketed(lambda: shared_floor(floor_api, images.agent_image, hello),
+                                lambda: job_seconds(runtime, hello, 1, REPEATS, jobs)[0] / REPEATS)
         emit("harbor_cli_calls_per_trial", "21-35")
         emit("floor_seconds_per_trial", round(floor, 3))
         emit("orchestra_seconds_per_trial", round(ours, 3))
         emit("overhead_ratio", round(ours / floor, 2))
         emit("overhead_ratio_shared", round(ours / floor, 2))
-        snap_floor = statistics.median(raw_floor(floor_api, images.agent_image, hello) for _ in range(REPEATS))
         snapshot = with_mode(hello, "snapshot", tmp)
         ensure_task_images(runtime, load_task(snapshot), "bench")
         job_seconds(runtime, snapshot, 1, 1, jobs)  # warm
-        snap = job_seconds(runtime, snapshot, 1, REPEATS, jobs)[0] / REPEATS
+        snap_floor, snap = bracketed(lambda: raw_floor(floor_api, images.agent_image, hello),
+                                     lambda: job_seconds(runtime, snapshot, 1, REPEATS, jobs)[0] / REPEATS)
         emit("floor_seconds_per_trial_snapshot", round(snap_floor, 3))
         emit("overhead_ratio_snapshot", round(snap / snap_floor, 2))
         separate = make_task(tmp / "ds", "hello-artifact", solve=HELLO_ARTIFACT_SOLVE,
                              test=HELLO_ARTIFACT_TEST,
                              toml="[agent]\ntimeout_sec = 60\n[verifier]\nenvironment_mode = \"separate\"\n")
         separate_images = ensure_task_images(runtime, load_task(separate), "bench")
-        sep_floor = statistics.median(
-            separate_floor(floor_api, separate_images.agent_image, separate_images.task_image, separate)
-            for _ in range(REPEATS))
         _, job = job_seconds(runtime, separate, 1, 1, jobs)  # warm, and it passes
         assert job.mean_reward == 1.0, job.counts
-        sep = job_seconds(runtime, separate, 1, REPEATS, jobs)[0] / REPEATS
+        sep_floor, sep = bracketed(
+            lambda: separate_floor(floor_api, separate_images.agent_image, separate_images.task_image,
+                                   separate),
+            lambda: job_seconds(runtime, separate, 1, REPEATS, jobs)[0] / REPEATS)
         emit("floor_seconds_per_trial_separate", round(sep_floor, 3))
         emit("overhead_ratio_separate", round(sep / sep_floor, 2))
         emit("help_seconds", round(statistics.median(help_seconds() for _ in range(REPEATS)), 3))
-        runs = [whole_process(hello, jobs) for _ in range(REPEATS)]
+        run_floor, runs = bracketed(lambda: shared_floor(floor_api, images.agent_image, hello),
+                                    lambda: [whole_process(hello, jobs) for _ in range(REPEATS)])
         one_run = statistics.median(r[0] for r in runs)
         emit("run_seconds_1_trial", round(one_run, 3))
-        emit("run_vs_floor_1_trial", round(one_run / floor, 2))
+        emit("floor_seconds_per_trial_for_run", round(run_floor, 3))
+        emit("run_vs_floor_1_trial", round(one_run / run_floor, 2))
         emit("startup_seconds", round(statistics.median(r[1] for r in runs), 3))
 
         seconds, job = job_seconds(runtime, hello, 1, 1, jobs)

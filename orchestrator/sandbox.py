@@ -117,6 +117,9 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
     if disk.loop_disks_available():
         box.loop_disk = disk.create_loop_disk(box.job, name, environment.storage_mb)
         box.storage_enforcement = "loop-volume+watchdog"
+        # Named volumes over the disk's folders, not bind mounts: the engine fills an empty
+        # named volume with what the image has at its path (a task image's /app files), a
+        # bind would hide them (tried: examples/artifact-report loses /app/sales.csv).
         for part, target in (("work", box.workdir), ("logs", LOGS)):
             volume = runtime.create_bind_volume(f"{name}-{part}",
                                                 str(box.loop_disk.mountpoint / part),
