@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 from orchestrator import verifier_tools
-from orchestrator.archive import safe_extract, spool_directory, tar_directory, tar_files
+from orchestrator.archive import safe_extract, spool_directories, tar_directory, tar_files
 from orchestrator.collect import copy_out
 from orchestrator.hostcopy import stage_tree
 from orchestrator.images import TaskImages, verifier_image
@@ -244,17 +244,15 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
     box.containers.append(container)
     if mounts:  # snapshot: the trial's loop disk is /logs here too
         box.on_disk.append(container)
-    else:
-        _stage_tests(runtime, container, task, box)
-    if verifier.environment_mode == "separate":  # the agent's files, streamed from disk
+    else:  # separate: the tests and the agent's files, in one copy streamed from disk
+        trees = [(folder, STAGED_TESTS.lstrip("/")) for folder in task.tests_dirs]
         if paths.artifacts.is_dir():
-            with spool_directory(paths.artifacts, ARTIFACTS.lstrip("/")) as spool:
-                runtime.put_archive(container, "/", spool)
-        else:
-            runtime.put_archive(container, "/", tar_files({}, dirs=["logs/artifacts"]))
+            trees.append((paths.artifacts, ARTIFACTS.lstrip("/")))
         if paths.files.is_dir():
-            with spool_directory(paths.files, ".") as spool:
-                runtime.put_archive(container, "/", spool)
+            trees.append((paths.files, "."))
+        with spool_directories(trees, dirs=[] if paths.artifacts.is_dir() else
+                               [ARTIFACTS.lstrip("/")]) as spool:
+            runtime.put_archive(container, "/", spool)
     _stage_evidence(runtime, container, evidence)
     if watchdog is not None:
         watchdog.register(container, environment.storage_mb)
