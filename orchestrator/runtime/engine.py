@@ -21,6 +21,7 @@ import os
 import socket
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import BinaryIO
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -139,35 +140,23 @@ class Engine:
         for attempt in (0, 1):
             conn, reused = self._take()
             try:
-                if conn.sock is not None:
-                    conn.sock.settimeout(timeout if timeout is not None else self.timeout)
-                else:
-                    conn.timeout = timeout if timeout is not None else self.timeout
-                conn.request(method, url, body=body, headers=headers)
-                response = conn.getresponse()
+                with _or_close(conn):
+                    if conn.sock is not None:
+                        conn.sock.settimeout(timeout if timeout is not None else self.timeout)
+                    else:
+                        conn.timeout = timeout if timeout is not None else self.timeout
+                    conn.request(method, url, body=body, headers=headers)
+                    response = conn.getresponse()
             except _STALE:
-                conn.close()
                 if reused and attempt == 0 and not hasattr(body, "read"):
                     continue
-                raise
-            except http.client.HTTPException as exc:
-                conn.close()
-                raise ConnectionError(f"engine connection: {exc.__class__.__name__}: {exc}") from exc
-            except BaseException:
-                conn.close()
                 raise
             with self._lock:
                 self.calls += 1
             if stream and response.status < 400:
                 return response.status, _Stream(self, conn, response)
-            try:
+            with _or_close(conn):
                 data = response.read()
-            except http.client.HTTPException as exc:
-                conn.close()
-                raise ConnectionError(f"engine connection: {exc.__class__.__name__}: {exc}") from exc
-            except BaseException:
-                conn.close()
-                raise
             self._give(conn, response)
             if response.status >= 400:
                 raise _error(response.status, data, path)
@@ -387,19 +376,9 @@ class _Stream:
         self.closed = False
 
     def __iter__(self) -> Iterator[bytes]:
-        try:
-            while True:
-                chunk = self.response.read1(CHUNK) if hasattr(self.response, "read1") else \
-                    self.response.read(CHUNK)
-                if not chunk:
-                    break
+        with _or_close(self.conn):  # e.g. the body cut mid-chunk, or the reader gave up
+            while chunk := self.response.read1(CHUNK):
                 yield chunk
-        except http.client.HTTPException as exc:  # e.g. the body cut mid-chunk
-            self.close()
-            raise ConnectionError(f"engine connection: {exc.__class__.__name__}: {exc}") from exc
-        except BaseException:
-            self.close()
-            raise
         if not self.closed:
             self.closed = True
             self.engine._give(self.conn, self.response)
@@ -425,6 +404,23 @@ class _Stream:
         if not self.closed:
             self.closed = True
             self.conn.close()
+
+
+@contextmanager
+def _or_close(conn: http.client.HTTPConnection) -> Iterator[None]:
+    """Close `conn` when anything raises (it is in an unknown state); http.client's protocol
+    errors, which are not OSErrors (e.g. IncompleteRead), become ConnectionError."""
+    try:
+        yield
+    except OSError:
+        conn.close()
+        raise
+    except http.client.HTTPException as exc:
+        conn.close()
+        raise ConnectionError(f"engine connection: {exc.__class__.__name__}: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
 
 
 def _error(status: int, data: bytes, path: str) -> APIError:
