@@ -12,69 +12,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from orchestrator.errors import InfraError, InputError, OrchestraError
-
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="orchestra: run AI agents on tasks in containers and grade them.")
-tasks_app = typer.Typer(no_args_is_help=True, help="Inspect and validate tasks.")
-images_app = typer.Typer(no_args_is_help=True, help="Manage task and base images.")
-app.add_typer(tasks_app, name="tasks")
-app.add_typer(images_app, name="images")
-console = Console()
-err = Console(stderr=True)
-
-
-def _imports_done() -> None:
-    """Garbage collection back on (main() turns it off), with everything loaded so far
-    frozen: the modules and models of start-up are never garbage, and scanning them cost a
-    run ~0.1 s at start-up and ~0.14 s at exit (measured, 2-core machine)."""
-    gc.freeze()
-    gc.enable()
-
-
-def _configure_logs(verbose: bool = False, json_file: Path | None = None) -> None:
-    from orchestrator import log  # structlog: imported by the commands that log, not by --help
-
-    _imports_done()
-    log.configure(verbose, json_file)
-
-
-def _fail(exc: OrchestraError) -> None:
-    from orchestrator.report.summary import render_problems
-
-    title = "bad input" if isinstance(exc, InputError) else "cannot run"
-    render_problems(title, getattr(exc, "problems", None) or [str(exc)], err)
-    raise typer.Exit(exc.exit_code)
-
-
-@tasks_app.command("check")
-def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a dataset folder.")]):
-    """Validate a task or every task under a folder; list every problem found, then what
-    each task needs that this host lacks (images, a registry, cpus, the network)."""
-    from orchestrator.host_needs import host_needs
-    from orchestrator.tasks import load_tasks
-
-    _imports_done()
-
-    try:
-        tasks = load_tasks(path)
-    except InputError as exc:
-        _fail(exc)
-    runtime = info = None
-    try:
-        from orchestrator.runtime import open_runtime
-
-        runtime = open_runtime()
-        info = runtime.engine_info()
-    except InfraError:
-        console.print("note: no Docker engine answers; images and capacity are not checked")
-    for task in tasks:
-        console.print(f"ok  {task.name}  ({task.path})  hash {task.content_hash}", soft_wrap=True)
-        for need in host_needs(task, runtime, info):
-            console.print(f"    needs: {need}", markup=False, soft_wrap=True)
-    console.print(f"{len(tasks)} task(s) valid")
+from orchestrator.cliapp import app, configure_logs, console, err, fail, imports_done
+from orchestrator.errors import InfraError, InputError
 
 
 @app.command()
@@ -211,7 +151,7 @@ def run(
             from orchestrator.report.load import load_trials
 
             baseline_trials = load_trials(baseline)
-        _configure_logs(verbose, jobs_dir / name / "events.jsonl")
+        configure_logs(verbose, jobs_dir / name / "events.jsonl")
         runtime = open_runtime(max_pool_size=n_concurrent * 3 + 8)
         _terminate_as_interrupt()
         with Progress(err, live=False if quiet or verbose else None) as progress:
@@ -219,7 +159,7 @@ def run(
                           on_phase=progress.phase, on_plan=progress.plan,
                           on_admission=progress.admission)
     except (InputError, InfraError) as exc:
-        _fail(exc)
+        fail(exc)
     except KeyboardInterrupt:
         err.print(f"[yellow]cancelled[/]: {_cancel_counts(jobs_dir / name)}; resume with "
                   f"`orchestra run --resume {jobs_dir / name}`", soft_wrap=True)
@@ -243,7 +183,7 @@ def run(
         try:
             regression = gate(trials, baseline_trials, allow_changed)
         except InputError as exc:  # the job's results are written; only the gate refuses
-            _fail(exc)
+            fail(exc)
         _report_gate(regression, baseline, jobs_dir / name, fail_on_regression)
 
 
@@ -290,7 +230,7 @@ def report(
     from orchestrator.report.render import sections, to_html, to_markdown
     from orchestrator.report.tables import tables
 
-    _imports_done()
+    imports_done()
 
     regression = None
     try:
@@ -303,7 +243,7 @@ def report(
 
             regression = gate(trials, load_trials(baseline), allow_changed)
     except InputError as exc:
-        _fail(exc)
+        fail(exc)
     aggregate = tables(trials)
     compare = next((json.loads(p.read_text()) for p in sorted(job_dir.glob("compare*.json"))), None)
     from rich.table import Table
@@ -364,12 +304,12 @@ def compare_cmd(
     from orchestrator.report.load import load_job_result
     from orchestrator.util import write_output
 
-    _imports_done()
+    imports_done()
 
     try:
         report = compare(load_job_result(first), load_job_result(second))
     except InputError as exc:
-        _fail(exc)
+        fail(exc)
     text = to_markdown(report)
     console.print(text, markup=False, highlight=False)
     if json_out:
@@ -388,11 +328,11 @@ def view(
     opens nothing by itself; Ctrl-C stops it."""
     from orchestrator.view.server import ViewServer
 
-    _imports_done()
+    imports_done()
     roots = jobs or [Path("jobs")]
     missing = [str(p) for p in roots if not p.exists()]
     if missing:
-        _fail(InputError([f"{p}: no such folder" for p in missing]))
+        fail(InputError([f"{p}: no such folder" for p in missing]))
     server = ViewServer(roots, port=port).start()
     console.print(f"orchestra view: {server.url}  (Ctrl-C to stop)", soft_wrap=True)
     try:
@@ -403,115 +343,16 @@ def view(
         server.stop()
 
 
-@images_app.command("bootstrap")
-def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if present.")] = False):
-    """Build a Debian bookworm + python3 base from Debian packages (no registry needed)
-    and register it for `FROM python:3.12-slim-bookworm` and friends."""
-    from orchestrator.images import BASE_IMAGE, DEFAULT_ALIASES, bootstrap_base
-    from orchestrator.runtime import open_runtime
-    from orchestrator.runtime.base import BuildFailed
-
-    _configure_logs(verbose=True)
-    try:
-        bootstrap_base(open_runtime(), force=force)
-    except InfraError as exc:
-        _fail(exc)
-    except BuildFailed as exc:
-        err.print(f"[red]bootstrap failed:[/] {exc}")
-        raise typer.Exit(3) from exc
-    console.print(f"{BASE_IMAGE} ready; stands in for: {', '.join(DEFAULT_ALIASES)}")
-
-
-@app.command()
-def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
-           install: Annotated[list[str] | None, typer.Option("--install", help="Install this agent now (repeatable; `all` for every one).")] = None,
-           ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) pip and npm trust.")] = None):
-    """The agents `orchestra run --agent NAME` takes: built-in ones and installed CLIs
-    (kind, version, whether the host has installed it yet; an installed CLI is
-    installed on first use, or now with --install)."""
-    from orchestrator.agents.install import ensure_installed
-    from orchestrator.agents.installed import INSTALLED, listing
-    from orchestrator.models.manifest import AGENT_NAMES
-
-    _imports_done()
-
-    try:
-        for name in (list(INSTALLED) if install == ["all"] else install or []):
-            if name not in INSTALLED:
-                raise InputError(f"--install: {name!r} is not one of {', '.join(INSTALLED)}")
-            ensure_installed(INSTALLED[name].recipe, ca_bundle)
-    except (InputError, InfraError) as exc:
-        _fail(exc)
-    import orchestrator
-
-    rows = [{"name": n, "kind": "built-in", "version": orchestrator.__version__, "installed": True,
-             "path": ""} for n in AGENT_NAMES if n not in INSTALLED] + listing()
-    if json_out:
-        console.print_json(json.dumps(rows))
-        return
-    from rich.table import Table
-
-    table = Table("agent", "kind", "version", "installed")
-    for row in rows:
-        table.add_row(row["name"], row["kind"], row["version"], "yes" if row["installed"] else "on first use")
-    console.print(table)
-
-
-@app.command()
-def cleanup(
-    job: Annotated[str | None, typer.Option("--job", help="Remove this job's objects (even if its orchestrator still runs).")] = None,
-    everything: Annotated[bool, typer.Option("--all", help="Remove every object orchestra created on this engine, live jobs included.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
-    images: Annotated[bool, typer.Option("--images", help="Also prune orchestra's task images.")] = False,
-    keep_gb: Annotated[float | None, typer.Option(help="With --images: keep the most recently used up to this size.")] = None,
-):
-    """Remove containers, networks and volumes orchestra created (and the loop disks behind
-    them). By default only those of jobs whose orchestrator process on this host is gone,
-    and the idle networks kept between jobs; `--job NAME` one job's, `--all` all of them.
-    Objects orchestra did not create (e.g. someone's container from an image orchestra
-    built) are never touched."""
-    from orchestrator.cleanup import LABEL_JOB, plan, prune_images, reap, reap_orphans
-    from orchestrator.netpool import remove_idle
-    from orchestrator.runtime import open_runtime
-    from orchestrator.runtime.base import LABEL_KIND
-
-    _configure_logs()
-    if job is not None and everything:
-        _fail(InputError("--job and --all: choose one"))
-    try:
-        runtime = open_runtime()
-    except InfraError as exc:
-        _fail(exc)
-    scope = "every orchestra object" if everything else (
-        f"job {job}" if job else "jobs whose orchestrator is gone")
-    if dry_run:
-        rows = plan(runtime, job, everything)
-        if job is None and not everything:
-            rows += [{"kind": "network", "name": n, "labels": {LABEL_JOB: "(idle, kept between jobs)"}}
-                     for n in remove_idle(runtime, dry_run=True)]
-        for row in rows:
-            console.print(f"would remove {row['kind']} {row['name'][:64]}  "
-                          f"(job {row['labels'].get(LABEL_JOB, '?')})", markup=False)
-        console.print(f"{len(rows)} object(s) in scope ({scope}); nothing removed (--dry-run)",
-                      soft_wrap=True)
-        return
-    if everything:
-        removed = reap(runtime, LABEL_KIND)
-    elif job is not None:
-        removed = reap(runtime, f"{LABEL_JOB}={job}")
-    else:
-        removed = reap_orphans(runtime)
-        removed["networks"] += len(remove_idle(runtime))
-    if images:
-        removed["images"] = len(prune_images(runtime, keep_gb))
-    console.print(", ".join(f"{n} {what}" for what, n in removed.items()) + f" removed ({scope})")
+# `tasks check`, `images bootstrap`, `agents`, `cleanup`: registered after the commands above,
+# so --help lists run, report, compare and view first.
+from orchestrator import cli_admin  # noqa: E402, F401
 
 
 def main() -> None:
     # orchestra's models need no pydantic plugin; looking for them reads every installed
     # package's metadata at the first model (tens of ms of each run's start-up)
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "1")
-    gc.disable()  # until a command has loaded what it needs (_imports_done)
+    gc.disable()  # until a command has loaded what it needs (imports_done)
     try:
         app()
     except KeyboardInterrupt:

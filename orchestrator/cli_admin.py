@@ -1,0 +1,154 @@
+"""Commands that look after the host rather than run trials: `tasks check`, `images
+bootstrap`, `agents`, `cleanup` (registered on the CLI's app by orchestrator.cli)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestrator.cliapp import (
+    app,
+    configure_logs,
+    console,
+    err,
+    fail,
+    images_app,
+    imports_done,
+    tasks_app,
+)
+from orchestrator.errors import InfraError, InputError
+
+
+@tasks_app.command("check")
+def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a dataset folder.")]):
+    """Validate a task or every task under a folder; list every problem found, then what
+    each task needs that this host lacks (images, a registry, cpus, the network)."""
+    from orchestrator.host_needs import host_needs
+    from orchestrator.tasks import load_tasks
+
+    imports_done()
+
+    try:
+        tasks = load_tasks(path)
+    except InputError as exc:
+        fail(exc)
+    runtime = info = None
+    try:
+        from orchestrator.runtime import open_runtime
+
+        runtime = open_runtime()
+        info = runtime.engine_info()
+    except InfraError:
+        console.print("note: no Docker engine answers; images and capacity are not checked")
+    for task in tasks:
+        console.print(f"ok  {task.name}  ({task.path})  hash {task.content_hash}", soft_wrap=True)
+        for need in host_needs(task, runtime, info):
+            console.print(f"    needs: {need}", markup=False, soft_wrap=True)
+    console.print(f"{len(tasks)} task(s) valid")
+
+
+@images_app.command("bootstrap")
+def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if present.")] = False):
+    """Build a Debian bookworm + python3 base from Debian packages (no registry needed)
+    and register it for `FROM python:3.12-slim-bookworm` and friends."""
+    from orchestrator.images import BASE_IMAGE, DEFAULT_ALIASES, bootstrap_base
+    from orchestrator.runtime import open_runtime
+    from orchestrator.runtime.base import BuildFailed
+
+    configure_logs(verbose=True)
+    try:
+        bootstrap_base(open_runtime(), force=force)
+    except InfraError as exc:
+        fail(exc)
+    except BuildFailed as exc:
+        err.print(f"[red]bootstrap failed:[/] {exc}")
+        raise typer.Exit(3) from exc
+    console.print(f"{BASE_IMAGE} ready; stands in for: {', '.join(DEFAULT_ALIASES)}")
+
+
+@app.command()
+def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+           install: Annotated[list[str] | None, typer.Option("--install", help="Install this agent now (repeatable; `all` for every one).")] = None,
+           ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) pip and npm trust.")] = None):
+    """The agents `orchestra run --agent NAME` takes: built-in ones and installed CLIs
+    (kind, version, whether the host has installed it yet; an installed CLI is
+    installed on first use, or now with --install)."""
+    from orchestrator.agents.install import ensure_installed
+    from orchestrator.agents.installed import INSTALLED, listing
+    from orchestrator.models.manifest import AGENT_NAMES
+
+    imports_done()
+
+    try:
+        for name in (list(INSTALLED) if install == ["all"] else install or []):
+            if name not in INSTALLED:
+                raise InputError(f"--install: {name!r} is not one of {', '.join(INSTALLED)}")
+            ensure_installed(INSTALLED[name].recipe, ca_bundle)
+    except (InputError, InfraError) as exc:
+        fail(exc)
+    import orchestrator
+
+    rows = [{"name": n, "kind": "built-in", "version": orchestrator.__version__, "installed": True,
+             "path": ""} for n in AGENT_NAMES if n not in INSTALLED] + listing()
+    if json_out:
+        console.print_json(json.dumps(rows))
+        return
+    from rich.table import Table
+
+    table = Table("agent", "kind", "version", "installed")
+    for row in rows:
+        table.add_row(row["name"], row["kind"], row["version"], "yes" if row["installed"] else "on first use")
+    console.print(table)
+
+
+@app.command()
+def cleanup(
+    job: Annotated[str | None, typer.Option("--job", help="Remove this job's objects (even if its orchestrator still runs).")] = None,
+    everything: Annotated[bool, typer.Option("--all", help="Remove every object orchestra created on this engine, live jobs included.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
+    images: Annotated[bool, typer.Option("--images", help="Also prune orchestra's task images.")] = False,
+    keep_gb: Annotated[float | None, typer.Option(help="With --images: keep the most recently used up to this size.")] = None,
+):
+    """Remove containers, networks and volumes orchestra created (and the loop disks behind
+    them). By default only those of jobs whose orchestrator process on this host is gone,
+    and the idle networks kept between jobs; `--job NAME` one job's, `--all` all of them.
+    Objects orchestra did not create (e.g. someone's container from an image orchestra
+    built) are never touched."""
+    from orchestrator.cleanup import LABEL_JOB, plan, prune_images, reap, reap_orphans
+    from orchestrator.netpool import remove_idle
+    from orchestrator.runtime import open_runtime
+    from orchestrator.runtime.base import LABEL_KIND
+
+    configure_logs()
+    if job is not None and everything:
+        fail(InputError("--job and --all: choose one"))
+    try:
+        runtime = open_runtime()
+    except InfraError as exc:
+        fail(exc)
+    scope = "every orchestra object" if everything else (
+        f"job {job}" if job else "jobs whose orchestrator is gone")
+    if dry_run:
+        rows = plan(runtime, job, everything)
+        if job is None and not everything:
+            rows += [{"kind": "network", "name": n, "labels": {LABEL_JOB: "(idle, kept between jobs)"}}
+                     for n in remove_idle(runtime, dry_run=True)]
+        for row in rows:
+            console.print(f"would remove {row['kind']} {row['name'][:64]}  "
+                          f"(job {row['labels'].get(LABEL_JOB, '?')})", markup=False)
+        console.print(f"{len(rows)} object(s) in scope ({scope}); nothing removed (--dry-run)",
+                      soft_wrap=True)
+        return
+    if everything:
+        removed = reap(runtime, LABEL_KIND)
+    elif job is not None:
+        removed = reap(runtime, f"{LABEL_JOB}={job}")
+    else:
+        removed = reap_orphans(runtime)
+        removed["networks"] += len(remove_idle(runtime))
+    if images:
+        removed["images"] = len(prune_images(runtime, keep_gb))
+    console.print(", ".join(f"{n} {what}" for what, n in removed.items()) + f" removed ({scope})")
