@@ -37,7 +37,8 @@ class ExtractReport:
 
 
 class _StreamReader(io.RawIOBase):
-    """A file-like view of docker-py's chunk iterator, for tarfile's stream mode."""
+    """A file-like view of a chunk iterator (an engine or host copy-out), for tarfile's
+    stream mode."""
 
     def __init__(self, chunks: Iterator[bytes]):
         self._chunks = chunks

@@ -1,6 +1,6 @@
 """One trial, phase by phase (DESIGN 2): build, start, seed, agent, collect, verify, cleanup.
 
-This file reads top to bottom like the lifecycle. It never builds docker-py arguments
+This file reads top to bottom like the lifecycle. It never builds engine API requests
 (runtime/), never parses task files (tasks.py) and never formats output (report/).
 """
 
