@@ -165,14 +165,19 @@ def spool_directories(trees: list[tuple[Path, str]], dirs: Iterable[str] = ()) -
     copy into a container instead of one each (an archive copy costs the engine ~50 ms)."""
     spool = tempfile.TemporaryFile()
     with tarfile.open(fileobj=spool, mode="w") as archive:
-        for name in dirs:
-            info = tarfile.TarInfo(name)
-            info.type, info.mode = tarfile.DIRTYPE, 0o777
-            archive.addfile(info)
+        _add_dirs(archive, dirs)
         for source, arcname in trees:
             _add_tree(archive, source, arcname, None)
     spool.seek(0)
     return spool
+
+
+def _add_dirs(archive: tarfile.TarFile, dirs: Iterable[str]) -> None:
+    """Empty folders, open to every user (the agent and the verifier may not be root)."""
+    for name in dirs:
+        info = tarfile.TarInfo(name)
+        info.type, info.mode = tarfile.DIRTYPE, 0o777
+        archive.addfile(info)
 
 
 def _tar_into(target: BinaryIO, source: Path, arcname: str, mode: int | None) -> None:
@@ -198,11 +203,7 @@ def tar_files(files: dict[str, bytes], dirs: Iterable[str] = (), mode: int = 0o6
     """Tar in-memory files: {relative path: content}; `dirs` are created empty."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name in dirs:
-            info = tarfile.TarInfo(name)
-            info.type = tarfile.DIRTYPE
-            info.mode = 0o777
-            archive.addfile(info)
+        _add_dirs(archive, dirs)
         for name, content in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(content)

@@ -50,15 +50,15 @@ def reap(runtime: Runtime, label: str) -> dict[str, int]:
     failed = 0
     for kind, remove, names in (("container", runtime.remove, containers),
                                 ("volume", runtime.remove_volume, volumes)):
-        failed += sum(not _try_remove(kind, remove, name) for name in names)
+        failed += sum(not try_remove(kind, remove, name) for name in names)
     job = label.partition("=")[2] if label.startswith(LABEL_JOB + "=") else None
     disks = disk.reap_loop_disks(job) if job or label == LABEL_KIND else 0
-    failed += sum(not _try_remove("network", runtime.remove_network, n) for n in networks)
+    failed += sum(not try_remove("network", runtime.remove_network, n) for n in networks)
     return {"containers": len(containers), "networks": len(networks), "volumes": len(volumes),
             "disks": disks, "failed": failed}
 
 
-def _try_remove(kind: str, remove, name: str) -> bool:
+def try_remove(kind: str, remove, name: str) -> bool:
     try:
         remove(name)
         return True
@@ -160,7 +160,7 @@ def prune_images(runtime: Runtime, keep_gb: float | None) -> list[str]:
     for image in images:
         if budget is not None and total <= budget:
             break
-        if not _try_remove("image", runtime.remove_image, image["Id"]):
+        if not try_remove("image", runtime.remove_image, image["Id"]):
             continue
         total -= image.get("Size", 0)
         removed.append((image.get("RepoTags") or [image["Id"]])[0])

@@ -44,10 +44,10 @@ class Healthcheck(BaseModel):
     start_period: str = "0s"
 
     def engine(self) -> dict:
-        """Docker's HEALTHCHECK config (durations in nanoseconds)."""
+        """The Engine API's Healthcheck object (durations in nanoseconds)."""
         test = self.test if isinstance(self.test, list) else ["CMD-SHELL", self.test]
-        return {"test": test, "interval": _ns(self.interval), "timeout": _ns(self.timeout),
-                "retries": self.retries, "start_period": _ns(self.start_period)}
+        return {"Test": test, "Interval": _ns(self.interval), "Timeout": _ns(self.timeout),
+                "Retries": self.retries, "StartPeriod": _ns(self.start_period)}
 
 
 class Build(BaseModel):

@@ -12,8 +12,9 @@ are kept between jobs in a host-wide pool:
   one, and a hard-killed job's networks become free when the kernel drops its locks;
 - a claimed network is checked first: it still exists, no container is attached, and its
   host-isolation rule is in place (re-added if not);
-- at most ORCHESTRA_NETWORK_POOL (default 32) stay parked; 0 turns the pool off (every
-  network is removed at its job's end).
+- at a job's end its networks are parked while the pool (idle and in use) holds fewer than
+  ORCHESTRA_NETWORK_POOL (default 32), else removed; 0 turns the pool off (every network
+  is removed at its job's end).
 
 Within a job a network goes back to the job's free list only after every container of its
 trial is removed, so no two live trials ever share one.
@@ -26,7 +27,7 @@ import os
 import threading
 import uuid
 
-from orchestrator.cleanup import owner_labels
+from orchestrator.cleanup import owner_labels, try_remove
 from orchestrator.log import get_logger
 from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime.base import LABEL_KIND, Network, Runtime
@@ -91,8 +92,7 @@ class NetworkPool:
         with self._lock:
             if self._free[internal]:
                 return self._free[internal].pop()
-        network = self._claim(internal) or self._create(internal)
-        return network
+        return self._claim(internal) or self._create(internal)
 
     def release(self, network: Network) -> None:
         with self._lock:
@@ -120,7 +120,7 @@ class NetworkPool:
             if network is None or network.internal != internal:
                 _drop(name, fd)  # gone, busy with a dead job's container, or not ours: skip it
                 if network is not None:
-                    _quietly_remove(self.runtime, name)
+                    try_remove("network", self.runtime.remove_network, name)
                 continue
             with self._lock:
                 self._held[name] = (network, fd)
@@ -159,7 +159,7 @@ class NetworkPool:
                 os.close(fd)  # unlocked: idle in the pool
                 parked += 1
                 continue
-            _quietly_remove(self.runtime, name)
+            try_remove("network", self.runtime.remove_network, name)
             _drop(name, fd)
         if self.claimed or self.created:
             log.debug("networks.closed", job=self.job, claimed=self.claimed, created=self.created)
@@ -175,7 +175,7 @@ def remove_idle(runtime: Runtime, dry_run: bool = False) -> list[str]:
     unlocked = set(runtime.labelled(LABEL_POOL)[1]) - set(names)  # its lock file was lost
     for name in sorted(unlocked):
         if not dry_run:
-            _quietly_remove(runtime, name)
+            try_remove("network", runtime.remove_network, name)
         removed.append(name)
     for name in names:
         fd = _try_lock(name)
@@ -184,14 +184,8 @@ def remove_idle(runtime: Runtime, dry_run: bool = False) -> list[str]:
         if dry_run:
             os.close(fd)
         else:
-            _quietly_remove(runtime, name)
+            try_remove("network", runtime.remove_network, name)
             _drop(name, fd)
         removed.append(name)
     return removed
 
-
-def _quietly_remove(runtime: Runtime, name: str) -> None:
-    try:
-        runtime.remove_network(name)
-    except Exception as exc:  # `orchestra cleanup --all` removes what is left
-        log.warning("cleanup.failed", action="remove_network", target=name, error=str(exc)[:300])

@@ -90,7 +90,7 @@ def wait_for(runtime: Runtime, compose: Compose, service: Service, started: dict
         limit = START_WAIT_SEC
         if healthcheck is not None:
             engine = healthcheck.engine()
-            limit += (engine["start_period"] + engine["retries"] * (engine["interval"] + engine["timeout"])) / 1e9
+            limit += (engine["StartPeriod"] + engine["Retries"] * (engine["Interval"] + engine["Timeout"])) / 1e9
         deadline = time.monotonic() + limit
         while True:
             status, health = runtime.health(container)

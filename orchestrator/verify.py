@@ -139,17 +139,19 @@ def _command(box: Sandbox, static: bool, staged: str, timeout: float | None = No
                     f"{run} >{VERIFIER_LOGS}/test-stdout.txt 2>&1"]
 
 
-def _stage_tests(runtime: Runtime, container: str | None, task: Task, box: Sandbox) -> str:
-    """Put the task's tests (then a step's own over them) where the verifier command moves
-    them to /tests from; returns that path. A container with the trial's loop disk at /logs
-    (or, with `container` None, one about to be created with it) gets them written on the
-    host under a fresh random name there (no engine copy: ~50 ms less per trial); others by
-    an archive copy to STAGED_TESTS."""
-    if box.loop_disk is not None and (container is None or container in box.on_disk):
-        name = f".orchestra-tests-{secrets.token_hex(8)}"
-        stage_tree(box.loop_disk.logs, name, list(task.tests_dirs))
-        return f"{LOGS}/{name}"
-    assert container is not None
+def _stage_on_disk(task: Task, box: Sandbox) -> str:
+    """The task's tests (then a step's own over them) written on the host onto the trial's
+    loop disk, under a fresh random name in /logs, for a container with the disk at /logs
+    (no engine copy: ~50 ms less per trial); returns where the verifier command moves them
+    to /tests from."""
+    assert box.loop_disk is not None
+    name = f".orchestra-tests-{secrets.token_hex(8)}"
+    stage_tree(box.loop_disk.logs, name, list(task.tests_dirs))
+    return f"{LOGS}/{name}"
+
+
+def _stage_by_copy(runtime: Runtime, container: str, task: Task) -> str:
+    """The same by archive copies into `container`, at STAGED_TESTS."""
     for folder in task.tests_dirs:
         runtime.put_archive(container, "/", tar_directory(folder, STAGED_TESTS.lstrip("/")))
     return STAGED_TESTS
@@ -173,7 +175,8 @@ def _verify_live(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
                                          box.storage_enforcement)
     switch_network(runtime, box, task.config.network_for("verifier"), container)
     reset_verifier_logs(box)
-    staged = _stage_tests(runtime, container, task, box)
+    staged = _stage_on_disk(task, box) if container in box.on_disk else \
+        _stage_by_copy(runtime, container, task)
     _stage_evidence(runtime, container, evidence)
     started = time.time()
     result.verifier_interpreter = verifier_tools.interpreter_note(box.static_tools)
@@ -232,7 +235,7 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         box.egress.set_policy("allowlist", task.config.allowed_hosts_for("verifier"))
         env = {**box.egress.env(direct=[box.network.gateway]), **env}
     # snapshot: the tests go onto the loop disk before the container exists; separate: copied in
-    staged = _stage_tests(runtime, None, task, box) if mounts else STAGED_TESTS
+    staged = _stage_on_disk(task, box) if mounts else STAGED_TESTS
     spec = SandboxSpec(
         image=image, name=f"{box.name}-verifier" + (f"-{re.sub(r'[^a-zA-Z0-9_.-]', '-', task.step)}" if task.step else ""),
         labels=box.labels("verifier"),

@@ -53,7 +53,7 @@ class SandboxSpec:
     log_max_size: str = "10m"
     aliases: list[str] = field(default_factory=list)  # names on `network` (compose services)
     entrypoint: list[str] | None = None
-    healthcheck: dict | None = None  # Docker's HEALTHCHECK (durations in ns)
+    healthcheck: dict | None = None  # the Engine API's Healthcheck object (durations in ns)
 
 
 @dataclass

@@ -51,8 +51,8 @@ def connect(max_pool_size: int = 16) -> Engine:
         ) from exc
 
 
-# A broken connection to the engine while a response streams (http.client's errors are
-# OSErrors too).
+# A broken connection to the engine while a response streams: the engine client raises it
+# as an OSError (engine.py turns http.client's protocol errors into ConnectionError).
 TRANSPORT_ERRORS = (OSError,)
 
 
@@ -195,11 +195,10 @@ class DockerRuntime(Runtime):
             info = self.api.inspect_network(name)
         except NotFound:
             return None
-        configs = (info.get("IPAM") or {}).get("Config") or []
-        config = next((c for c in configs if c.get("Gateway") and c.get("Subnet")), None)
-        if config is None or info.get("Containers"):
+        config = _ipam(info)
+        if not config.get("Subnet") or not config.get("Gateway"):
             return None
-        if self.api.containers(all=True, filters={"network": name}):  # created or stopped ones too
+        if self.api.containers(all=True, filters={"network": name}):  # running, created, stopped
             return None
         isolated = firewall.ensure(name, config["Gateway"])
         return Network(name=name, gateway=config["Gateway"], subnet=config["Subnet"],
@@ -208,10 +207,9 @@ class DockerRuntime(Runtime):
 
     def _gateway_of(self, name: str) -> str | None:
         try:
-            configs = (self.api.inspect_network(name).get("IPAM") or {}).get("Config") or []
+            return _ipam(self.api.inspect_network(name)).get("Gateway")
         except APIError:
             return None
-        return next((c["Gateway"] for c in configs if c.get("Gateway")), None)
 
     def _release_block(self, name: str) -> None:
         with self._lock:
@@ -277,8 +275,7 @@ class DockerRuntime(Runtime):
         if spec.entrypoint is not None:
             config["Entrypoint"] = spec.entrypoint
         if spec.healthcheck is not None:
-            config["Healthcheck"] = {key.title().replace("_", ""): value
-                                     for key, value in spec.healthcheck.items()}
+            config["Healthcheck"] = spec.healthcheck
         try:
             created = self.api.create_container(spec.image, command=spec.command, name=spec.name,
                                                 host_config=host_config, **config)
@@ -517,3 +514,9 @@ def _frames(buffer: bytes, output: bytearray, capture: int) -> bytes:
             output += buffer[8:8 + size][:capture - len(output)]
         buffer = buffer[8 + size:]
     return buffer
+
+
+def _ipam(network: dict) -> dict:
+    """A network's address block (Subnet, Gateway) from its inspect, {} if it has none."""
+    configs = (network.get("IPAM") or {}).get("Config") or []
+    return next((c for c in configs if c.get("Gateway")), {})
