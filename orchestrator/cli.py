@@ -13,7 +13,17 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cliapp import app, configure_logs, console, err, fail, imports_done
+from orchestrator.cliapp import (
+    app,
+    configure_logs,
+    console,
+    err,
+    fail,
+    human_console,
+    imports_done,
+    one_paragraph,
+    print_table,
+)
 from orchestrator.errors import InfraError, InputError
 
 
@@ -23,7 +33,7 @@ def run(
     manifest: Annotated[Path | None, typer.Option(help="Agent lineup (YAML).")] = None,
     agent: Annotated[str | None, typer.Option(help="Override the orchestrator's agent: oracle | nop | reference | command, or an installed CLI (mini-swe-agent | aider | opencode; see `orchestra agents`).")] = None,
     n_concurrent: Annotated[int, typer.Option("--n-concurrent", "-n", min=1, help="Trials at a time.")] = 4,
-    k: Annotated[int | None, typer.Option("-k", min=1, help="Attempts per task (default: per layer, regression 1, workflow 3).")] = None,
+    k: Annotated[str | None, typer.Option("-k", help="Attempts per task (default: per layer, regression 1, workflow 3, else 1). 'auto' with --baseline: enough attempts to tell a drop of --detect-drop in a task's pass rate from chance (printed).")] = None,
     layer: Annotated[str | None, typer.Option(help="Only tasks of this [metadata] evaluation_layer: regression | workflow.")] = None,
     jobs_dir: Annotated[Path, typer.Option(help="Where job folders go.")] = Path("jobs"),
     job_name: Annotated[str | None, typer.Option(help="Job folder name (default: a timestamp).")] = None,
@@ -44,17 +54,20 @@ def run(
     ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) that task image builds trust: pip, curl, node, git behind a TLS-intercepting proxy.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Also write the job result here ('-': stdout).")] = None,
     baseline: Annotated[Path | None, typer.Option(help="After the run, gate against this baseline job folder (as `orchestra report --baseline`).")] = None,
-    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="With --baseline: exit 1 when a regression-layer task passed there and fails now.")] = False,
+    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="With --baseline: exit 1 when a task regressed (see `orchestra report --help` for the rule).")] = False,
+    gate_layer: Annotated[str | None, typer.Option("--gate-layer", help="With --baseline: gate only tasks of this evaluation layer (default: every task).")] = None,
+    flaky: Annotated[str, typer.Option("--flaky", help="With --baseline: tasks flaky in the baseline (some passes, some fails): gate | report | ignore.")] = "report",
+    alpha: Annotated[float, typer.Option("--alpha", help="With --baseline: the gate's false discovery rate (the expected share of false alarms among the regressions it names).")] = 0.05,
+    detect_drop: Annotated[float, typer.Option("--detect-drop", help="With -k auto: the drop in pass rate (0-1) the attempts must be able to tell, with 80% power.")] = 0.5,
     allow_changed: Annotated[bool, typer.Option("--allow-changed", help="With --baseline: compare tasks whose content changed between the jobs.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain progress lines, no live display.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
 ):
     """Run every task under PATH k times with the manifest's agents; grade each trial.
 
-    Exit codes: 0 the job completed (whatever the rewards), 1 --fail-on-regression and a
-    regression-layer task regressed against --baseline, 2 bad input (nothing started), 3
-    Docker unreachable or another failure before any trial ran, 4 an answer leak was found
-    (the suite stopped), 130 cancelled (Ctrl-C / SIGTERM; results kept).
+    With `--json -` only the JSON goes to stdout; tables and notes go to stderr.
+
+    {exits}
     """
     from orchestrator.job import JobOptions, run_job
     from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
@@ -80,11 +93,20 @@ def run(
                 raise InputError(f"{config_file}: field 'manifest': it no longer gives the "
                                  f"condition hash {config['condition_hash'][:12]} this job ran "
                                  "with; resume would mix two conditions. Start a new job.")
-            policy, k, layer = config.get("policy", policy), config.get("k"), source.get("layer")
+            policy, layer = config.get("policy", policy), source.get("layer")
+            k = None if config.get("k") is None else str(config["k"])
             endpoints = [Path(p) for p in source.get("endpoints", [])] or endpoints
             resumed_manifest_dir = source.get("manifest_dir")
         if path is None:
             raise InputError("--path: required (a task folder or a dataset)")
+        k_auto = k == "auto"
+        attempts = None if k is None or k_auto else _positive_int("-k", k)
+        if k_auto and baseline is None:
+            raise InputError("-k auto: needs --baseline JOB_DIR (the attempts are chosen against it)")
+        if not 0 < detect_drop <= 1:
+            raise InputError(f"--detect-drop: {detect_drop} is not a drop in pass rate between 0 and 1")
+        if fail_on_regression and baseline is None:
+            raise InputError("--fail-on-regression: needs --baseline JOB_DIR")
         name = job_name or dt.datetime.now().strftime("%Y-%m-%d__%H-%M-%S")
         if (problem := check_job_name(name)) is not None:
             raise InputError(f"--job-name: {problem}")
@@ -136,7 +158,7 @@ def run(
         else:
             manifest_dir = manifest.parent.resolve() if manifest else None
         options = JobOptions(
-            job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=k, policy=policy,
+            job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=attempts, policy=policy,
             manifest_dir=manifest_dir, max_retries=max_retries, max_cpus=max_cpus,
             max_memory_mb=max_memory_mb, resume=resume is not None, oci_runtime=oci_runtime,
             retry_errors=retry_errors, ca_bundle=ca_bundle, build_policy=build_policy,
@@ -145,12 +167,15 @@ def run(
             source={"path": str(path.resolve()), "layer": layer,
                     "endpoints": [str(p) for p in endpoint_files],
                     "manifest_dir": str(manifest_dir) if manifest_dir else None})
-        if fail_on_regression and baseline is None:
-            raise InputError("--fail-on-regression: needs --baseline JOB_DIR")
         if baseline is not None:  # read now: a bad baseline is refused before any trial runs
             from orchestrator.report.load import load_trials
 
             baseline_trials = load_trials(baseline)
+            from orchestrator.report.gate import check_options
+
+            check_options(flaky, alpha)
+            if k_auto:
+                options.k = _auto_k(baseline_trials, detect_drop, alpha, gate_layer)
         configure_logs(verbose, jobs_dir / name / "events.jsonl")
         runtime = open_runtime(max_pool_size=n_concurrent * 3 + 8)
         _terminate_as_interrupt()
@@ -168,8 +193,9 @@ def run(
 
     trials = [TrialResult.model_validate_json(p.read_text())
               for p in sorted((jobs_dir / name / "trials").glob("*/result.json"))]
-    render_job(job, trials, console)
-    console.print(f"job folder: {jobs_dir / name}")
+    human = human_console(json_out)
+    render_job(job, trials, human)
+    human.print(f"job folder: {jobs_dir / name}", soft_wrap=True)
     if json_out:
         write_output(json_out, job)
     leaks = job.counts.get("answer_leak", 0)
@@ -181,10 +207,42 @@ def run(
         from orchestrator.report.gate import gate
 
         try:
-            regression = gate(trials, baseline_trials, allow_changed)
+            regression = gate(trials, baseline_trials, allow_changed, gate_layer, flaky, alpha)
         except InputError as exc:  # the job's results are written; only the gate refuses
             fail(exc)
-        _report_gate(regression, baseline, jobs_dir / name, fail_on_regression)
+        _report_gate(regression, baseline, jobs_dir / name, fail_on_regression, human)
+
+
+def _positive_int(option: str, value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise InputError(f"{option}: {value!r} is not a whole number of attempts (1 or more) or 'auto'")
+    return int(value)
+
+
+def _auto_k(baseline_trials, drop: float, alpha: float, gate_layer: str | None) -> int:
+    """-k auto: attempts enough to tell a drop of `drop` from chance against the baseline."""
+    from orchestrator.report.gate import attempts_to_tell
+
+    if gate_layer is not None:
+        baseline_trials = [t for t in baseline_trials if t.layer == gate_layer]
+    k, cannot = attempts_to_tell(baseline_trials, drop, alpha)
+    if cannot:
+        k = max(k, max((sum(1 for t in baseline_trials if t.task == name.split(" ")[0])
+                        for name in cannot), default=1))
+    err.print(f"-k auto: k={k}, the fewest attempts that tell a drop of {drop:g} in a task's pass "
+              f"rate from chance (80% power, alpha {alpha:g}) against the baseline's attempts", soft_wrap=True)
+    if cannot:
+        err.print(f"-k auto: no k up to 20 can tell it for {len(cannot)} task(s) with so few baseline "
+                  f"attempts ({', '.join(cannot[:5])}{', ...' if len(cannot) > 5 else ''}); rerun the "
+                  "baseline with more attempts (-k)", soft_wrap=True)
+    return k
+
+
+run.__doc__ = (run.__doc__ or "").replace("{exits}", one_paragraph("""Exit codes: 0 the job
+    completed (whatever the rewards); 1 the gate asked for failed (--fail-on-regression); 2
+    bad input (nothing started); 3 the engine or host failed (Docker unreachable, the job
+    folder's disk full); 4 an answer leak was found (the suite stopped, results void); 130
+    cancelled (Ctrl-C / SIGTERM; results kept)."""))
 
 
 def _cancel_counts(job_dir: Path) -> str:
@@ -214,18 +272,39 @@ def _terminate_as_interrupt() -> None:
     signal.signal(signal.SIGINT, handler)
 
 
+GATE_HELP = one_paragraph("""With --baseline JOB_DIR, a regression gate for release pipelines:
+    every task both jobs ran (or --gate-layer's) is compared by its pass rate over graded
+    attempts. With k attempts a side, a task regresses when the rate dropped by more than
+    chance explains (Fisher's exact test, one-sided, a false discovery rate of --alpha,
+    Benjamini-Hochberg over the tasks that could regress); with k=1 on a side, when it passed there
+    and fails now (and the verdict says one attempt cannot tell). Tasks flaky in the baseline
+    are reported and gate only with --flaky gate. The verdicts go to regressions.json and
+    the JUnit file.""")
+REPORT_EXITS = one_paragraph("""Exit codes: 0 reported (and every gate asked for held); 1 a
+    gate asked for failed (--fail-under, --fail-on-regression); 2 bad input (a missing or
+    unreadable job folder, a bad option).""")
+
+
 @app.command()
 def report(
     job_dir: Annotated[Path, typer.Argument(help="A job folder.")],
     junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML here.")] = None,
+    json_out: Annotated[str | None, typer.Option("--json", help="Write the report (job result, tables, gate) as JSON here ('-': stdout, the rest to stderr).")] = None,
     fail_under: Annotated[float | None, typer.Option(help="Exit 1 when the mean reward is below this.")] = None,
-    baseline: Annotated[Path | None, typer.Option(help="A baseline job: list tasks that passed there and fail now (and the reverse), per layer.")] = None,
-    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="With --baseline: exit 1 when a regression-layer task regressed.")] = False,
+    baseline: Annotated[Path | None, typer.Option(help="A baseline job: the regression gate (below).")] = None,
+    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="With --baseline: exit 1 when a task regressed.")] = False,
+    gate_layer: Annotated[str | None, typer.Option("--gate-layer", help="With --baseline: gate only tasks of this evaluation layer (default: every task).")] = None,
+    flaky: Annotated[str, typer.Option("--flaky", help="With --baseline: tasks flaky in the baseline (some passes, some fails): gate | report | ignore.")] = "report",
+    alpha: Annotated[float, typer.Option("--alpha", help="With --baseline: the gate's false discovery rate (the expected share of false alarms among the regressions it names).")] = 0.05,
     allow_changed: Annotated[bool, typer.Option("--allow-changed", help="With --baseline: compare tasks whose content changed between the jobs.")] = False,
 ):
     """Summarise a job: tables per task, layer, class and failure mode, pass@k, tokens and
     cost, phase timings; writes report.md and a self-contained report.html into the job.
-    With --baseline, a regression gate for release pipelines."""
+
+    {gate}
+
+    {exits}
+    """
     from orchestrator.report.load import load_job_result, load_trials
     from orchestrator.report.render import sections, to_html, to_markdown
     from orchestrator.report.tables import tables
@@ -233,6 +312,7 @@ def report(
     imports_done()
 
     regression = None
+    human = human_console(json_out)
     try:
         job = load_job_result(job_dir)
         trials = load_trials(job_dir)
@@ -241,53 +321,55 @@ def report(
         if baseline is not None:
             from orchestrator.report.gate import gate
 
-            regression = gate(trials, load_trials(baseline), allow_changed)
+            regression = gate(trials, load_trials(baseline), allow_changed, gate_layer, flaky, alpha)
     except InputError as exc:
         fail(exc)
     aggregate = tables(trials)
     compare = next((json.loads(p.read_text()) for p in sorted(job_dir.glob("compare*.json"))), None)
-    from rich.table import Table
-
-    console.print(f"[bold]job {job.job}[/]: {job.n_trials} trials, mean reward {job.mean_reward:.3f}, "
-                  f"tokens {aggregate.tokens}, cost {aggregate.cost:.4f}")
-    for title, header, rows in sections(job, aggregate):
-        table = Table(title=title, title_justify="left")
-        for column in header:
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
+    human.print(f"[bold]job {job.job}[/]: {job.n_trials} trials, mean reward {job.mean_reward:.3f}, "
+                f"tokens {aggregate.tokens}, cost {aggregate.cost:.4f}")
+    blocks = sections(job, aggregate)
+    for title, header, rows in blocks:
+        print_table(human, title, header, rows)
     (job_dir / "report.md").write_text(to_markdown(job, aggregate, compare))
     (job_dir / "report.html").write_text(to_html(job, aggregate, compare, trials))
-    console.print(f"wrote {job_dir / 'report.md'} and {job_dir / 'report.html'}")
+    human.print(f"wrote {job_dir / 'report.md'} and {job_dir / 'report.html'}", soft_wrap=True)
     if junit:
         from orchestrator.report.junit import write_junit
 
-        write_junit(job.job, job_dir, trials, junit,
-                    regressed={t for ts in regression.regressions.values() for t in ts}
-                    if regression else set())
-        console.print(f"wrote {junit}")
+        write_junit(job.job, job_dir, trials, junit, regression)
+        human.print(f"wrote {junit}", soft_wrap=True)
+    if json_out:
+        from orchestrator.util import write_output
+
+        write_output(json_out, {"job": job.model_dump(mode="json"),
+                                "tables": [{"title": t, "header": h, "rows": r} for t, h, r in blocks],
+                                "gate": regression.as_dict() if regression else None})
     failing = fail_under is not None and job.mean_reward < fail_under
     if failing:
         err.print(f"mean reward {job.mean_reward:.3f} is below --fail-under {fail_under}")
     if regression is not None:
-        _report_gate(regression, baseline, job_dir, fail_on_regression)
+        _report_gate(regression, baseline, job_dir, fail_on_regression, human)
     if failing:
         raise typer.Exit(1)
 
 
-def _report_gate(regression, baseline: Path, job_dir: Path, fail_on_regression: bool) -> None:
-    """Print and write (regressions.json) the gate's verdict; exit 1 when asked to fail on a
-    regression-layer task that passed in the baseline and fails now."""
-    (job_dir / "regressions.json").write_text(json.dumps(regression.as_dict(), indent=2))
-    for kind, by_layer in (("regressed", regression.regressions), ("improved", regression.improvements)):
-        for layer, names in sorted(by_layer.items()):
-            console.print(f"{kind} ({layer} layer): {', '.join(names)}", markup=False, soft_wrap=True)
-    if not regression.regressions:
-        console.print(f"no regressions against {baseline}", soft_wrap=True)
-    if fail_on_regression and regression.regression_layer_failed:
-        err.print("regression gate: " + ", ".join(regression.regressions["regression"])
-                  + " passed in the baseline and fail now", soft_wrap=True)
+report.__doc__ = (report.__doc__ or "").replace("{gate}", GATE_HELP).replace("{exits}", REPORT_EXITS)
+
+
+def _report_gate(regression, baseline: Path, job_dir: Path, fail_on_regression: bool, human) -> None:
+    """Print and write (regressions.json) the gate's verdict; exit 1 when asked to fail and a
+    task regressed."""
+    from orchestrator.util import write_json_atomic
+
+    write_json_atomic(job_dir / "regressions.json", regression.as_dict())
+    for line in regression.lines():
+        human.print(line, markup=False, highlight=False, soft_wrap=True)
+    if not regression.failed:
+        human.print(f"no regressions against {baseline}", soft_wrap=True)
+    if fail_on_regression and regression.failed:
+        names = [v.task for v in regression.verdicts if v.gates]
+        err.print(f"regression gate failed: {len(names)} task(s): {', '.join(names)}", soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -311,7 +393,7 @@ def compare_cmd(
     except InputError as exc:
         fail(exc)
     text = to_markdown(report)
-    console.print(text, markup=False, highlight=False)
+    human_console(json_out, markdown).print(text, markup=False, highlight=False)
     if json_out:
         write_output(json_out, report)
     if markdown:

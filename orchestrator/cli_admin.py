@@ -17,20 +17,23 @@ from orchestrator.cliapp import (
     fail,
     images_app,
     imports_done,
+    print_table,
     tasks_app,
 )
 from orchestrator.errors import InfraError, InputError
 
 
 @tasks_app.command("check")
-def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a dataset folder.")]):
+def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a dataset folder.")],
+                json_out: Annotated[bool, typer.Option("--json", help="Print JSON (a list of tasks) instead of lines.")] = False):
     """Validate a task or every task under a folder; list every problem found, then what
-    each task needs that this host lacks (images, a registry, cpus, the network)."""
+    each task needs that this host lacks (images, a registry, cpus, the network).
+    Exit codes: 0 every task valid, 2 a problem (each named by file and field)."""
     from orchestrator.host_needs import host_needs
     from orchestrator.tasks import load_tasks
 
     imports_done()
-
+    human = err if json_out else console
     try:
         tasks = load_tasks(path)
     except InputError as exc:
@@ -42,12 +45,20 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
         runtime = open_runtime()
         info = runtime.engine_info()
     except InfraError:
-        console.print("note: no Docker engine answers; images and capacity are not checked")
+        human.print("note: no Docker engine answers; images and capacity are not checked")
+    rows = []
     for task in tasks:
-        console.print(f"ok  {task.name}  ({task.path})  hash {task.content_hash}", soft_wrap=True)
-        for need in host_needs(task, runtime, info):
-            console.print(f"    needs: {need}", markup=False, soft_wrap=True)
-    console.print(f"{len(tasks)} task(s) valid")
+        needs = host_needs(task, runtime, info)
+        rows.append({"task": task.name, "path": str(task.path), "content_hash": task.content_hash,
+                     "needs": needs})
+        if not json_out:
+            console.print(f"ok  {task.name}  ({task.path})  hash {task.content_hash}", soft_wrap=True)
+            for need in needs:
+                console.print(f"    needs: {need}", markup=False, soft_wrap=True)
+    if json_out:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        console.print(f"{len(tasks)} task(s) valid")
 
 
 @images_app.command("bootstrap")
@@ -94,14 +105,11 @@ def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON ins
     rows = [{"name": n, "kind": "built-in", "version": orchestrator.__version__, "installed": True,
              "path": ""} for n in AGENT_NAMES if n not in INSTALLED] + listing()
     if json_out:
-        console.print_json(json.dumps(rows))
+        typer.echo(json.dumps(rows, indent=2))
         return
-    from rich.table import Table
-
-    table = Table("agent", "kind", "version", "installed")
-    for row in rows:
-        table.add_row(row["name"], row["kind"], row["version"], "yes" if row["installed"] else "on first use")
-    console.print(table)
+    print_table(console, "agents", ["agent", "kind", "version", "installed"],
+                [[row["name"], row["kind"], row["version"], "yes" if row["installed"] else "on first use"]
+                 for row in rows])
 
 
 @app.command()
@@ -111,6 +119,7 @@ def cleanup(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
     images: Annotated[bool, typer.Option("--images", help="Also prune orchestra's task images.")] = False,
     keep_gb: Annotated[float | None, typer.Option(help="With --images: keep the most recently used up to this size.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON: the objects in scope (--dry-run) or the counts removed.")] = False,
 ):
     """Remove containers, networks and volumes orchestra created (and the loop disks behind
     them). By default only those of jobs whose orchestrator process on this host is gone,
@@ -136,6 +145,10 @@ def cleanup(
         if job is None and not everything:
             rows += [{"kind": "network", "name": n, "labels": {LABEL_JOB: "(idle, kept between jobs)"}}
                      for n in remove_idle(runtime, dry_run=True)]
+        if json_out:
+            typer.echo(json.dumps([{"kind": r["kind"], "name": r["name"], "job": r["labels"].get(LABEL_JOB)}
+                                   for r in rows], indent=2))
+            return
         for row in rows:
             console.print(f"would remove {row['kind']} {row['name'][:64]}  "
                           f"(job {row['labels'].get(LABEL_JOB, '?')})", markup=False)
@@ -151,4 +164,7 @@ def cleanup(
         removed["networks"] += len(remove_idle(runtime))
     if images:
         removed["images"] = len(prune_images(runtime, keep_gb))
+    if json_out:
+        typer.echo(json.dumps({"scope": scope, "removed": removed}, indent=2))
+        return
     console.print(", ".join(f"{n} {what}" for what, n in removed.items()) + f" removed ({scope})")

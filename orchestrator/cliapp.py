@@ -11,14 +11,67 @@ from rich.console import Console
 
 from orchestrator.errors import InputError, OrchestraError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="orchestra: run AI agents on tasks in containers and grade them.")
+EXIT_CODES = ("Exit codes, one meaning each: 0 done (whatever the rewards); 1 a gate you asked for "
+              "failed (--fail-on-regression, --fail-under); 2 bad input, named by file and field "
+              "(nothing started, nothing written lost); 3 the engine or the host failed (Docker "
+              "unreachable, the job folder's disk full); 4 an answer leak stopped the suite; 130 "
+              "cancelled (Ctrl-C, SIGTERM; results kept, `--resume` continues).")
+
+
+def one_paragraph(text: str) -> str:
+    """Help text written over several source lines, as one paragraph (rich re-wraps it)."""
+    return " ".join(text.split())
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, epilog=EXIT_CODES,
+                  help="orchestra: run AI agents on tasks in containers and grade them. "
+                       "Output that is data (--json -, --markdown -) goes to stdout alone; "
+                       "tables and notes then go to stderr.")
 tasks_app = typer.Typer(no_args_is_help=True, help="Inspect and validate tasks.")
 images_app = typer.Typer(no_args_is_help=True, help="Manage task and base images.")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(images_app, name="images")
 console = Console()
 err = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        import orchestrator
+
+        typer.echo(f"orchestra {orchestrator.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print orchestra's version and exit.")) -> None:
+    """orchestra: run AI agents on tasks in containers and grade them."""
+
+
+def human_console(*outputs: str | None) -> Console:
+    """Where a command's tables and notes go: stdout, unless one of its data outputs is
+    stdout ('-'), which then carries that data alone."""
+    return err if "-" in outputs else console
+
+
+def print_table(out: Console, title: str, header: list[str], rows: list[list[str]]) -> None:
+    """A box-drawn table on a terminal; piped, plain aligned lines with nothing cut."""
+    if out.is_terminal:
+        from rich.table import Table
+
+        table = Table(title=title, title_justify="left")
+        for column in header:
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)
+        return
+    widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(len(header))]
+    out.print(title, markup=False, highlight=False, soft_wrap=True)
+    for line in [header, *rows]:
+        out.print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip(),
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def imports_done() -> None:

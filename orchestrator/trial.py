@@ -399,6 +399,7 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult,
         )
         env = {**ctx.manifest.orchestrator.env, **ctx.agent.env(task), **box.exec_env,
                "ORCHESTRA_DEADLINE": str(int(deadline)), "ORCHESTRA_AGENT_ID": ctx.agent_id,
+               "ORCHESTRA_ATTEMPT": str(result.attempt),
                **(task.config.solution.env if ctx.agent.name == "oracle" else {})}
         outcome = runtime.exec(container, ["sh", "-c", wrapped], env=env, workdir=box.workdir,
                                user=task.config.agent.user, stop=ctx.cancel,

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from orchestrator.models.result import ERRORED, TrialResult
+from orchestrator.report.gate import Gate
 
 
 def _details(job_dir: Path, trial: TrialResult) -> str:
@@ -20,8 +21,11 @@ def _details(job_dir: Path, trial: TrialResult) -> str:
 
 
 def write_junit(job_name: str, job_dir: Path, trials: list[TrialResult], out: Path,
-                regressed: set[str] | None = None) -> None:
+                gate: Gate | None = None) -> None:
+    """One testcase per trial; with a gate, its rule as a suite property and one testcase
+    per task it judged (a failure when the task gates)."""
     suite = ET.Element("testsuite", name=job_name, tests=str(len(trials)))
+    regressed = {v.task: v for v in gate.verdicts if v.gates} if gate else {}
     failures = errors = 0
     total_time = 0.0
     for t in sorted(trials, key=lambda t: (t.task, t.attempt)):
@@ -36,12 +40,23 @@ def write_junit(job_name: str, job_dir: Path, trials: list[TrialResult], out: Pa
         elif t.headline < 1.0 or t.failure_mode.value != "none":
             failures += 1
             message = f"reward {t.headline:g}; failure mode {t.failure_mode.value}"
-            if t.task in (regressed or set()):
-                message = "REGRESSION (passed in the baseline): " + message
+            if t.task in regressed:
+                message = f"REGRESSION ({regressed[t.task].line()}): " + message
             if t.voided_reward is not None:
                 message += f" (void: the verifier gave {t.voided_reward.get('reward', 0):g})"
             node = ET.SubElement(case, "failure", type=t.failure_mode.value, message=message)
             node.text = "\n".join(filter(None, [t.error or "", f"reward: {t.reward}", _details(job_dir, t)]))
+    if gate is not None:
+        properties = ET.SubElement(suite, "properties")
+        ET.SubElement(properties, "property", name="orchestra.gate.rule", value=gate.rule)
+        for v in gate.verdicts:
+            case = ET.SubElement(suite, "testcase", classname="orchestra.gate", name=v.task, time="0")
+            if v.gates:
+                failures += 1
+                ET.SubElement(case, "failure", type=v.verdict, message=f"{v.verdict}: {v.line()}")
+            else:
+                ET.SubElement(case, "system-out").text = f"{v.verdict}: {v.line()}"
+        suite.set("tests", str(len(trials) + len(gate.verdicts)))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     suite.set("time", f"{total_time:.3f}")

@@ -110,3 +110,29 @@ def test_forty_concurrent_trials_all_complete(runtime, tmp_path):
     assert job["counts"] == {"none": 40}
     assert job["mean_reward"] == 1.0
     assert orchestra_objects(runtime) == ([], [])
+
+
+def test_output_composes_json_alone_on_stdout_plain_tables_when_piped_and_a_version(tmp_path):
+    make_task(tmp_path / "ds", "pipe", solve="touch /app/ok\n")
+    jobs = ["--jobs-dir", str(tmp_path / "jobs")]
+    run = orchestra("run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "--json", "-", "-q",
+                    *jobs, "--job-name", "piped")
+    assert run.returncode == 0, run.stderr
+    piped = subprocess.run([sys.executable, "-m", "json.tool"], input=run.stdout, capture_output=True, text=True)
+    assert piped.returncode == 0 and json.loads(run.stdout)["mean_reward"] == 1.0
+    assert "ds/pipe" in run.stderr and "job folder:" in run.stderr  # the human summary went to stderr
+    report = orchestra("report", str(tmp_path / "jobs/piped"), "--json", "-")
+    assert report.returncode == 0 and json.loads(report.stdout)["job"]["n_trials"] == 1
+    assert json.loads(report.stdout)["tables"][0]["rows"]
+    check = orchestra("tasks", "check", str(tmp_path / "ds"), "--json")
+    assert check.returncode == 0 and json.loads(check.stdout)[0]["task"] == "ds/pipe"
+    for command in (["agents"], ["report", str(tmp_path / "jobs/piped")]):
+        text = orchestra(*command).stdout  # stdout is a pipe here
+        assert text.strip() and not set(text) & set("│┃━─┏┗╭╰"), text
+    agents = json.loads(orchestra("agents", "--json").stdout)
+    assert {"oracle", "nop", "reference"} <= {a["name"] for a in agents}
+    dry = orchestra("cleanup", "--dry-run", "--json")
+    assert dry.returncode == 0 and isinstance(json.loads(dry.stdout), list)
+    version = orchestra("--version")
+    assert version.returncode == 0 and version.stdout.strip() == "orchestra 0.1.0"
+    assert "Exit codes, one meaning each" in orchestra("--help").stdout
