@@ -23,6 +23,9 @@ Not a test: these machines are noisy, so nothing here asserts a time.
                         warm images (target <= 1.5 x floor_seconds_per_trial)
   run_vs_floor_1_trial  run_seconds_1_trial over the shared floor timed around those runs
   startup_seconds       process start to the first trial's first event (target <= 0.3)
+  bystander_relay_p95_ratio  a relay client's p95 round trip beside a relay flood (the
+                        hostile suite's relay-flood agent) over its p95 alone (target <= 2;
+                        tests/hostile only holds it to 10x, a bound noise cannot flip)
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import docker  # noqa: E402  (docker-py: the floor is measured with it)
 from conftest import make_task  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests/hostile"))
+from test_integrity import BYSTANDER, RELAY, RELAY_FLOOD  # noqa: E402  (the same agents)
 
 from orchestrator import log as logsetup  # noqa: E402
 from orchestrator.archive import tar_directory, tar_files  # noqa: E402
@@ -201,6 +207,31 @@ def whole_process(hello: Path, jobs: Path) -> tuple[float, float]:
     raise RuntimeError("no trial event")
 
 
+def relay_p95_ratio(runtime, tmp: Path, jobs: Path) -> None:
+    """The bystander's relay p95 with a relay flood beside it, over the same alone; each
+    measured twice, alternating, and the medians taken (the machine drifts)."""
+    bystander = make_task(tmp / "relay", "bystander", toml=RELAY, solve=BYSTANDER)
+    flood = make_task(tmp / "relay", "relay-flood", toml=RELAY, solve=RELAY_FLOOD)
+    tasks = [load_task(bystander), load_task(flood)]
+    for task in tasks:
+        ensure_task_images(runtime, task, "bench")
+
+    def p95(with_flood: bool) -> float:
+        options = JobOptions(job_name=f"bench-relay-{uuid.uuid4().hex[:8]}", jobs_dir=jobs, n_concurrent=2)
+        job = run_job(runtime, tasks if with_flood else tasks[:1], default_manifest("oracle"), options)
+        for result in (jobs / job.job / "trials").glob("bystander*/artifacts/latency.json"):
+            return json.loads(result.read_text())["p95"]
+        raise RuntimeError(f"bench: the bystander wrote no latency.json in {job.job}")
+
+    quiet, loud = [], []
+    for _ in range(2):
+        quiet.append(p95(False))
+        loud.append(p95(True))
+    emit("bystander_relay_p95_quiet_s", round(statistics.median(quiet), 4))
+    emit("bystander_relay_p95_flood_s", round(statistics.median(loud), 4))
+    emit("bystander_relay_p95_ratio", round(statistics.median(loud) / statistics.median(quiet), 2))
+
+
 def help_seconds() -> float:
     started = time.perf_counter()
     subprocess.run([ORCHESTRA, "--help"], check=True, stdout=subprocess.DEVNULL)
@@ -349,6 +380,7 @@ def main() -> None:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _, status, usage = os.wait4(proc.pid, 0)
         emit("peak_rss_mb_16", round(usage.ru_maxrss / 1024, 1))
+        relay_p95_ratio(runtime, tmp, jobs)
         report_10k(tmp)
         viewer_10k(tmp)
     emit("bench_rss_mb", round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
