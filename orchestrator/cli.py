@@ -137,6 +137,7 @@ def run(
             raise InputError(f"{jobs_dir / name}: a finished job is already there; choose another "
                              "--job-name or --resume it (nothing was overwritten)")
         tasks = load_tasks(path)
+        _note_ignored_fields(tasks)
         if layer is not None:
             tasks = [t for t in tasks if t.config.metadata.evaluation_layer == layer]
             if not tasks:
@@ -355,6 +356,19 @@ def report(
 
 
 report.__doc__ = (report.__doc__ or "").replace("{gate}", GATE_HELP).replace("{exits}", REPORT_EXITS)
+
+
+def _note_ignored_fields(tasks) -> None:
+    """Keys Harbor ignores are accepted, never silently: one stderr line per set of keys,
+    naming its tasks (each trial's result.json records its own as ignored_fields)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for task in tasks:
+        if task.ignored_fields:
+            groups.setdefault(tuple(task.ignored_fields), []).append(task.name)
+    for keys, names in groups.items():
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        err.print(f"note: ignored (Harbor ignores them too): {', '.join(keys)}: {shown}",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def _report_gate(regression, baseline: Path, job_dir: Path, fail_on_regression: bool, human) -> None:

@@ -26,8 +26,9 @@ from orchestrator.errors import InfraError, InputError
 @tasks_app.command("check")
 def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a dataset folder.")],
                 json_out: Annotated[bool, typer.Option("--json", help="Print JSON (a list of tasks) instead of lines.")] = False):
-    """Validate a task or every task under a folder; list every problem found, then what
-    each task needs that this host lacks (images, a registry, cpus, the network).
+    """Validate a task or every task under a folder; list every problem found, then the
+    task.toml keys orchestra (like Harbor) ignores, and what each task needs that this host
+    lacks (images, a registry, cpus, the network).
     Exit codes: 0 every task valid, 2 a problem (each named by file and field)."""
     from orchestrator.host_needs import host_needs
     from orchestrator.tasks import load_tasks
@@ -50,9 +51,12 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
     for task in tasks:
         needs = host_needs(task, runtime, info)
         rows.append({"task": task.name, "path": str(task.path), "content_hash": task.content_hash,
-                     "needs": needs})
+                     "ignored_fields": task.ignored_fields, "needs": needs})
         if not json_out:
             console.print(f"ok  {task.name}  ({task.path})  hash {task.content_hash}", soft_wrap=True)
+            if task.ignored_fields:
+                console.print(f"    ignored (Harbor ignores them too): {', '.join(task.ignored_fields)}",
+                              markup=False, soft_wrap=True)
             for need in needs:
                 console.print(f"    needs: {need}", markup=False, soft_wrap=True)
     if json_out:
@@ -62,22 +66,35 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
 
 
 @images_app.command("bootstrap")
-def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if present.")] = False):
-    """Build a Debian bookworm + python3 base from Debian packages (no registry needed)
-    and register it for `FROM python:3.12-slim-bookworm` and friends."""
-    from orchestrator.images import BASE_IMAGE, DEFAULT_ALIASES, bootstrap_base
+def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if present.")] = False,
+                     release: Annotated[list[str] | None, typer.Option("--release", help="A Debian release to build (repeatable): bookworm, trixie, bullseye. Default: bookworm and trixie.")] = None):
+    """Build the offline bases from Debian packages (no registry needed): Debian with
+    python3, pip, venv and ca-certificates, made to behave like the official python images.
+    A FROM this engine lacks is built on the nearest one (python 3.13+ trixie, 3.11-3.12
+    bookworm, older bullseye; debian and ubuntu by release), said in the run's output."""
+    from orchestrator.images import BOOTSTRAP_RELEASES, bootstrap_base
     from orchestrator.runtime import open_runtime
     from orchestrator.runtime.base import BuildFailed
+    from orchestrator.standins import RELEASES
 
     configure_logs(verbose=True)
+    releases = list(release or BOOTSTRAP_RELEASES)
+    for name in releases:
+        if name not in RELEASES:
+            fail(InputError(f"--release: {name!r} is not one of {', '.join(RELEASES)}"))
     try:
-        bootstrap_base(open_runtime(), force=force)
+        runtime = open_runtime()
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(releases)) as pool:  # debootstrap waits on the mirror
+            images = list(pool.map(lambda r: bootstrap_base(runtime, r, force=force), releases))
     except InfraError as exc:
         fail(exc)
     except BuildFailed as exc:
         err.print(f"[red]bootstrap failed:[/] {exc}")
         raise typer.Exit(3) from exc
-    console.print(f"{BASE_IMAGE} ready; stands in for: {', '.join(DEFAULT_ALIASES)}")
+    for name, image in zip(releases, images, strict=True):
+        console.print(f"{image} ready (Debian {name}, python {RELEASES[name]})")
 
 
 @app.command()

@@ -27,7 +27,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from orchestrator.errors import InputError, validation_problems
 
-FILENAMES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+# Harbor's docker backend reads exactly environment/docker-compose.yaml; a task's own data
+# file called docker-compose.yml or compose.yaml there is just a file (its build context).
+FILENAMES = ("docker-compose.yaml",)
 SERVICE_KEYS = {"image", "build", "command", "entrypoint", "environment", "working_dir", "volumes", "expose",
                 "depends_on", "healthcheck", "container_name", "networks"}
 MAIN_KEYS = {"environment", "volumes", "depends_on", "build", "image", "command", "networks"}

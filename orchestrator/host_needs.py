@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from orchestrator.images import _alias_source, base_references
-from orchestrator.runtime.base import Runtime
+from orchestrator.images import base_references, stand_in_for
+from orchestrator.runtime.base import BuildFailed, Runtime
 from orchestrator.tasks import Task
 
 FETCHES = re.compile(r"\b(apt-get|apt|pip3?|uvx?|curl|wget|npm|npx|git\s+clone|go\s+install|cargo\s+install)\b")
@@ -17,13 +17,15 @@ FETCHES = re.compile(r"\b(apt-get|apt|pip3?|uvx?|curl|wget|npm|npx|git\s+clone|g
 def _image_needs(runtime: Runtime, what: str, dockerfile: str) -> list[str]:
     needs = []
     for ref in base_references(dockerfile):
-        if runtime.image_exists(ref):
-            continue
-        if _alias_source(runtime, ref) is not None:
-            needs.append(f"{what}: FROM {ref} is not on this engine; the offline base stands in for it")
-        else:
+        try:
+            stand_in = stand_in_for(runtime, ref)
+        except BuildFailed:
             needs.append(f"{what}: FROM {ref} is not on this engine and no offline base stands in "
                          "(needs a registry, or `docker load` of the image)")
+            continue
+        if stand_in is not None:
+            needs.append(f"{what}: FROM {ref} is not on this engine; {stand_in.stand_in} stands in: "
+                         f"{stand_in.reason}" + (f". Warning: {stand_in.warning}" if stand_in.warning else ""))
     return needs
 
 

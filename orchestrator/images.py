@@ -1,17 +1,21 @@
-"""Task images, the agent-stack layer, and the air-gapped base with its aliases (DESIGN 2.2, 5).
+"""Task images, the agent-stack layer, and the air-gapped bases that stand in (DESIGN 2.2, 5).
 
 - Task image `orchestra/task/<name>:<environment-hash>`, built once (a lock per image,
   across threads and processes); a second run finds it and builds nothing.
 - Agent image `...:<environment-hash>-<stack-hash>` adds images/agent-stack at /opt/orchestra.
-- No registry: `bootstrap_base()` builds a Debian bookworm + python3 base from Debian
-  packages and labels it with the references it stands in for. A build whose FROM is
-  missing locally uses that alias: explicitly, logged, and recorded in the trial result.
+- No registry: `bootstrap_base()` builds Debian bases (bookworm, trixie; bullseye when a
+  task asks) from Debian packages, made to behave like the official python images (pip,
+  venv, no EXTERNALLY-MANAGED marker, /usr/local/bin/python3, UTF-8). A FROM the engine
+  lacks is built on the nearest base by rule (standins.py): the Dockerfile in the build
+  context names the stand-in; no tag is ever made or moved for the reference. What stood
+  in, why, and any warning go to the log and each trial's result.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -26,17 +30,17 @@ from orchestrator.archive import tar_directory, tar_files
 from orchestrator.log import get_logger
 from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
+from orchestrator.standins import RELEASES, StandIn, base_image, choose
 from orchestrator.tasks import Task, hash_tree, image_repository
 
 log = get_logger()
 
 AGENT_STACK = Path(__file__).resolve().parent.parent / "images" / "agent-stack"
-BASE_IMAGE = "orchestra/base:bookworm"
-LABEL_ALIASES = "orchestra.aliases"
-DEFAULT_ALIASES = (
-    "python:3.12-slim-bookworm", "python:3.12-slim", "python:3.11-slim-bookworm",
-    "python:3.11-slim", "debian:bookworm-slim", "debian:bookworm",
-)
+BASE_IMAGE = base_image("bookworm")  # the default stand-in
+BOOTSTRAP_RELEASES = ("bookworm", "trixie")  # `orchestra images bootstrap`; bullseye on demand
+BASE_VERSION = "2"  # bump when the base's recipe changes: an older base is rebuilt
+LABEL_BASE_VERSION = "orchestra.base.version"
+BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.IGNORECASE | re.MULTILINE)
 _thread_locks: dict[str, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()
@@ -47,7 +51,8 @@ class TaskImages:
     task_image: str  # the clean image (separate verifier)
     agent_image: str  # task image + agent stack
     built: int = 0
-    base_alias: dict[str, str] = field(default_factory=dict)
+    base_alias: dict[str, str] = field(default_factory=dict)  # reference -> stand-in
+    stand_ins: list[StandIn] = field(default_factory=list)  # and why
     source: str = "built"  # prebuilt | pulled | built (Harbor's docker_image, or the Dockerfile)
 
 
@@ -87,43 +92,61 @@ def base_references(dockerfile: str) -> list[str]:
     return refs
 
 
-def _alias_source(runtime: Runtime, ref: str) -> str | None:
-    """The local base image standing in for `ref`, if one is registered."""
-    base = _base_id(runtime)
-    if base is None:
-        return None
-    aliases = (runtime.image_inspect(base)["Config"].get("Labels") or {}).get(LABEL_ALIASES, "")
-    return BASE_IMAGE if ref in aliases.split(",") else None
-
-
-def _base_id(runtime: Runtime) -> str | None:
-    """The offline base is the image orchestra's own tag names, identified by its id: an
-    image that merely inherited the base's labels (a child built FROM it) is never it."""
+def _orchestra_base(runtime: Runtime, ref: str) -> bool:
+    """Whether `ref` is one of orchestra's own bases (or an alias tag an older orchestra
+    made for one): such a tag is never taken for the real image it is named after."""
     try:
-        return runtime.image_inspect(BASE_IMAGE)["Id"]
+        labels = runtime.image_inspect(ref)["Config"].get("Labels") or {}
     except Exception:
+        return False
+    return labels.get(LABEL_IMAGE_KIND) == "base"
+
+
+def stand_in_for(runtime: Runtime, ref: str) -> StandIn | None:
+    """None when the engine has the real `ref`; else what stands in (or BuildFailed)."""
+    if runtime.image_exists(ref) and not _orchestra_base(runtime, ref):
         return None
+    if ref.startswith("orchestra/base:") and ref.split(":", 1)[1] in RELEASES:
+        return None  # a task that names a base itself (bootstrapped on demand below)
+    chosen = choose(ref)
+    if chosen is None:
+        raise BuildFailed(
+            f"FROM {ref}: not present locally, orchestra never pulls, and no offline base is "
+            "near enough to stand in (Debian bookworm/trixie/bullseye stand in for python, "
+            "debian and ubuntu images). Load the image (`docker load`) or use one of those.")
+    return chosen
 
 
-def resolve_bases(runtime: Runtime, dockerfile: str) -> dict[str, str]:
-    """Make every FROM reference present locally; return {reference: alias used}."""
-    used = {}
+def resolve_bases(runtime: Runtime, dockerfile: str) -> list[StandIn]:
+    """What stands in for each FROM reference the engine lacks; the bases they need are
+    built now when absent (bullseye, or any after `docker rmi`)."""
+    chosen = []
     for ref in base_references(dockerfile):
-        if runtime.image_exists(ref):
-            if _is_base(runtime, ref):
-                used[ref] = BASE_IMAGE
-            continue
-        source = _alias_source(runtime, ref)
-        if source is None:
-            raise BuildFailed(
-                f"FROM {ref}: not present locally, and orchestra never pulls. Run "
-                "`orchestra images bootstrap` (or `make base-image`) to build an offline "
-                "base registered for it, or load the image with `docker load`."
-            )
-        log.info("image.alias", reference=ref, alias=source)
-        runtime.tag_image(source, ref if ":" in ref else ref + ":latest")
-        used[ref] = source
-    return used
+        release = ref.split(":", 1)[1] if ref.startswith("orchestra/base:") else None
+        stand_in = stand_in_for(runtime, ref)
+        if stand_in is not None:
+            release = stand_in.release
+            log.info("image.stand_in", reference=ref, stand_in=stand_in.stand_in,
+                     python=stand_in.python, reason=stand_in.reason)
+            if stand_in.warning:
+                log.warning("image.stand_in_for_digest", reference=ref, warning=stand_in.warning)
+            chosen.append(stand_in)
+        if release in RELEASES:
+            bootstrap_base(runtime, release)
+    return chosen
+
+
+def with_stand_ins(dockerfile: str, stand_ins: list[StandIn]) -> str:
+    """The Dockerfile with each stood-in FROM reference replaced by its stand-in."""
+    swap = {s.reference: s.stand_in for s in stand_ins}
+    if not swap:
+        return dockerfile
+
+    def replace(match: re.Match) -> str:
+        ref = match.group(1)
+        return match.group(0).replace(ref, swap[ref], 1) if ref in swap else match.group(0)
+
+    return _FROM.sub(replace, dockerfile)
 
 
 CA_PATH = "/etc/orchestra/ca-bundle.pem"
@@ -131,28 +154,39 @@ CA_VARIABLES = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_C
                 "CURL_CA_BUNDLE", "GIT_SSL_CAINFO")
 
 
-def with_ca(context: bytes, dockerfile: str, ca: bytes) -> bytes:
-    """The build context with a CA bundle, and a Dockerfile that trusts it in every stage
-    (after each FROM: the file, and the variables pip, requests, curl, node and git read),
-    so `pip install` works behind a TLS-intercepting proxy. The task's files are unchanged."""
+def build_context(folder: Path, dockerfile: str, stand_ins: list[StandIn],
+                  ca: bytes | None) -> bytes:
+    """The folder as a build context, its Dockerfile naming the stand-ins; with a CA
+    bundle, trusted in every stage (after each FROM: the file, and the variables pip,
+    requests, curl, node and git read), so `pip install` works behind a TLS-intercepting
+    proxy. The task's own files are unchanged."""
+    context = tar_directory(folder)
+    if not stand_ins and ca is None:
+        return context
+    lines = []
+    for line in with_stand_ins(dockerfile, stand_ins).splitlines():
+        lines.append(line)
+        if ca is not None and _FROM.match(line):
+            lines.append(f"COPY orchestra-ca-bundle.pem {CA_PATH}")
+            lines.append("ENV " + " ".join(f"{v}={CA_PATH}" for v in CA_VARIABLES))
+    extra = {"Dockerfile": ("\n".join(lines) + "\n").encode()}
+    if ca is not None:
+        extra["orchestra-ca-bundle.pem"] = ca
+    return _replace_members(context, extra)
+
+
+def _replace_members(context: bytes, files: dict[str, bytes]) -> bytes:
     import io
     import tarfile
 
-    lines = []
-    for line in dockerfile.splitlines():
-        lines.append(line)
-        if _FROM.match(line):
-            lines.append(f"COPY orchestra-ca-bundle.pem {CA_PATH}")
-            lines.append("ENV " + " ".join(f"{v}={CA_PATH}" for v in CA_VARIABLES))
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as merged:
         with tarfile.open(fileobj=io.BytesIO(context)) as first:
             for member in first:
-                if member.name.lstrip("./") in ("Dockerfile", "orchestra-ca-bundle.pem"):
+                if member.name.lstrip("./") in files:
                     continue
                 merged.addfile(member, first.extractfile(member) if member.isfile() else None)
-        for name, data in (("Dockerfile", ("\n".join(lines) + "\n").encode()),
-                           ("orchestra-ca-bundle.pem", ca)):
+        for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
             merged.addfile(info, io.BytesIO(data))
@@ -171,7 +205,7 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
     env = task.config.environment
     labels = {LABEL_IMAGE_KIND: "task-image", "orchestra.image.task": task.name,
               "orchestra.image.job": job}
-    built, aliases = 0, {}
+    built, stand_ins = 0, []
     source = "built"
     variant = task.environment_hash + (
         f"-ca{hashlib.sha256(ca_bundle).hexdigest()[:8]}" if ca_bundle is not None else "")
@@ -186,21 +220,20 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
     if prebuilt:
         task_image, source = env.docker_image, prebuilt
     else:
-        task_image = f"{image_repository(task)}:{variant}"
         dockerfile = (task.path / "environment" / "Dockerfile").read_text()
+        stand_ins = resolve_bases(runtime, dockerfile)
+        if stand_ins:  # built on a stand-in: a rebuilt base (or a real image) is a new tag
+            ids = "".join(runtime.image_inspect(s.stand_in)["Id"] for s in stand_ins)
+            variant += f"-b{hashlib.sha256(ids.encode()).hexdigest()[:8]}"
+        task_image = f"{image_repository(task)}:{variant}"
         with image_lock(task_image):
             if not runtime.image_exists(task_image):
-                aliases = resolve_bases(runtime, dockerfile)
                 started = time.monotonic()
-                context = tar_directory(task.path / "environment")
-                if ca_bundle is not None:
-                    context = with_ca(context, dockerfile, ca_bundle)
+                context = build_context(task.path / "environment", dockerfile, stand_ins, ca_bundle)
+                labels[LABEL_STAND_INS] = json.dumps([s.as_dict() for s in stand_ins])
                 runtime.build_image(context, task_image, labels, env.build_timeout_sec)
                 built += 1
                 log.info("image.built", image=task_image, seconds=round(time.monotonic() - started, 2))
-            else:
-                aliases = {ref: BASE_IMAGE for ref in base_references(dockerfile)
-                           if _is_base(runtime, ref)}
     agent_image = f"{task_image.rsplit(':', 1)[0]}:{variant}-{stack_hash()}"
     if prebuilt:  # keyed by the image *id*: a re-pulled or rebuilt tag gets a new layer
         image_id = runtime.image_inspect(task_image)["Id"].split(":")[-1]
@@ -217,7 +250,11 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
         agent_image, extra = _install_layer(runtime, agent_image, install, labels)
         built += extra
     return TaskImages(task_image=task_image, agent_image=agent_image, built=built,
-                      base_alias=aliases, source=source)
+                      base_alias={s.reference: s.stand_in for s in stand_ins},
+                      stand_ins=stand_ins, source=source)
+
+
+LABEL_STAND_INS = "orchestra.image.stand_ins"  # what stood in, on the task image
 
 
 def verifier_image(runtime: Runtime, task: Task, fallback: str) -> tuple[str, str]:
@@ -230,8 +267,8 @@ def verifier_image(runtime: Runtime, task: Task, fallback: str) -> tuple[str, st
     tag = f"{image_repository(task).replace('orchestra/task/', 'orchestra/verifier/')}:{hash_tree(tests)}"
     with image_lock(tag):
         if not runtime.image_exists(tag):
-            resolve_bases(runtime, dockerfile.read_text())
-            runtime.build_image(tar_directory(tests), tag,
+            text = dockerfile.read_text()
+            runtime.build_image(build_context(tests, text, resolve_bases(runtime, text), None), tag,
                                 {LABEL_IMAGE_KIND: "verifier-image", "orchestra.image.task": task.name},
                                 task.config.verifier_environment().build_timeout_sec)
     return tag, "tests/Dockerfile"
@@ -273,13 +310,6 @@ def _install_layer(runtime: Runtime, base: str, script: str,
         return image, 1
 
 
-def _is_base(runtime: Runtime, ref: str) -> bool:
-    if not runtime.image_exists(ref):
-        return False
-    base = _base_id(runtime)
-    return base is not None and runtime.image_inspect(ref)["Id"] == base
-
-
 def _append_tree(context: bytes, folder: Path, arcname: str) -> bytes:
     """A build context: the given tar plus `folder` as read-only files under arcname."""
     import io
@@ -304,37 +334,68 @@ def _append_tree(context: bytes, folder: Path, arcname: str) -> bytes:
     return out.getvalue()
 
 
-def bootstrap_base(runtime: Runtime, aliases: tuple[str, ...] = DEFAULT_ALIASES,
-                   force: bool = False, suite: str = "bookworm") -> str:
-    """debootstrap a minbase Debian + python3 into a folder and `docker import` it."""
-    if runtime.image_exists(BASE_IMAGE) and not force:
-        log.info("base.present", image=BASE_IMAGE)
-        return BASE_IMAGE
+def bootstrap_base(runtime: Runtime, release: str = "bookworm", force: bool = False) -> str:
+    """orchestra/base:<release>: debootstrap a minbase Debian with python3, pip, venv and
+    ca-certificates into a folder, make it behave like the official python images, and
+    `docker import` it. Present and of this recipe's version: nothing to do."""
+    image = base_image(release)
+    with image_lock(image):
+        if not force and _base_version(runtime, image) == BASE_VERSION:
+            log.info("base.present", image=image)
+            return image
+        _debootstrap_import(runtime, release, image)
+    return image
+
+
+def _base_version(runtime: Runtime, image: str) -> str | None:
+    try:
+        labels = runtime.image_inspect(image)["Config"].get("Labels") or {}
+    except Exception:
+        return None
+    return labels.get(LABEL_BASE_VERSION, "1") if labels.get(LABEL_IMAGE_KIND) == "base" else None
+
+
+# What the official python images give that Debian's minbase + python3-pip does not: the
+# interpreter and pip under /usr/local/bin, and pip installs without --break-system-packages.
+_LIKE_OFFICIAL = """set -e
+rm -f /usr/lib/python3*/EXTERNALLY-MANAGED
+for name in python3 python pip3 pip; do
+  target=/usr/bin/python3; case $name in pip*) target=/usr/bin/pip3;; esac
+  [ -e /usr/local/bin/$name ] || ln -s $target /usr/local/bin/$name
+done
+[ -e /usr/bin/python ] || ln -s python3 /usr/bin/python
+apt-get clean; rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
+"""
+
+
+def _debootstrap_import(runtime: Runtime, release: str, image: str) -> None:
     if shutil.which("debootstrap") is None:
         raise BuildFailed("debootstrap is not installed (apt-get install -y debootstrap)")
-    workdir = Path(tempfile.mkdtemp(prefix="orchestra-base-", dir="/var/tmp"))
+    if release not in RELEASES:
+        raise BuildFailed(f"no offline base for Debian {release!r} (one of {', '.join(RELEASES)})")
+    workdir = Path(tempfile.mkdtemp(prefix=f"orchestra-base-{release}-", dir="/var/tmp"))
     rootfs, tarball = workdir / "rootfs", workdir / "rootfs.tar"
     try:
-        log.info("base.debootstrap", suite=suite, folder=str(rootfs))
+        log.info("base.debootstrap", release=release, folder=str(rootfs))
         started = time.monotonic()
-        subprocess.run(["debootstrap", "--variant=minbase", "--include=python3", suite, str(rootfs)],
-                       check=True, capture_output=True, timeout=900)
-        (rootfs / "usr/local/bin").mkdir(parents=True, exist_ok=True)
-        python = rootfs / "usr/local/bin/python"
-        if not python.exists():
-            python.symlink_to("/usr/bin/python3")
+        subprocess.run(["debootstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
+                        release, str(rootfs)], check=True, capture_output=True, timeout=1200)
+        subprocess.run(["chroot", str(rootfs), "/bin/sh", "-c", _LIKE_OFFICIAL], check=True,
+                       capture_output=True, timeout=120)
         subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], check=True, timeout=600)
         changes = [
-            f"LABEL {LABEL_IMAGE_KIND}=base {LABEL_ALIASES}={','.join(aliases)}",
+            f"LABEL {LABEL_IMAGE_KIND}=base {LABEL_BASE_VERSION}={BASE_VERSION} "
+            f"orchestra.base.release={release} orchestra.base.python={RELEASES[release]}",
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "ENV LANG=C.UTF-8",
             'CMD ["bash"]',
         ]
-        repository, tag = BASE_IMAGE.split(":")
+        repository, tag = image.split(":")
         runtime.import_image(str(tarball), repository, tag, changes)
-        log.info("base.imported", image=BASE_IMAGE, aliases=list(aliases),
+        log.info("base.imported", image=image, python=RELEASES[release],
                  seconds=round(time.monotonic() - started, 1))
     except subprocess.CalledProcessError as exc:
-        raise BuildFailed(f"debootstrap failed: {exc.stderr.decode(errors='replace')[-2000:]}") from exc
+        raise BuildFailed(f"building {image} failed ({exc.cmd[0]}): "
+                          f"{(exc.stderr or b'').decode(errors='replace')[-2000:]}") from exc
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return BASE_IMAGE

@@ -29,6 +29,7 @@ from orchestrator.models.result import (
     JobResult,
     TrialResult,
     TrialSummary,
+    headline_of,
 )
 from orchestrator.netpool import NetworkPool
 from orchestrator.report.shadow import memory_shadow
@@ -342,7 +343,7 @@ def trial_summary(r: TrialResult) -> TrialSummary:
     memory = r.memory
     return TrialSummary(
         trial_id=r.trial_id, task=r.task, attempt=r.attempt, content_hash=r.content_hash,
-        reward=r.reward.get("reward") if r.reward and r.failure_mode not in VOID else None,
+        reward=headline_of(r.reward) if r.reward and r.failure_mode not in VOID else None,
         failure_mode=r.failure_mode, scenario_class=r.scenario_class, layer=r.layer,
         recall_events=memory.get("recall_events", 0), injected_chars=memory.get("injected_chars", 0),
         hits=memory.get("hits", 0), suppressed=memory.get("suppressed", 0),

@@ -15,7 +15,7 @@ from orchestrator.compose import Compose, load_compose
 from orchestrator.compose import find as find_compose
 from orchestrator.errors import InputError, validation_problems
 from orchestrator.memory import load_engram_seeds, load_fact_files
-from orchestrator.models.task import TaskConfig
+from orchestrator.models.task import TaskConfig, ignored_fields
 
 REQUIRED_FILES = ("task.toml", "instruction.md", "tests/test.sh")
 MAX_INSTRUCTION_BYTES = 1024 * 1024
@@ -74,6 +74,11 @@ class Task:
             "artifacts": list(self.config.artifacts) + list(step.artifacts)})
         return dataclasses.replace(self, config=config, step=step.name,
                                    instruction=(folder / "instruction.md").read_text())
+
+    @property
+    def ignored_fields(self) -> list[str]:
+        """task.toml keys no model here defines: accepted as Harbor accepts them, listed."""
+        return ignored_fields(self.config)
 
     @property
     def uses_relay(self) -> bool:

@@ -120,6 +120,8 @@ def new_result(ctx: TrialContext, task: Task, attempt: int, tid: str) -> TrialRe
         attempt=attempt, verifier_mode=task.config.verifier.environment_mode,
         scenario_class=task.config.metadata.scenario_class,
         layer=task.config.metadata.evaluation_layer,
+        ignored_fields=task.ignored_fields,
+        schema_version=task.config.schema_version or task.config.version,
         started_at=time.time(),
     )
 
@@ -222,6 +224,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
         with phase(result, "build", ctx):
             images = ctx.images_for(task)
             result.image, result.base_alias = images.agent_image, images.base_alias
+            result.stand_ins = [s.as_dict() for s in images.stand_ins]
             result.image_source = images.source
         roots = StateRoots.fresh()
         with phase(result, "start", ctx):
@@ -297,7 +300,7 @@ def _finish(ctx: TrialContext, result: TrialResult, paths: TrialDir, box: Sandbo
         result.agent_outcome = classify_agent(result, proxy)
         stats = proxy.stats
         if (stats.upstream_errors or stats.abandoned) and result.failure_mode == FailureMode.NONE \
-                and (result.reward or {}).get("reward", 0.0) < 1.0:
+                and result.headline < 1.0:
             # the provider failed, not the agent: an error (retried), never the agent's 0
             result.failure_mode = FailureMode.ENDPOINT_ERROR
             result.error = ("the model endpoint failed after retries: " + (stats.last_error or "")

@@ -43,30 +43,39 @@ class RewardError(ValueError):
 
 
 def _number(value: object, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RewardError(f"{where}: {value!r} is not a number")
-    if not math.isfinite(value):
+    """A reward value as Harbor's VerifierResult (pydantic, lax) takes it: numbers, bools
+    (1.0/0.0) and numeric strings; null, lists, maps and words are errors."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise RewardError(f"{where}: {value[:80]!r} is not a number") from None
+    if not isinstance(value, int | float):
+        raise RewardError(f"{where}: {str(value)[:80]!r} is not a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise RewardError(f"{where}: a number too large for a float") from None
+    if not math.isfinite(number):
         raise RewardError(f"{where}: {value!r} is not finite")
-    return float(value)
+    return number
 
 
 def read_reward(verifier_dir: Path) -> dict[str, float]:
+    """reward.json (a flat map, kept as written) wins over reward.txt (one number, as
+    `reward`). A map without `reward` is Harbor's too (e.g. correctness + performance): its
+    headline is TrialResult.headline's rule."""
     json_path, txt_path = verifier_dir / "reward.json", verifier_dir / "reward.txt"
     if json_path.is_file():
         if json_path.stat().st_size > MAX_REWARD_FILE:
             raise RewardError("reward.json: larger than 1 MB")
         try:
             data = json.loads(json_path.read_text(errors="replace"))
-        except json.JSONDecodeError as exc:
-            raise RewardError(f"reward.json: not JSON ({exc})") from exc
+        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+            raise RewardError(f"reward.json: not JSON ({str(exc)[:200]})") from exc
         if not isinstance(data, dict) or not data:
             raise RewardError("reward.json: expected a non-empty flat map of numbers")
-        reward = {str(k): _number(v, f"reward.json: key {k!r}") for k, v in data.items()}
-        if "reward" not in reward:
-            if len(reward) != 1:
-                raise RewardError("reward.json: no 'reward' key to use as the headline")
-            reward["reward"] = next(iter(reward.values()))
-        return reward
+        return {str(k): _number(v, f"reward.json: key {str(k)[:80]!r}") for k, v in data.items()}
     if txt_path.is_file():
         text = txt_path.read_text(errors="replace")[:1000].strip()
         try:

@@ -82,6 +82,18 @@ class StepResult(BaseModel):
     stopped: str | None = None  # why the remaining steps did not run (min_reward)
 
 
+def headline_of(reward: dict[str, float]) -> float:
+    """One number for a reward map, as Harbor's tools take it: `reward` when present, else
+    the only value (Harbor's CLI and pass@k). Harbor has none for several keys without
+    `reward` (its Mean metric reports each key's mean, as `orchestra report` does too);
+    orchestra's is their mean, so a trial passes only when every key is 1."""
+    if "reward" in reward:
+        return float(reward["reward"])
+    if not reward:
+        return 0.0
+    return float(sum(reward.values()) / len(reward))
+
+
 class TrialResult(BaseModel):
     trial_id: str
     job: str
@@ -105,7 +117,8 @@ class TrialResult(BaseModel):
     image: str | None = None
     image_source: str | None = None  # prebuilt | pulled | built
     healthchecks: int | None = None  # [environment] healthcheck runs before the agent
-    base_alias: dict[str, str] = {}
+    base_alias: dict[str, str] = {}  # FROM reference -> the offline base that stood in
+    stand_ins: list[dict] = []  # each: reference, stand_in, release, python, reason, warning
     limits: AppliedLimits = AppliedLimits()
     verifier_limits: AppliedLimits | None = None  # the verifier container's, read back
     # shared mode grades in the agent's own environment: the agent could influence grading
@@ -115,6 +128,8 @@ class TrialResult(BaseModel):
     verifier_image: str | None = None  # separate mode: "tests/Dockerfile" or "task image"
     egress: dict | None = None  # under an allowlist: the hosts, what went through, what was refused
     compose_services: list[str] = []  # sidecars from environment/docker-compose.yaml
+    ignored_fields: list[str] = []  # task.toml keys Harbor and orchestra ignore (DESIGN 3.1)
+    schema_version: str | None = None  # the task's schema_version (or legacy version), as written
     timings: PhaseTimings = PhaseTimings()
     tokens: int = 0
     cost: float = 0.0
@@ -133,10 +148,10 @@ class TrialResult(BaseModel):
 
     @property
     def headline(self) -> float:
-        """The reward that counts: 0 for errored and voided trials."""
+        """The reward that counts: 0 for errored and voided trials (headline_of otherwise)."""
         if self.reward is None or self.failure_mode in VOID:
             return 0.0
-        return float(self.reward.get("reward", 0.0))
+        return headline_of(self.reward)
 
 
 class TrialSummary(BaseModel):

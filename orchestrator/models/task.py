@@ -1,11 +1,15 @@
 """task.toml: a superset of Harbor's task format (DESIGN 3.1), after Harbor's
 `src/harbor/models/task/config.py` (schema 1.x).
 
-Unknown keys are errors everywhere except in [metadata]. Every field of Harbor's schema is
-accepted by the parser; those orchestra cannot honour (Windows, GPUs, TPUs, MCP servers,
-skills, verifier collect hooks, sidecar artifacts) are
-refused by a validator with "orchestra cannot honour `<field>`", never "unknown key" and
-never silently ignored. Fields without behaviour here (authors, version) are kept.
+Harbor's models use pydantic's default (extra="ignore"), so published datasets carry keys
+of their own (`category`, `difficulty`, `[environment] image`, step `dependencies`...).
+We accept them as Harbor does, but never silently: every key no model here defines is
+kept (extra="allow") and listed by `ignored_fields()` as a dotted path, which `tasks
+check`, the run's output and each trial's result (`ignored_fields`) show. A known key of
+the wrong type is still an error naming the field. Fields orchestra knows and cannot
+honour (Windows, GPUs, TPUs, MCP servers, skills, verifier collect hooks, sidecar
+artifacts) are refused with "orchestra cannot honour `<field>`". `schema_version` (or
+its legacy name `version`) is read and recorded, never gated: Harbor never branches on it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ def size_to_mb(text: str) -> int:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")  # listed by ignored_fields(), never silent
 
 
 def cannot_honour(field: str, why: str) -> ValueError:
@@ -185,8 +189,6 @@ class EnvironmentSection(_Section):
             raise cannot_honour("environment.os = 'windows'", "trials run in Linux containers")
         if self.gpus:
             raise cannot_honour("environment.gpus", "no GPUs here; remove gpus or set 0")
-        if self.gpu_types:
-            raise cannot_honour("environment.gpu_types", "no GPUs here; remove gpu_types")
         if self.tpu:
             raise cannot_honour("environment.tpu", "no TPUs here")
         if self.mcp_servers:
@@ -271,6 +273,11 @@ class TaskConfig(_Section):
     steps: list[StepSection] | None = None
     multi_step_reward_strategy: Literal["mean", "final"] | None = None
 
+    @field_validator("schema_version", "version", mode="before")
+    @classmethod
+    def _version_text(cls, value):
+        return str(value) if isinstance(value, (int, float)) else value
+
     @field_validator("artifacts", mode="before")
     @classmethod
     def _artifacts(cls, entries) -> list[str]:
@@ -325,7 +332,22 @@ class TaskConfig(_Section):
             names = [step.name for step in self.steps]
             if len(set(names)) != len(names):
                 raise ValueError(f"steps: step names must be unique ({', '.join(names)})")
-        version = self.schema_version or self.version
-        if version is not None and not version.startswith("1"):
-            raise ValueError(f"schema_version: {version!r} is not supported (expected 1.x)")
         return self
+
+
+def ignored_fields(model: BaseModel, prefix: str = "") -> list[str]:
+    """Dotted paths of the keys no model here defines (Harbor ignores them too), in
+    document order; [metadata] is free-form by design and never listed."""
+    found = []
+    for key in model.model_extra or {}:
+        found.append(prefix + key)
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, Metadata):
+            continue
+        items = value if isinstance(value, list) else [value]
+        for i, item in enumerate(items):
+            if isinstance(item, BaseModel):
+                where = f"{prefix}{name}" + (f"[{i}]" if isinstance(value, list) else "")
+                found.extend(ignored_fields(item, where + "."))
+    return found

@@ -6,7 +6,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from orchestrator.models.result import ERRORED, TrialResult
+from orchestrator.models.result import ERRORED, TrialResult, headline_of
 from orchestrator.report.gate import Gate
 
 
@@ -43,7 +43,7 @@ def write_junit(job_name: str, job_dir: Path, trials: list[TrialResult], out: Pa
             if t.task in regressed:
                 message = f"REGRESSION ({regressed[t.task].line()}): " + message
             if t.voided_reward is not None:
-                message += f" (void: the verifier gave {t.voided_reward.get('reward', 0):g})"
+                message += f" (void: the verifier gave {headline_of(t.voided_reward):g})"
             node = ET.SubElement(case, "failure", type=t.failure_mode.value, message=message)
             node.text = "\n".join(filter(None, [t.error or "", f"reward: {t.reward}", _details(job_dir, t)]))
     if gate is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from orchestrator.models.result import JobResult
+from orchestrator.models.result import JobResult, headline_of
 from orchestrator.report.shadow import MemoryShadow
 from orchestrator.report.tables import PHASES, JobTables
 
@@ -106,7 +106,7 @@ def _trial_rows(trials) -> str:
     for r in ordered:
         folder = f"trials/{r.task.split('/')[-1]}__{r.trial_id[:12]}"
         reward = "void" if r.voided_reward is not None else (
-            "-" if r.reward is None else f"{r.reward.get('reward', 0.0):g}")
+            "-" if r.reward is None else f"{headline_of(r.reward):g}")
         links = " ".join(f'<a href="{html.escape(folder)}/{p}">{p.split("/")[-1]}</a>'
                          for p in ("result.json", "agent/stdout.txt", "verifier/test-stdout.txt"))
         rows.append(f"<tr><td>{html.escape(r.task)}</td><td>{r.attempt}</td><td>{reward}</td>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.models.result import JobResult, TrialResult
+from orchestrator.models.result import JobResult, TrialResult, headline_of
 from orchestrator.report.shadow import MemoryShadow
 
 COLUMNS = ("task", "attempt", "reward", "failure mode", "agent s", "verify s", "total s")
@@ -16,9 +16,9 @@ def render_job(job: JobResult, trials: list[TrialResult], console: Console | Non
     console = console or Console()
     rows = []
     for r in sorted(trials, key=lambda t: (t.task, t.attempt)):
-        reward = "-" if r.reward is None else f"{r.reward.get('reward', 0.0):g}"
+        reward = "-" if r.reward is None else f"{headline_of(r.reward):g}"
         if r.voided_reward is not None:
-            reward = f"void ({r.voided_reward.get('reward', 0.0):g})"
+            reward = f"void ({headline_of(r.voided_reward):g})"
         rows.append([r.task, str(r.attempt), reward, r.failure_mode.value, f"{r.timings.agent:.2f}",
                      f"{r.timings.verify:.2f}", f"{r.finished_at - r.started_at:.2f}"])
     title = f"job {job.job}  ({job.agent}, k={job.k})"

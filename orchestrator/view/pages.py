@@ -10,7 +10,7 @@ import json
 import urllib.parse
 from pathlib import Path
 
-from orchestrator.models.result import ERRORED, VOID, JobResult, TrialResult
+from orchestrator.models.result import ERRORED, VOID, JobResult, TrialResult, headline_of
 from orchestrator.report.shadow import MemoryShadow
 
 PAGE_ROWS = 100
@@ -186,7 +186,7 @@ def _section(title: str, body: str) -> str:
 
 
 def _why(result: TrialResult, folder: Path) -> str:
-    if result.failure_mode.value == "none" and (result.reward or {}).get("reward", 0) >= 1:
+    if result.failure_mode.value == "none" and headline_of(result.reward or {}) >= 1:
         return f"<p class='ok'>passed: reward {esc(result.reward)}</p>"
     mode = result.failure_mode.value
     kind = "void" if result.failure_mode in VOID else ("error" if result.failure_mode in ERRORED

@@ -75,7 +75,7 @@ CASES = {
     "reward-notjson": dict(toml=SMALL, test="mkdir -p /logs/verifier; echo 'not json' > /logs/verifier/reward.json\n"),
     "reward-list": dict(toml=SMALL, test="mkdir -p /logs/verifier; echo '[1, 2]' > /logs/verifier/reward.json\n"),
     "reward-nan": dict(toml=SMALL, test="mkdir -p /logs/verifier; echo '{\"reward\": NaN}' > /logs/verifier/reward.json\n"),
-    "reward-string": dict(toml=SMALL, test="mkdir -p /logs/verifier; echo '{\"reward\": \"1\"}' > /logs/verifier/reward.json\n"),
+    "reward-string": dict(toml=SMALL, test="mkdir -p /logs/verifier; echo '{\"reward\": \"lots\"}' > /logs/verifier/reward.json\n"),
     "verifier-hang": dict(toml="[verifier]\ntimeout_sec = 3\n" + SMALL, test="sleep 600\n"),
     "unbuildable": dict(toml=SMALL, dockerfile="FROM python:3.12-slim-bookworm\nRUN exit 9\n"),
     "bystander-a": dict(toml=SMALL, solve="touch /app/ok\n"),

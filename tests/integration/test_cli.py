@@ -24,8 +24,8 @@ def count_containers(runtime) -> int:
 
 
 @pytest.mark.parametrize("case, toml, remove, expected", [
-    ("unknown key", "[agent]\ntimeout_sec = 10\ncolour = 'red'\n", None,
-     ["task.toml", "agent.colour", "unknown key"]),
+    ("known key, wrong type", "[agent]\ntimeout_sec = 'soon'\n", None,
+     ["task.toml", "agent.timeout_sec"]),
     ("wrong type", "[environment]\nmemory_mb = 'lots'\n", None,
      ["task.toml", "environment.memory_mb"]),
     ("missing test.sh", "", "tests/test.sh", ["tests/test.sh", "missing"]),

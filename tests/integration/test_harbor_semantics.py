@@ -392,24 +392,30 @@ def test_a_separate_verifier_runs_in_the_image_built_from_tests_with_its_own_lim
     assert result.verifier_limits.memory_bytes == 384 * 2**20 and result.verifier_forgeable is False
 
 
-def test_base_aliasing_never_moves_an_existing_tag_and_a_task_image_is_never_the_base(runtime, tmp_path):
+def test_a_stand_in_never_moves_an_existing_tag_and_a_task_image_is_never_the_base(runtime, tmp_path):
     """An engine-wide name someone else owns stays theirs: FROM it uses their image as is
-    (never re-pointed at the offline base), and an image that inherited the base's labels
-    (a task image) is never taken for the base."""
-    from orchestrator.images import BASE_IMAGE, _is_base, resolve_bases
+    (no stand-in, no tag made or moved), and an image that inherited the base's labels (a
+    task image) is never taken for the base. A reference the engine lacks is built on a
+    stand-in without any tag being made for it."""
+    from orchestrator.images import BASE_IMAGE, _orchestra_base, resolve_bases
 
     alias = "python:3.11-slim-bookworm"
     before = runtime.api.inspect_image(alias)["Id"] if runtime.image_exists(alias) else None
-    make_task(tmp_path / "ds", "child", solve="touch /app/ok\n")
+    make_task(tmp_path / "ds", "child", solve="touch /app/ok\n",
+              dockerfile="FROM python:3.12.99-slim\nWORKDIR /app\n")
     _, (child,) = run(runtime, tmp_path / "ds", tmp_path / "jobs", name="child")
+    assert child.reward == {"reward": 1.0}, child.error
+    assert child.base_alias == {"python:3.12.99-slim": BASE_IMAGE}
+    assert child.stand_ins[0]["python"] == "3.11" and "python 3.12" in child.stand_ins[0]["reason"]
+    assert not runtime.image_exists("python:3.12.99-slim")  # built on the base, no tag made
     theirs = runtime.api.inspect_image(child.image)["Id"]  # a child of the base, same labels
     assert runtime.api.inspect_image(child.image)["Config"]["Labels"].get("orchestra.image.kind")
     runtime.api.tag(theirs, "python", "3.11-slim-bookworm")  # someone's image under the name
     try:
-        assert resolve_bases(runtime, f"FROM {alias}\nRUN true\n") == {}  # used as it is
+        assert resolve_bases(runtime, f"FROM {alias}\nRUN true\n") == []  # used as it is
         assert runtime.api.inspect_image(alias)["Id"] == theirs  # the tag did not move
-        assert not _is_base(runtime, alias) and not _is_base(runtime, child.image)
-        assert _is_base(runtime, BASE_IMAGE)
+        assert not _orchestra_base(runtime, alias) and not _orchestra_base(runtime, child.image)
+        assert _orchestra_base(runtime, BASE_IMAGE)
     finally:
         if before is not None:
             runtime.api.tag(before, "python", "3.11-slim-bookworm")

@@ -43,7 +43,10 @@ def test_bad_manifests_name_the_field(tmp_path, text, fragment):
 
 @pytest.mark.parametrize("name, content, expected", [
     ("reward.json", '{"reward": 0.5, "a": 1}', {"reward": 0.5, "a": 1.0}),
-    ("reward.json", '{"score": 1}', {"score": 1.0, "reward": 1.0}),
+    ("reward.json", '{"score": 1}', {"score": 1.0}),
+    ("reward.json", '{"correctness": 1, "performance": 0.5}', {"correctness": 1.0, "performance": 0.5}),
+    ("reward.json", '{"reward": "1"}', {"reward": 1.0}),  # Harbor's lax float: strings, bools
+    ("reward.json", '{"reward": true, "x": false}', {"reward": 1.0, "x": 0.0}),
     ("reward.txt", " 1\n", {"reward": 1.0}),
 ])
 def test_rewards_are_read(tmp_path, name, content, expected):
@@ -55,9 +58,11 @@ def test_rewards_are_read(tmp_path, name, content, expected):
     ("reward.json", "not json", "not JSON"),
     ("reward.json", "[1, 2]", "flat map"),
     ("reward.json", '{"reward": NaN}', "not finite"),
-    ("reward.json", '{"reward": "1"}', "not a number"),
-    ("reward.json", '{"reward": true}', "not a number"),
-    ("reward.json", '{"a": 1, "b": 2}', "headline"),
+    ("reward.json", '{"reward": "lots"}', "not a number"),
+    ("reward.json", '{"reward": null}', "not a number"),
+    ("reward.json", '{"reward": [1]}', "not a number"),
+    ("reward.json", '{"reward": {"a": 1}}', "not a number"),
+    ("reward.json", '{"reward": ' + "9" * 400 + '}', "too large"),
     ("reward.txt", "one", "not one number"),
     ("reward.txt", "inf", "not finite"),
 ])
@@ -125,3 +130,11 @@ def test_subnet_pool_hands_out_small_disjoint_blocks_and_skips_used_ones():
 def test_base_references_skip_stage_names():
     text = "FROM python:3.12-slim-bookworm AS build\nRUN x\nFROM build\nFROM --platform=linux/amd64 debian:bookworm\n"
     assert base_references(text) == ["python:3.12-slim-bookworm", "debian:bookworm"]
+
+
+def test_the_headline_of_a_map_is_harbors_where_harbor_has_one():
+    from orchestrator.models.result import headline_of
+
+    assert headline_of({"reward": 0.25, "x": 1.0}) == 0.25
+    assert headline_of({"score": 0.5}) == 0.5  # Harbor's CLI: the only value
+    assert headline_of({"correctness": 1.0, "performance": 0.5}) == 0.75  # orchestra's: the mean

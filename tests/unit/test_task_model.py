@@ -40,14 +40,13 @@ def test_harbor_fields_are_accepted_and_mapped(tmp_path):
 
 
 @pytest.mark.parametrize("toml, field", [
-    ("[agent]\ntimeout = 3\n", "agent.timeout"),
     ("[environment]\ncpus = 'two'\n", "environment.cpus"),
     ("[environment]\ngpus = 2\n", "environment"),
     ("steps = [{a = 1}]\n", "steps"),
     ("[verifier]\nenvironment_mode = 'both'\n", "verifier.environment_mode"),
     ("artifacts = ['relative/path']\n", "artifacts"),
     ("[environment]\nworkdir = 'app'\n", "environment.workdir"),
-    ("schema_version = '2.0'\n", "schema_version"),
+    ("[agent]\ntimeout_sec = 'soon'\n", "agent.timeout_sec"),
 ])
 def test_bad_fields_are_named(tmp_path, toml, field):
     path = make_task(tmp_path, "bad", toml=toml)
@@ -124,6 +123,41 @@ def test_current_harbor_fields_are_accepted(tmp_path):
     assert c.artifacts == ["/app/a.txt", "/app/b.txt"]
     assert c.agent.user == "1000" and c.agent.network_mode == "no-network"
     assert c.environment.healthcheck.retries == 2 and c.environment.workdir == "/srv"
+
+
+def test_keys_harbor_ignores_are_accepted_and_listed(tmp_path):
+    """The keys third-party datasets carry (issue 25): Harbor's models ignore what they do
+    not define, so do we, and every one is listed by its dotted path."""
+    task = load_task(make_task(tmp_path, "wild", toml="""
+        version = "2.0"
+        name = "wild"
+        category = "data"
+        difficulty = "hard"
+        languages = ["python"]
+        expert_time_estimate_hours = 1.5
+        [task]
+        version = "2.0"
+        [metadata]
+        whatever = 1
+        [agent]
+        timeout_sec = 30
+        timeout = 3
+        [environment]
+        image = "python:3.12.9-slim"
+        gpu_types = ["a100"]
+        mcp_servers = []
+        [[steps]]
+        name = "one"
+        dependencies = []
+        inherit_prior_session = true
+    """, files={"steps/one/instruction.md": "x\n"}))
+    assert task.ignored_fields == [
+        "name", "category", "difficulty", "languages", "expert_time_estimate_hours",
+        "agent.timeout", "environment.image", "steps[0].dependencies",
+        "steps[0].inherit_prior_session"]
+    assert task.config.version == "2.0"  # read, not gated
+    assert task.config.agent.timeout_sec == 30  # what is defined still means what it says
+    assert load_task(make_task(tmp_path, "plain")).ignored_fields == []
 
 
 @pytest.mark.parametrize("toml, named", [
