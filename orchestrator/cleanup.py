@@ -39,20 +39,27 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def reap(runtime: Runtime, label: str) -> dict[str, int]:
-    """Remove containers, volumes, networks (and their loop disks) carrying a label.
+def own(label: str) -> list[str]:
+    """`label` narrowed to what this process made (a job's own end of job clean-up)."""
+    return [label, f"{LABEL_PID}={os.getpid()}"]
+
+
+def reap(runtime: Runtime, label: str | list[str]) -> dict[str, int]:
+    """Remove containers, volumes, networks (and their loop disks) carrying a label (or
+    every label of a list: `own(label)` for this process's only).
 
     Never raises for one object: removal is idempotent (another remover may be at the same
     object, e.g. a trial's own clean-up or a Ray node's reaper on a shared engine), and an
     object that cannot be removed is logged by name and left for `remaining()` to report.
     """
-    containers, networks, volumes = runtime.labelled(label)
+    labels = [label] if isinstance(label, str) else label
+    containers, networks, volumes = runtime.labelled(*labels)
     failed = 0
     for kind, remove, names in (("container", runtime.remove, containers),
                                 ("volume", runtime.remove_volume, volumes)):
         failed += sum(not try_remove(kind, remove, name) for name in names)
-    job = label.partition("=")[2] if label.startswith(LABEL_JOB + "=") else None
-    disks = disk.reap_loop_disks(job) if job or label == LABEL_KIND else 0
+    job = labels[0].partition("=")[2] if labels[0].startswith(LABEL_JOB + "=") else None
+    disks = disk.reap_loop_disks(job, own=len(labels) > 1) if job or labels[0] == LABEL_KIND else 0
     failed += sum(not try_remove("network", runtime.remove_network, n) for n in networks)
     return {"containers": len(containers), "networks": len(networks), "volumes": len(volumes),
             "disks": disks, "failed": failed}
@@ -67,14 +74,15 @@ def try_remove(kind: str, remove, name: str) -> bool:
         return False
 
 
-def remaining(runtime: Runtime, label: str) -> list[str]:
+def remaining(runtime: Runtime, label: str | list[str]) -> list[str]:
     """What still carries `label` (and loop disks of that job): "kind name" lines."""
-    containers, networks, volumes = runtime.labelled(label)
+    labels = [label] if isinstance(label, str) else label
+    containers, networks, volumes = runtime.labelled(*labels)
     left = ([f"container {c[:12]}" for c in containers] + [f"network {n}" for n in networks]
             + [f"volume {v}" for v in volumes])
-    job = label.partition("=")[2] if label.startswith(LABEL_JOB + "=") else None
+    job = labels[0].partition("=")[2] if labels[0].startswith(LABEL_JOB + "=") else None
     if job is not None:
-        left += [f"loop disk {d}" for d in disk.mounted_disks(job)]
+        left += [f"loop disk {d}" for d in disk.mounted_disks(job, own=len(labels) > 1)]
     return left
 
 

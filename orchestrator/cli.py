@@ -60,6 +60,7 @@ def run(
     alpha: Annotated[float, typer.Option("--alpha", help="With --baseline: the gate's false discovery rate (the expected share of false alarms among the regressions it names).")] = 0.05,
     detect_drop: Annotated[float, typer.Option("--detect-drop", help="With -k auto: the drop in pass rate (0-1) the attempts must be able to tell, with 80% power.")] = 0.5,
     allow_changed: Annotated[bool, typer.Option("--allow-changed", help="With --baseline: compare tasks whose content changed between the jobs.")] = False,
+    skip_broken: Annotated[bool, typer.Option("--skip-broken", help="Leave out tasks `orchestra tasks doctor` found broken, leaky or without a solution (its cached verdicts), and say how many.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain progress lines, no live display.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
 ):
@@ -107,7 +108,8 @@ def run(
             raise InputError(f"--detect-drop: {detect_drop} is not a drop in pass rate between 0 and 1")
         if fail_on_regression and baseline is None:
             raise InputError("--fail-on-regression: needs --baseline JOB_DIR")
-        name = job_name or dt.datetime.now().strftime("%Y-%m-%d__%H-%M-%S")
+        # to the second plus a random tail: two jobs started in one second never share a name
+        name = job_name or dt.datetime.now().strftime("%Y-%m-%d__%H-%M-%S-") + os.urandom(2).hex()
         if (problem := check_job_name(name)) is not None:
             raise InputError(f"--job-name: {problem}")
         if ca_bundle is not None and not ca_bundle.is_file():
@@ -136,8 +138,20 @@ def run(
         if resume is None and (jobs_dir / name / "result.json").exists():
             raise InputError(f"{jobs_dir / name}: a finished job is already there; choose another "
                              "--job-name or --resume it (nothing was overwritten)")
+        _writable(jobs_dir)
         tasks = load_tasks(path)
         _note_ignored_fields(tasks)
+        if skip_broken:
+            from orchestrator.doctor import skipped_by_run
+
+            tasks, left = skipped_by_run(tasks)
+            if left:
+                err.print(f"--skip-broken: {len(left)} task(s) the doctor found unable to measure an "
+                          f"agent are left out: " + ", ".join(f"{d.task} ({d.verdict})" for d in left[:10])
+                          + (f" and {len(left) - 10} more" if len(left) > 10 else ""), markup=False,
+                          highlight=False, soft_wrap=True)
+            if not tasks:
+                raise InputError(f"{path}: --skip-broken left no task to run (`orchestra tasks doctor` says why)")
         if layer is not None:
             tasks = [t for t in tasks if t.config.metadata.evaluation_layer == layer]
             if not tasks:
@@ -356,6 +370,19 @@ def report(
 
 
 report.__doc__ = (report.__doc__ or "").replace("{gate}", GATE_HELP).replace("{exits}", REPORT_EXITS)
+
+
+def _writable(jobs_dir: Path) -> None:
+    """A jobs folder results can be written to, checked before anything runs (exit 2)."""
+    import tempfile
+
+    try:
+        jobs_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=jobs_dir, prefix=".orchestra-probe-"):
+            pass
+    except OSError as exc:
+        raise InputError(f"--jobs-dir: {jobs_dir}: results cannot be written there "
+                         f"({exc.strerror or exc})") from None
 
 
 def _note_ignored_fields(tasks) -> None:

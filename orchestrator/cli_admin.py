@@ -65,6 +65,62 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
         console.print(f"{len(tasks)} task(s) valid")
 
 
+@tasks_app.command("doctor")
+def tasks_doctor(
+    path: Annotated[Path, typer.Argument(help="A task folder or a dataset folder.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON (one object per task) instead of a table.")] = False,
+    jobs_dir: Annotated[Path, typer.Option(help="Where the oracle and nop jobs are written.")] = Path("jobs"),
+    n_concurrent: Annotated[int, typer.Option("--n-concurrent", "-n", help="Trials at a time.")] = 2,
+    ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) every build and container trusts (a TLS-intercepting proxy).")] = None,
+    refresh: Annotated[bool, typer.Option(help="Ignore cached verdicts and run every task again.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
+):
+    """Run the oracle and nop once on every task and say whether it can measure an agent:
+    healthy (oracle 1, nop 0), broken (oracle below 1, with the reason: build failed, an
+    image stood in, a test needing a network this host lacks, a timeout...), weak-test (nop
+    scores), no-solution, leaky (the built image holds the task's tests or solution, or a
+    .git with commits past its HEAD). Verdicts are cached by task content: a rerun of an
+    unchanged dataset runs nothing. `orchestra run --skip-broken` leaves out broken, leaky
+    and no-solution tasks. Exit codes: 0 every task healthy; 1 some task is not; 2 bad input;
+    3 the engine failed."""
+    from collections import Counter
+
+    from orchestrator.doctor import diagnose
+    from orchestrator.runtime import open_runtime
+    from orchestrator.tasks import load_tasks
+
+    imports_done()
+    human = err if json_out else console
+    try:
+        if ca_bundle is not None and not ca_bundle.is_file():
+            raise InputError(f"--ca-bundle: {ca_bundle}: no such file")
+        tasks = load_tasks(path)
+        configure_logs(verbose, None)
+        runtime = open_runtime(max_pool_size=n_concurrent * 3 + 8)
+
+        def progress(result, done, total):
+            err.print(f"  [{done}/{total}] {result.agent} {result.task}: {result.failure_mode.value}",
+                      markup=False, highlight=False, soft_wrap=True)
+
+        found = diagnose(runtime, tasks, jobs_dir, n_concurrent=n_concurrent, ca_bundle=ca_bundle,
+                         refresh=refresh, on_trial_done=progress)
+    except (InputError, InfraError) as exc:
+        fail(exc)
+
+    def score(value):
+        return "-" if value is None else f"{value:g}"
+
+    if json_out:
+        typer.echo(json.dumps([d.as_dict() for d in found], indent=2))
+    else:
+        print_table(console, "orchestra tasks doctor", ["task", "verdict", "oracle", "nop", "reason"],
+                    [[d.task, d.verdict, score(d.oracle), score(d.nop), d.reason] for d in found])
+    counts = Counter(d.verdict for d in found)
+    human.print(", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())), markup=False)
+    if any(d.verdict != "healthy" for d in found):
+        raise typer.Exit(1)
+
+
 @images_app.command("bootstrap")
 def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if present.")] = False,
                      release: Annotated[list[str] | None, typer.Option("--release", help="A Debian release to build (repeatable): bookworm, trixie, bullseye. Default: bookworm and trixie.")] = None):

@@ -52,7 +52,7 @@ def _json_or_text(data: bytes) -> bytes:
     try:
         json.loads(data)
         return data.strip() or b"null"
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return json.dumps(data.decode(errors="replace")).encode()
 
 
@@ -62,7 +62,7 @@ def read_exchanges(path: Path) -> list[dict]:
     for line in path.read_text(errors="replace").splitlines():
         try:
             item = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(item, dict):
             out.append(item)
@@ -148,7 +148,7 @@ def dispatch_event(call: dict) -> dict:
     function = call.get("function") or {}
     try:
         args = json.loads(function.get("arguments") or "{}")
-    except (json.JSONDecodeError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         args = function.get("arguments")
     return {"kind": "tool_dispatch",
             "tool": {"id": call.get("id"), "name": function.get("name"), "args": args}}

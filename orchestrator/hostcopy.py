@@ -62,13 +62,21 @@ def host_tar(folder: Path, arcname: str, cap_bytes: int, file_cap_bytes: int | N
     return HostTar(chunks(), state.cut, state.unlisted)
 
 
+MAX_DEPTH = 100  # folders below this are left out and counted (two frames per level)
+
+
 class _Walk:
     def __init__(self, cap_bytes: int, file_cap_bytes: int | None, cap_entries: int):
         self.room, self.file_cap, self.entries_left = cap_bytes, file_cap_bytes, cap_entries + 1
         self.cut = False
         self.unlisted = 0  # entries past the member cap, left out of the stream
 
-    def walk(self, archive: tarfile.TarFile, dir_fd: int, prefix: str) -> None:
+    def walk(self, archive: tarfile.TarFile, dir_fd: int, prefix: str, depth: int = 0) -> None:
+        """One folder's entries; a folder deeper than MAX_DEPTH is not entered (its entry is
+        counted as unlisted): an agent's 1,000-level tree can never exhaust the stack."""
+        if depth > MAX_DEPTH:
+            self.unlisted += 1
+            return
         for name in sorted(os.listdir(dir_fd)):
             path = f"{prefix}/{name}"
             try:
@@ -78,11 +86,11 @@ class _Walk:
             if self.entries_left <= 0:  # past the member cap: counted, never read or written
                 self.unlisted += 1
                 if stat.S_ISDIR(info.st_mode):
-                    self._directory(archive, dir_fd, name, path, listed=False)
+                    self._directory(archive, dir_fd, name, path, listed=False, depth=depth)
                 continue
             self.entries_left -= 1
             if stat.S_ISDIR(info.st_mode):
-                self._directory(archive, dir_fd, name, path, listed=True)
+                self._directory(archive, dir_fd, name, path, listed=True, depth=depth)
             elif stat.S_ISREG(info.st_mode):
                 self._file(archive, dir_fd, name, path)
             elif stat.S_ISLNK(info.st_mode):
@@ -96,7 +104,7 @@ class _Walk:
                 archive.addfile(_info(path, tarfile.FIFOTYPE, info))
 
     def _directory(self, archive: tarfile.TarFile, dir_fd: int, name: str, path: str,
-                   listed: bool) -> None:
+                   listed: bool, depth: int = 0) -> None:
         """Its entry (when `listed`: within the member cap) and everything under it."""
         fd = _open_no_follow(archive if listed else None, dir_fd, name, path, DIR_FLAGS)
         if fd is None:
@@ -104,7 +112,7 @@ class _Walk:
         try:
             if listed:
                 archive.addfile(_info(path, tarfile.DIRTYPE, os.fstat(fd)))
-            self.walk(archive, fd, path)
+            self.walk(archive, fd, path, depth + 1)
         finally:
             os.close(fd)
 

@@ -32,6 +32,7 @@ from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
 from orchestrator.standins import RELEASES, StandIn, base_image, choose
 from orchestrator.tasks import Task, hash_tree, image_repository
+from orchestrator.trust import CA_PATH, CA_VARIABLES
 
 log = get_logger()
 
@@ -149,9 +150,6 @@ def with_stand_ins(dockerfile: str, stand_ins: list[StandIn]) -> str:
     return _FROM.sub(replace, dockerfile)
 
 
-CA_PATH = "/etc/orchestra/ca-bundle.pem"
-CA_VARIABLES = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
-                "CURL_CA_BUNDLE", "GIT_SSL_CAINFO")
 
 
 def build_context(folder: Path, dockerfile: str, stand_ins: list[StandIn],

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from orchestrator.agents import agent_for
-from orchestrator.cleanup import reap, reap_orphans, remaining
+from orchestrator.cleanup import own, reap, reap_orphans, remaining
 from orchestrator.errors import InfraError, InputError
 from orchestrator.executors import Executor, open_executor
 from orchestrator.imagecache import ImageCache
@@ -44,6 +44,7 @@ from orchestrator.trial import (
     trial_dir,
     trial_id,
 )
+from orchestrator.trust import trust_for
 from orchestrator.util import write_json_atomic
 from orchestrator.verify import EnvTemplateError, resolve_env
 
@@ -193,7 +194,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         policy=options.policy, images_for=images, cancel=cancel, watchdog=watchdog,
         networks=networks, manifest=manifest, upstreams=upstreams, on_phase=on_phase,
         timeout_override=manifest.trial_budget.timeout_seconds, oci_runtime=options.oci_runtime,
-        manifest_dir=options.manifest_dir,
+        manifest_dir=options.manifest_dir, trust=trust_for(options.ca_bundle),
     )
     items = [Item(task, attempt) for task in tasks for attempt in range(attempts_for(task, options.k))]
     todo = [i for i in items if trial_id(ctx.job, i.task, ctx.agent_id, i.attempt) not in finished]
@@ -238,7 +239,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         interrupted = True
         log.warning("job.cancelling", job=options.job_name)
         cancel.set()
-        for container in runtime.labelled(f"{LABEL_JOB}={options.job_name}")[0]:
+        for container in runtime.labelled(*own(f"{LABEL_JOB}={options.job_name}"))[0]:
             runtime.kill(container)  # running trials stop now and clean up after themselves
     finally:
         scheduler.stop(timeout=15.0 if interrupted else 3600.0)
@@ -276,14 +277,14 @@ def _clean_up_job(runtime: Runtime, job: str, watchdog: DiskWatchdog, networks: 
     if upstreams is not None:
         steps.append(("upstreams", upstreams.close))
     steps += [("executor_reap", lambda: executor.reap(label)), ("executor_close", executor.close)]
-    steps.append(("reap", lambda: _log_reaped(reap(runtime, label))))
+    steps.append(("reap", lambda: _log_reaped(reap(runtime, own(label)))))
     for name, step in steps:
         try:
             step()
         except Exception as exc:
             log.warning("job.cleanup_step_failed", step=name, error=str(exc)[:300])
     try:
-        left = remaining(runtime, label)
+        left = remaining(runtime, own(label))
     except Exception as exc:  # the engine is gone: nothing more can be checked
         log.error("job.cleanup_unverified", error=str(exc)[:300])
         return [f"(unverified: {exc.__class__.__name__})"]

@@ -69,8 +69,14 @@ def load_script(path: Path) -> dict:
 
 def _rules_from_trajectory(path: Path) -> list[dict]:
     rules, turn, last_text = [], 0, "Done."
-    for line in path.read_text().splitlines():
-        event = json.loads(line).get("event") or {}
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            continue  # a malformed line of agent data is skipped, never fatal
+        event = (record.get("event") if isinstance(record, dict) else None) or {}
+        if not isinstance(event, dict):
+            continue
         if event.get("kind") == "tool_dispatch":
             tool = event["tool"]
             args = tool["args"] if isinstance(tool["args"], dict) else {"command": tool["args"]}
@@ -199,7 +205,7 @@ class ReplayServer(BackgroundServer):
                 engine.authorizations.append(self.headers.get("Authorization", ""))
                 try:
                     request = json.loads(self.read_body(8 * 1024 * 1024) or b"{}")
-                except (HttpError, json.JSONDecodeError, UnicodeDecodeError):
+                except (HttpError, ValueError, RecursionError):
                     request = None
                 if api_key and self.headers.get("Authorization", "") != f"Bearer {api_key}":
                     self.reply(401, {"error": {"message": "replay: wrong or missing API key",

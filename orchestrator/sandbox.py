@@ -34,6 +34,7 @@ from orchestrator.runtime.base import (
 )
 from orchestrator.sidecars import start_sidecars, volume_mounts, wait_for
 from orchestrator.tasks import Task
+from orchestrator.trust import APPEND, Trust
 
 if TYPE_CHECKING:
     from orchestrator.egress import EgressProxy
@@ -65,6 +66,7 @@ class Sandbox:
     extra_networks: list[Network] = field(default_factory=list)  # e.g. a public one to grade
     collected: dict = field(default_factory=dict)  # what collect() copied out, per path
     exec_env: dict[str, str] = field(default_factory=dict)  # secrets, for the agent's execs only
+    trust: Trust = field(default_factory=Trust)  # --ca-bundle, in every container (trust.py)
 
     def labels(self, kind: str) -> dict[str, str]:
         return {LABEL_JOB: self.job, LABEL_TRIAL: self.trial_id, LABEL_KIND: kind,
@@ -82,13 +84,14 @@ def resolve_workdir(runtime: Runtime, task: Task, image: str) -> str:
 def open_sandbox(runtime: Runtime, networks: NetworkPool, task: Task, image: str,
                  job: str, trial_id: str, env: dict[str, str], workdir: str,
                  services: Callable[[Network], dict[str, str]] | None = None,
-                 oci_runtime: str | None = None, binds: dict[str, str] | None = None) -> Sandbox:
+                 oci_runtime: str | None = None, binds: dict[str, str] | None = None,
+                 trust: Trust | None = None) -> Sandbox:
     """Create network, disk and container, start it; the caller must close_sandbox().
     `binds`: host folders the agent gets read-only (an installed agent CLI).
 
     `services(network)` starts what listens on the network's gateway (the relay) before the
     container exists, and returns the variables that wire the agent to it."""
-    box = Sandbox(trial_id=trial_id, job=job, workdir=workdir)
+    box = Sandbox(trial_id=trial_id, job=job, workdir=workdir, trust=trust or Trust())
     # A fresh suffix per attempt: a retried trial never collides with what a failed one left.
     name = f"orchestra-{trial_id[:16]}-{uuid.uuid4().hex[:4]}"
     try:
@@ -139,8 +142,9 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
         image=image, name=f"{name}-agent", labels=box.labels("agent"),
         command=["sleep", "infinity"], cpus=environment.cpus, memory_mb=environment.memory_mb,
         pids_limit=environment.pids_limit, network=box.network.name, workdir=box.workdir,
-        env=env, drop_all_capabilities=environment.drop_all_capabilities, mounts=mounts,
-        read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK, **tools, **binds}, runtime=oci_runtime,
+        env={**box.trust.env, **env}, drop_all_capabilities=environment.drop_all_capabilities,
+        mounts=mounts, runtime=oci_runtime,
+        read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK, **tools, **binds, **box.trust.binds},
     )
     box.agent_container = runtime.create(spec)
     box.containers.append(box.agent_container)
@@ -152,6 +156,8 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
             path.mkdir()
             path.chmod(0o777)
     runtime.start(box.agent_container)
+    if box.trust.enabled:  # the system store too, for programs that read only it
+        runtime.exec(box.agent_container, ["sh", "-c", APPEND], user="0", deadline=time.time() + 30)
     if box.loop_disk is None:
         runtime.put_archive(box.agent_container, "/", tar_files(
             {}, dirs=[p.lstrip("/") for p in (LOGS, AGENT_LOGS, ARTIFACTS)]))

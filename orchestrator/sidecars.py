@@ -72,7 +72,8 @@ def start_sidecars(runtime: Runtime, task: Task, box, name: str) -> dict[str, st
             labels=box.labels("sidecar"), command=command if isinstance(command, list) or command is None
             else ["sh", "-c", command], cpus=env.cpus, memory_mb=env.memory_mb,
             pids_limit=env.pids_limit, network=box.network.name, workdir=service.working_dir,
-            env=service.environment, mounts=volume_mounts(compose, service, name),
+            env={**box.trust.env, **service.environment}, mounts=volume_mounts(compose, service, name),
+            read_only_binds=dict(box.trust.binds),
             aliases=[service_name], healthcheck=service.healthcheck.engine() if service.healthcheck else None,
             entrypoint=[service.entrypoint] if isinstance(service.entrypoint, str) else service.entrypoint)
         container = runtime.create(spec)

@@ -14,7 +14,7 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +44,7 @@ from orchestrator.sandbox import (
 from orchestrator.scrub import scrub_tree
 from orchestrator.steps import run_steps
 from orchestrator.tasks import Task
+from orchestrator.trust import Trust
 from orchestrator.util import write_json_atomic
 from orchestrator.verify import verify
 from orchestrator.workers import start_workers, stop_workers
@@ -81,6 +82,7 @@ class TrialContext:
     timeout_override: float | None = None
     oci_runtime: str | None = None  # e.g. runsc (gVisor) for agent containers
     manifest_dir: Path | None = None  # where the manifest's prompt paths are relative to
+    trust: Trust = field(default_factory=Trust)  # --ca-bundle in every container (trust.py)
 
 
 def trial_id(job: str, task: Task, agent_id: str, attempt: int) -> str:
@@ -232,7 +234,8 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             env = {**task.config.environment.env, **agent_flags(ctx, task), **roots.env(workdir)}
             box = open_sandbox(ctx.runtime, ctx.networks, task, images.agent_image, ctx.job,
                                tid, env=env, workdir=workdir, services=start_services,
-                               oci_runtime=ctx.oci_runtime, binds=ctx.agent.binds())
+                               oci_runtime=ctx.oci_runtime, binds=ctx.agent.binds(),
+                               trust=ctx.trust)
             box.egress, result.compose_services = egress, sorted(box.sidecars)
             box.allowed_hosts = {phase: task.config.allowed_hosts_for(phase) for phase in ("agent", "verifier")}
             result.limits = applied_limits(ctx.runtime, box, task)

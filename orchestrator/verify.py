@@ -250,7 +250,8 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         labels=box.labels("verifier"),
         command=_command(box, bool(tools), staged), cpus=environment.cpus,
         memory_mb=environment.memory_mb, pids_limit=environment.pids_limit, network=network,
-        workdir=None, env=env, user=verifier.user, mounts=mounts, read_only_binds=tools,
+        workdir=None, env={**box.trust.env, **env}, user=verifier.user, mounts=mounts,
+        read_only_binds={**tools, **box.trust.binds},
     )
     container = runtime.create(spec)
     box.containers.append(container)

@@ -56,10 +56,11 @@ def start_workers(ctx, task, box: Sandbox, relay, image: str, deadline: float,
                 image=image, name=f"{box.name}-{name}", labels=box.labels("worker"),
                 command=["sleep", "infinity"], cpus=environment.cpus, memory_mb=environment.memory_mb,
                 pids_limit=environment.pids_limit, network=box.network.name, workdir=box.workdir,
-                env={**environment.env, **flag_env(member, flags), **roots.env(box.workdir),
-                     "ORCHESTRA_AGENT_ID": name},
+                env={**box.trust.env, **environment.env, **flag_env(member, flags),
+                     **roots.env(box.workdir), "ORCHESTRA_AGENT_ID": name},
                 drop_all_capabilities=environment.drop_all_capabilities,
-                read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK}, runtime=ctx.oci_runtime)
+                read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK, **box.trust.binds},
+                runtime=ctx.oci_runtime)
             container = ctx.runtime.create(spec)
             box.containers.append(container)
             ctx.watchdog.register(container, environment.storage_mb)

@@ -73,7 +73,7 @@ def read_trajectory(path: Path) -> tuple[list[dict], list[int]]:
                 continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # bad JSON, 100,000-deep nesting, huge ints
                 malformed.append(number)
                 continue
             if not isinstance(record, dict) or not ({"event", "memory_recall"} & set(record)):
@@ -145,29 +145,45 @@ def _audit(path: Path, facts, markers: list[str], markers_in_prefix: bool,
     armed = markers_in_prefix
     used, early = set(), set()
     for number, record in enumerate(records, start=1):
-        recall = record.get("memory_recall")
-        if isinstance(recall, dict):
-            hits = recall.get("hits") if isinstance(recall.get("hits"), list) else []
-            audit.recall_events += 1
-            audit.hits += len(hits)
-            audit.injected_chars += _count(recall.get("used_chars"), audit, number)
-            audit.suppressed += _count(recall.get("suppressed"), audit, number)
-            armed = armed or bool(hits)
-            shadow = recall.get("shadow")
-            if isinstance(shadow, dict) and (recall.get("top1") or shadow.get("top1")):
-                audit.shadow_events += 1
-                audit.shadow_agree += int(recall.get("top1") == shadow.get("top1"))
+        try:
+            _audit_record(record, number, audit, facts, markers, state_home, used, early, armed)
+        except (RecursionError, ValueError, TypeError, OverflowError):  # one bad line, not the audit
+            audit.malformed_lines.append(number)
+            audit.mark_incomplete("a trajectory line could not be audited")
             continue
-        event = record.get("event")
-        if not isinstance(event, dict):
-            continue
-        for text in _event_texts(event):
-            for marker in markers:
-                if marker in text:
-                    (used if armed else early).add(marker)
-        leak = _leak(event, facts, state_home)
-        if leak:
-            audit.leaks.append(leak)
+        armed = armed or _armed(record)
     audit.markers_used = sorted(used)
     audit.markers_before_recall = sorted(early - used)
     return audit
+
+
+def _armed(record: dict) -> bool:
+    recall = record.get("memory_recall")
+    return isinstance(recall, dict) and isinstance(recall.get("hits"), list) and bool(recall["hits"])
+
+
+def _audit_record(record: dict, number: int, audit: Audit, facts, markers: list[str],
+                  state_home: str | None, used: set, early: set, armed: bool) -> None:
+    """One trajectory record into the audit (raises on values it cannot read)."""
+    recall = record.get("memory_recall")
+    if isinstance(recall, dict):
+        hits = recall.get("hits") if isinstance(recall.get("hits"), list) else []
+        audit.recall_events += 1
+        audit.hits += len(hits)
+        audit.injected_chars += _count(recall.get("used_chars"), audit, number)
+        audit.suppressed += _count(recall.get("suppressed"), audit, number)
+        shadow = recall.get("shadow")
+        if isinstance(shadow, dict) and (recall.get("top1") or shadow.get("top1")):
+            audit.shadow_events += 1
+            audit.shadow_agree += int(recall.get("top1") == shadow.get("top1"))
+        return
+    event = record.get("event")
+    if not isinstance(event, dict):
+        return
+    for text in _event_texts(event):
+        for marker in markers:
+            if marker in text:
+                (used if armed else early).add(marker)
+    leak = _leak(event, facts, state_home)
+    if leak:
+        audit.leaks.append(leak)

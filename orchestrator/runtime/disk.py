@@ -54,8 +54,22 @@ def job_key(job: str) -> str:
     return hashlib.sha256(job.encode()).hexdigest()[:16]
 
 
+def _own_group(job: str) -> Path:
+    """This process's disks of a job: two jobs of one name (other --jobs-dir folders, other
+    processes) never share a folder, so one's clean-up never unmounts the other's disks."""
+    return DISK_ROOT / f"{job_key(job)}-{os.getpid()}"
+
+
+def _groups(job: str) -> list[Path]:
+    """Every process's disks of a job (`orchestra cleanup --job NAME`)."""
+    if not DISK_ROOT.is_dir():
+        return []
+    key = job_key(job)
+    return [g for g in DISK_ROOT.iterdir() if g.name == key or g.name.startswith(key + "-")]
+
+
 def create_loop_disk(job: str, name: str, size_mb: int) -> LoopDisk:
-    group = DISK_ROOT / job_key(job)
+    group = _own_group(job)
     base = group / name
     base.mkdir(parents=True, exist_ok=True)
     (group / "owner.pid").write_text(str(os.getpid()))
@@ -83,19 +97,22 @@ def remove_loop_disk(disk: LoopDisk) -> None:
     shutil.rmtree(disk.image.parent, ignore_errors=True)
 
 
-def mounted_disks(job: str) -> list[str]:
-    """Loop disks of one job still mounted (what clean-up failed to remove)."""
-    group = DISK_ROOT / job_key(job)
-    if not group.is_dir():
-        return []
-    return [str(base.name) for base in group.iterdir() if os.path.ismount(base / "mnt")]
+def mounted_disks(job: str, own: bool = True) -> list[str]:
+    """Loop disks of one job still mounted (what clean-up failed to remove): this
+    process's, or with own=False every process's."""
+    groups = [_own_group(job)] if own else _groups(job)
+    return [str(base.name) for group in groups if group.is_dir()
+            for base in group.iterdir() if os.path.ismount(base / "mnt")]
 
 
-def reap_loop_disks(job: str | None = None) -> int:
-    """Unmount and delete disks left behind by one job (or, with None, by every job)."""
+def reap_loop_disks(job: str | None = None, own: bool = False) -> int:
+    """Unmount and delete disks left behind by one job (this process's with own=True, else
+    every process's), or, with None, by every job."""
     removed = 0
-    groups = [DISK_ROOT / job_key(job)] if job is not None else (
-        list(DISK_ROOT.iterdir()) if DISK_ROOT.is_dir() else [])
+    if job is not None:
+        groups = [_own_group(job)] if own else _groups(job)
+    else:
+        groups = list(DISK_ROOT.iterdir()) if DISK_ROOT.is_dir() else []
     for group in groups:
         removed += _remove_group(group)
     return removed

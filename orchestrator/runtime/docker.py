@@ -437,10 +437,10 @@ class DockerRuntime(Runtime):
         return {row["Id"]: int(row.get("SizeRw") or 0) for row in rows}
 
     # ---- cleanup --------------------------------------------------------------------
-    def labelled(self, label: str) -> tuple[list[str], list[str], list[str]]:
+    def labelled(self, *labels: str) -> tuple[list[str], list[str], list[str]]:
         """Containers, networks and volumes orchestra created (they carry orchestra.pid, which
-        no image has, so nothing merely inherits it) that also carry `label`."""
-        filters = {"label": [label, LABEL_PID]}
+        no image has, so nothing merely inherits it) that also carry every label given."""
+        filters = {"label": [*labels, LABEL_PID]}
         containers = [c["Id"] for c in self.api.containers(all=True, filters=filters)]
         networks = [n["Name"] for n in self.api.networks(filters=filters)]
         volumes = [v["Name"] for v in (self.api.volumes(filters=filters).get("Volumes") or [])]

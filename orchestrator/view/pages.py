@@ -236,7 +236,7 @@ def _trajectory(path: Path, markers: list[str], limit: int = 500) -> str:
                 break
             try:
                 record = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # agent data: any JSON, or none
                 turns.append(f"<div class='turn bad'>malformed line {number + 1}</div>")
                 continue
             if not isinstance(record, dict):

@@ -185,3 +185,15 @@ def test_compare_refuses_arms_that_do_not_differ_and_says_it_plainly():
     assert report["arms_differ_in"] == ["policy"]
     assert verdict(report).startswith("Memory helped on 2 of 5 paired trials and hurt on 1;")
     assert to_markdown(report).splitlines()[2] == verdict(report)
+
+
+def test_a_deep_json_line_is_skipped_and_counted_and_a_leak_on_another_line_still_voids(tmp_path):
+    """Issue 26: one 100,000-deep JSON line used to replace the whole audit (the leak on
+    another line was erased and the trial counted 1.0)."""
+    line = next(ln for ln in FACT.body.splitlines() if len(ln) >= 20)
+    path = write(tmp_path / "t.jsonl", ["[" * 100_000 + "]" * 100_000,
+                                        '{"event": {"kind": "text", "text": ' + "9" * 5001 + "}}",
+                                        tool("tool_result", f"cat {FACT.relative}", output=line)])
+    audit = audit_trajectory(path, EXACT.facts, [], False)
+    assert audit.leaks == [f"shell read {FACT.relative}"]
+    assert audit.malformed_lines == [1, 2] and not audit.complete

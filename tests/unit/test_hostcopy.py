@@ -101,3 +101,27 @@ def test_staging_never_writes_through_a_link_the_agent_planted(tmp_path):
     with pytest.raises(OSError):
         stage_tree(linked_logs, ".orchestra-tests-cd", [first])
     assert list(outside.iterdir()) == []
+
+
+def test_a_thousand_level_tree_is_walked_without_recursion_errors_and_the_deep_part_counted(tmp_path):
+    """Issue 26: a 1,000-level folder in /logs/artifacts raised RecursionError (retried as
+    infra). The walk stops at MAX_DEPTH, counts what it left out, and the rest comes out."""
+    from orchestrator.hostcopy import MAX_DEPTH
+
+    logs = tmp_path / "disk" / "artifacts"
+    logs.mkdir(parents=True)
+    (logs / "normal.txt").write_text("fine\n")
+    fd = os.open(logs, os.O_RDONLY)
+    for _ in range(1000):  # by fd: the path would pass PATH_MAX long before 1,000 levels
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    made = host_tar(logs, "artifacts", cap_bytes=10**6, file_cap_bytes=None, cap_entries=10_000)
+    out = tmp_path / "out"
+    report = safe_extract(made.chunks, out, strip_prefix="artifacts")
+    assert (out / "normal.txt").read_text() == "fine\n" and report.files == 1
+    assert made.unlisted == 1  # the folder below MAX_DEPTH, not entered
+    depth = max(len(p.relative_to(out).parts) for p in out.rglob("*"))
+    assert MAX_DEPTH <= depth <= MAX_DEPTH + 2

@@ -1,0 +1,76 @@
+"""Stand-ins behave like what they stand for (issue 25): one probe of the official python
+images' documented properties, run against every base `orchestra images bootstrap` builds
+(and bullseye when this engine has it), with no network."""
+
+import json
+
+import pytest
+
+from orchestrator.images import BOOTSTRAP_RELEASES, bootstrap_base
+from orchestrator.runtime.base import SandboxSpec
+from orchestrator.standins import RELEASES, base_image
+
+PROBE = r"""
+set -e
+for c in python python3 pip pip3; do command -v $c >/dev/null || { echo "missing $c"; exit 1; }; done
+test -x /usr/local/bin/python3 || { echo "no /usr/local/bin/python3"; exit 1; }
+cd /tmp
+python3 - <<'PY'
+import json, locale, os, subprocess, sys, sysconfig, zipfile
+out = {"python": "%d.%d" % sys.version_info[:2], "lang": os.environ.get("LANG"),
+       "fs_encoding": sys.getfilesystemencoding(), "preferred": locale.getpreferredencoding(False)}
+import ssl, sqlite3, ctypes, venv, ensurepip, zlib, bz2, lzma, hashlib  # the stdlib the images ship
+out["externally_managed"] = os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+store = "/etc/ssl/certs/ca-certificates.crt"
+out["ca_certs"] = open(store).read().count("BEGIN CERTIFICATE") if os.path.exists(store) else 0
+out["default_verify_paths"] = os.path.exists(ssl.get_default_verify_paths().openssl_cafile or "")
+# a wheel made here, installed with plain `pip install` (no --break-system-packages), offline
+with zipfile.ZipFile("demo-0.1-py3-none-any.whl", "w") as w:
+    w.writestr("demo_probe.py", "VALUE = 42\n")
+    w.writestr("demo-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 0.1\n")
+    w.writestr("demo-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: probe\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    w.writestr("demo-0.1.dist-info/RECORD", "demo_probe.py,,\ndemo-0.1.dist-info/METADATA,,\ndemo-0.1.dist-info/WHEEL,,\ndemo-0.1.dist-info/RECORD,,\n")
+pip = subprocess.run(["pip", "install", "--no-index", "--no-cache-dir", "demo-0.1-py3-none-any.whl"], capture_output=True, text=True)
+out["pip_install"] = pip.returncode
+out["pip_error"] = pip.stderr[-300:]
+out["imported"] = subprocess.run([sys.executable, "-c", "import demo_probe; print(demo_probe.VALUE)"], capture_output=True, text=True).stdout.strip()
+venv_made = subprocess.run([sys.executable, "-m", "venv", "/tmp/v"], capture_output=True, text=True)
+out["venv"] = venv_made.returncode
+out["venv_pip"] = subprocess.run(["/tmp/v/bin/pip", "--version"], capture_output=True).returncode if venv_made.returncode == 0 else None
+out["pip_version"] = subprocess.run(["pip3", "--version"], capture_output=True, text=True).stdout.split(" from")[0]
+print(json.dumps(out))
+PY
+"""
+
+
+def releases(runtime) -> list[str]:
+    extra = [r for r in RELEASES if r not in BOOTSTRAP_RELEASES and runtime.image_exists(base_image(r))]
+    return list(BOOTSTRAP_RELEASES) + extra
+
+
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_every_stand_in_behaves_like_an_official_python_image(runtime, release):
+    if release not in releases(runtime):
+        pytest.skip(f"{base_image(release)} is built on demand and this engine has none yet")
+    image = bootstrap_base(runtime, release)
+    name = f"orchestra-probe-{release}"
+    spec = SandboxSpec(image=image, name=name, labels={"orchestra.kind": "probe", "orchestra.job": "probe"},
+                       command=["sleep", "300"], cpus=1.0, memory_mb=512, pids_limit=256, network="none")
+    container = runtime.create(spec)
+    try:
+        runtime.start(container)
+        done = runtime.exec(container, ["sh", "-c", PROBE], capture=65536)
+        text = done.output.decode(errors="replace")
+        assert done.exit_code == 0, text
+        found = json.loads(text.strip().splitlines()[-1])
+    finally:
+        runtime.remove(container)
+    assert found["python"] == RELEASES[release]
+    assert (found["lang"], found["fs_encoding"], found["preferred"]) == ("C.UTF-8", "utf-8", "UTF-8")
+    assert found["externally_managed"] is False
+    assert found["pip_install"] == 0, found["pip_error"]
+    assert found["imported"] == "42"
+    assert found["venv"] == 0 and found["venv_pip"] == 0
+    assert found["ca_certs"] > 100 and found["default_verify_paths"]
+    labels = runtime.image_inspect(image)["Config"]["Labels"]
+    assert labels["orchestra.base.python"] == RELEASES[release]
