@@ -60,7 +60,7 @@ def run(
     alpha: Annotated[float, typer.Option("--alpha", help="With --baseline: the gate's false discovery rate (the expected share of false alarms among the regressions it names).")] = 0.05,
     detect_drop: Annotated[float, typer.Option("--detect-drop", help="With -k auto: the drop in pass rate (0-1) the attempts must be able to tell, with 80% power.")] = 0.5,
     allow_changed: Annotated[bool, typer.Option("--allow-changed", help="With --baseline: compare tasks whose content changed between the jobs.")] = False,
-    skip_broken: Annotated[bool, typer.Option("--skip-broken", help="Leave out tasks `orchestra tasks doctor` found broken, leaky or without a solution (its cached verdicts), and say how many.")] = False,
+    skip_broken: Annotated[bool, typer.Option("--skip-broken", help="Leave out tasks that do not load and those `orchestra tasks doctor` found broken, leaky or without a solution (its cached verdicts), and say how many.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain progress lines, no live display.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
 ):
@@ -139,12 +139,17 @@ def run(
             raise InputError(f"{jobs_dir / name}: a finished job is already there; choose another "
                              "--job-name or --resume it (nothing was overwritten)")
         _writable(jobs_dir)
-        tasks = load_tasks(path)
+        if skip_broken:
+            from orchestrator.doctor import invalid, skipped_by_run
+            from orchestrator.tasks import load_tasks_lenient
+
+            tasks, problems = load_tasks_lenient(path)
+            tasks, left = skipped_by_run(tasks)
+            left += invalid(problems)
+        else:
+            tasks = load_tasks(path)
         _note_ignored_fields(tasks)
         if skip_broken:
-            from orchestrator.doctor import skipped_by_run
-
-            tasks, left = skipped_by_run(tasks)
             if left:
                 err.print(f"--skip-broken: {len(left)} task(s) the doctor found unable to measure an "
                           f"agent are left out: " + ", ".join(f"{d.task} ({d.verdict})" for d in left[:10])
@@ -392,10 +397,16 @@ def _note_ignored_fields(tasks) -> None:
     for task in tasks:
         if task.ignored_fields:
             groups.setdefault(tuple(task.ignored_fields), []).append(task.name)
-    for keys, names in groups.items():
-        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        err.print(f"note: ignored (Harbor ignores them too): {', '.join(keys)}: {shown}",
-                  markup=False, highlight=False, soft_wrap=True)
+    warned: dict[str, list[str]] = {}
+    for task in tasks:
+        if task.schema_warning:
+            warned.setdefault(task.schema_warning, []).append(task.name)
+    for lines in (groups, warned):
+        for what, names in lines.items():
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            label = (f"note: ignored (Harbor ignores them too): {', '.join(what)}"
+                     if isinstance(what, tuple) else f"warning: {what}")
+            err.print(f"{label}: {shown}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _report_gate(regression, baseline: Path, job_dir: Path, fail_on_regression: bool, human) -> None:

@@ -51,9 +51,12 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
     for task in tasks:
         needs = host_needs(task, runtime, info)
         rows.append({"task": task.name, "path": str(task.path), "content_hash": task.content_hash,
-                     "ignored_fields": task.ignored_fields, "needs": needs})
+                     "ignored_fields": task.ignored_fields, "schema_warning": task.schema_warning,
+                     "needs": needs})
         if not json_out:
             console.print(f"ok  {task.name}  ({task.path})  hash {task.content_hash}", soft_wrap=True)
+            if task.schema_warning:
+                console.print(f"    warning: {task.schema_warning}", markup=False, soft_wrap=True)
             if task.ignored_fields:
                 console.print(f"    ignored (Harbor ignores them too): {', '.join(task.ignored_fields)}",
                               markup=False, soft_wrap=True)
@@ -79,22 +82,22 @@ def tasks_doctor(
     healthy (oracle 1, nop 0), broken (oracle below 1, with the reason: build failed, an
     image stood in, a test needing a network this host lacks, a timeout...), weak-test (nop
     scores), no-solution, leaky (the built image holds the task's tests or solution, or a
-    .git with commits past its HEAD). Verdicts are cached by task content: a rerun of an
-    unchanged dataset runs nothing. `orchestra run --skip-broken` leaves out broken, leaky
+    .git with commits past its HEAD), invalid (it does not load: its problems). Verdicts
+    are cached by task content: a rerun of an unchanged dataset runs nothing. `orchestra run --skip-broken` leaves out broken, leaky
     and no-solution tasks. Exit codes: 0 every task healthy; 1 some task is not; 2 bad input;
     3 the engine failed."""
     from collections import Counter
 
-    from orchestrator.doctor import diagnose
+    from orchestrator.doctor import diagnose, invalid
     from orchestrator.runtime import open_runtime
-    from orchestrator.tasks import load_tasks
+    from orchestrator.tasks import load_tasks_lenient
 
     imports_done()
     human = err if json_out else console
     try:
         if ca_bundle is not None and not ca_bundle.is_file():
             raise InputError(f"--ca-bundle: {ca_bundle}: no such file")
-        tasks = load_tasks(path)
+        tasks, problems = load_tasks_lenient(path)
         configure_logs(verbose, None)
         runtime = open_runtime(max_pool_size=n_concurrent * 3 + 8)
 
@@ -103,7 +106,8 @@ def tasks_doctor(
                       markup=False, highlight=False, soft_wrap=True)
 
         found = diagnose(runtime, tasks, jobs_dir, n_concurrent=n_concurrent, ca_bundle=ca_bundle,
-                         refresh=refresh, on_trial_done=progress)
+                         refresh=refresh, on_trial_done=progress) if tasks else []
+        found += invalid(problems)
     except (InputError, InfraError) as exc:
         fail(exc)
 

@@ -11,6 +11,7 @@ once on every task and classifies it:
   no-solution    no solution/solve.sh, so the oracle cannot tell (nop still runs)
   leaky          the built image holds the task's tests or solution (by content, at any
                  path), or a .git whose history has commits past its checked-out HEAD
+  invalid        the task does not load (its problems, by file and field); nothing runs
 
 Verdicts are cached by task content (plus orchestra's version and the bases' recipe) in
 `$ORCHESTRA_CACHE/doctor/`, so a rerun of an unchanged dataset runs nothing; `orchestra
@@ -25,6 +26,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import orchestrator
 from orchestrator.agents.install import cache_root
@@ -39,8 +41,8 @@ from orchestrator.util import write_json_atomic
 
 log = get_logger()
 
-VERDICTS = ("healthy", "broken", "weak-test", "no-solution", "leaky")
-SKIPPED_BY_RUN = {"broken", "no-solution", "leaky"}
+VERDICTS = ("healthy", "broken", "weak-test", "no-solution", "leaky", "invalid")
+SKIPPED_BY_RUN = {"broken", "no-solution", "leaky"}  # and invalid tasks, which never load
 # What a verifier's or build's output says when it needed a network this host lacks.
 NETWORK_SIGNS = re.compile(
     r"(Could not resolve host|Temporary failure in name resolution|Name or service not known|"
@@ -97,6 +99,13 @@ def skipped_by_run(tasks: list[Task]) -> tuple[list[Task], list[Diagnosis]]:
     return keep, left
 
 
+def invalid(problems: dict[Path, list[str]]) -> list[Diagnosis]:
+    """Tasks that do not load, named with their problems (not cached: nothing ran)."""
+    return [Diagnosis(task=f"{path.parent.name}/{path.name}", path=str(path), content_hash="",
+                      verdict="invalid", reason="; ".join(p.replace(str(path) + "/", "") for p in found[:3]))
+            for path, found in sorted(problems.items())]
+
+
 def diagnose(runtime: Runtime, tasks: list[Task], jobs_dir: Path, *, n_concurrent: int = 2,
              ca_bundle: Path | None = None, refresh: bool = False, on_trial_done=None) -> list[Diagnosis]:
     """Every task's diagnosis: from the cache, or by running the oracle and nop now."""
@@ -104,13 +113,13 @@ def diagnose(runtime: Runtime, tasks: list[Task], jobs_dir: Path, *, n_concurren
     todo = [t for t in tasks if found.get(t.name) is None]
     if todo:
         stamp = time.strftime("%Y-%m-%d__%H-%M-%S")
-        options = dict(jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=1, ca_bundle=ca_bundle,
-                       max_retries=1)
+        def options(agent: str) -> JobOptions:
+            return JobOptions(job_name=f"doctor-{stamp}-{agent}", jobs_dir=jobs_dir, k=1,
+                              n_concurrent=n_concurrent, ca_bundle=ca_bundle, max_retries=1)
+
         solvable = [t for t in todo if t.has_solution]
-        oracle = _run(runtime, solvable, "oracle", JobOptions(job_name=f"doctor-{stamp}-oracle", **options),
-                      on_trial_done) if solvable else {}
-        nop = _run(runtime, todo, "nop", JobOptions(job_name=f"doctor-{stamp}-nop", **options),
-                   on_trial_done)
+        oracle = _run(runtime, solvable, "oracle", options("oracle"), on_trial_done) if solvable else {}
+        nop = _run(runtime, todo, "nop", options("nop"), on_trial_done)
         for task in todo:
             diagnosis = classify(task, oracle.get(task.name), nop.get(task.name),
                                  jobs_dir / f"doctor-{stamp}-oracle")
@@ -125,7 +134,7 @@ def diagnose(runtime: Runtime, tasks: list[Task], jobs_dir: Path, *, n_concurren
     return [found[t.name] for t in tasks]  # type: ignore[misc]
 
 
-def _run(runtime: Runtime, tasks: list[Task], agent: str, options: JobOptions,
+def _run(runtime: Runtime, tasks: list[Task], agent: Literal["oracle", "nop"], options: JobOptions,
          on_trial_done) -> dict[str, TrialResult]:
     run_job(runtime, tasks, default_manifest(agent), options, on_trial_done=on_trial_done)
     results = {}

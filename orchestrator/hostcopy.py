@@ -205,8 +205,27 @@ def _copy_into(source: Path, into: int) -> None:
                 os.close(child)
         elif entry.is_file():
             mode = stat.S_IMODE(entry.stat().st_mode)
-            out = os.open(entry.name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                          mode, dir_fd=into)
+            out = _new_file(entry.name, mode, into)
             with os.fdopen(out, "wb") as target, open(entry.path, "rb") as data:
                 shutil.copyfileobj(data, target)
                 os.fchmod(target.fileno(), mode)
+
+
+def _new_file(name: str, mode: int, into: int) -> int:
+    """A regular file this call creates (O_EXCL), never anything already at `name`: an
+    earlier source's file (a step's tests overlaying the task's) or whatever a live agent
+    process planted there (a FIFO would block a plain open forever, a link would redirect
+    it) is unlinked first, without being opened. O_NONBLOCK: should anything still race in,
+    the open fails instead of waiting."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK
+    for _ in range(3):
+        try:
+            return os.open(name, flags, mode, dir_fd=into)
+        except FileExistsError:
+            try:
+                os.unlink(name, dir_fd=into)
+            except IsADirectoryError:
+                shutil.rmtree(os.path.join(f"/proc/self/fd/{into}", name), ignore_errors=True)
+            except FileNotFoundError:
+                pass
+    raise OSError(f"{name}: something keeps replacing it while the tests are staged")

@@ -113,8 +113,9 @@ def stand_in_for(runtime: Runtime, ref: str) -> StandIn | None:
     if chosen is None:
         raise BuildFailed(
             f"FROM {ref}: not present locally, orchestra never pulls, and no offline base is "
-            "near enough to stand in (Debian bookworm/trixie/bullseye stand in for python, "
-            "debian and ubuntu images). Load the image (`docker load`) or use one of those.")
+            "near enough to stand in (the Debian bases `orchestra images bootstrap` builds stand "
+            "in for python, debian and ubuntu images). Load the image (`docker load`) or use one "
+            "of those.")
     return chosen
 
 

@@ -6,6 +6,7 @@ module owns the order of creation and the reverse order of removal (also on erro
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 import uuid
@@ -260,9 +261,16 @@ def reset_verifier_logs(box: Sandbox) -> None:
         return
     target = box.loop_disk.logs / Path(VERIFIER_LOGS).name
     if target.is_symlink() or target.is_file():
-        target.unlink()
+        target.unlink(missing_ok=True)
     elif target.is_dir():
-        shutil.rmtree(target)
+        # renamed away first (atomic, whatever a live agent process is writing in it), then
+        # removed best-effort: a process churning files there cannot fail the grading
+        trash = box.loop_disk.logs / f".orchestra-trash-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(target, trash)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(trash, ignore_errors=True)
 
 
 def close_sandbox(runtime: Runtime, box: Sandbox) -> float:

@@ -81,6 +81,15 @@ class Task:
         return ignored_fields(self.config)
 
     @property
+    def schema_warning(self) -> str | None:
+        """schema_version is read, never gated (Harbor never branches on it): a major
+        version Harbor has not published is a warning, not a refusal."""
+        version = self.config.schema_version or self.config.version
+        if version is None or version.split(".")[0] == "1":
+            return None
+        return f"schema_version {version!r} is not one Harbor defines (1.x); read as 1.x"
+
+    @property
     def uses_relay(self) -> bool:
         return self.config.relay.enabled or bool(self.seeds)
 
@@ -191,28 +200,45 @@ def load_task(path: Path) -> Task:
 
 
 def find_task_dirs(root: Path) -> list[Path]:
-    """A task directory holds task.toml; a dataset is any folder above some."""
+    """A task directory holds task.toml; a dataset is any folder above some. Below a task
+    nothing more is looked for: a task.toml inside a task's own files (a task about
+    writing tasks ships one as data) is data, as Harbor takes it."""
     root = root.resolve()
     if not root.exists():
         raise InputError(f"{root}: no such file or directory")
-    if (root / "task.toml").is_file():
-        return [root]
-    found = sorted(p.parent for p in root.rglob("task.toml"))
+    found, todo = [], [root]
+    while todo:
+        folder = todo.pop()
+        if (folder / "task.toml").is_file():
+            found.append(folder)
+            continue
+        try:
+            todo.extend(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()
+                        and not p.name.startswith("."))
+        except OSError:
+            continue
     if not found:
         raise InputError(f"{root}: no task.toml found below this path")
-    return found
+    return sorted(found)
 
 
-def load_tasks(root: Path) -> list[Task]:
-    """Load every task under root; collect the problems of all of them before failing."""
-    tasks, problems = [], []
+def load_tasks_lenient(root: Path) -> tuple[list[Task], dict[Path, list[str]]]:
+    """Every task under root that loads, and the problems of each one that does not (the
+    doctor names them; `run --skip-broken` leaves them out)."""
+    tasks, problems = [], {}
     for task_dir in find_task_dirs(root):
         try:
             tasks.append(load_task(task_dir))
         except InputError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise InputError(problems)
+            problems[task_dir] = list(exc.problems)
+    return tasks, problems
+
+
+def load_tasks(root: Path) -> list[Task]:
+    """Load every task under root; collect the problems of all of them before failing."""
+    tasks, invalid = load_tasks_lenient(root)
+    if invalid:
+        raise InputError([problem for problems in invalid.values() for problem in problems])
     names = [t.name for t in tasks]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

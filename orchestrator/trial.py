@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import os
 import shlex
 import threading
 import time
@@ -265,6 +266,11 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
     except BuildFailed as exc:
         result.failure_mode, result.error = FailureMode.BUILD_ERROR, str(exc)[-4000:]
     except Exception as exc:  # the engine failed, or orchestra did: never lose the result
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC and _own_disk_full(ctx, box, exc):
+            result.failure_mode = FailureMode.DISK_LIMIT  # the agent filled its own disk
+            result.error = (f"the trial's own disk is full (storage_mb="
+                            f"{task.config.environment.storage_mb}): {exc}")
+            return _finish(ctx, result, paths, box, relay, proxy, trial_secrets, egress)
         if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:  # the host is full: stop the
             result.failure_mode, result.error = FailureMode.INFRA_ERROR, f"host disk full: {exc}"
             try:  # job (scheduler), after removing this trial's sandbox
@@ -281,6 +287,21 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
         log.error("trial.error", trial=tid[:12], task=task.name, error=result.error,
                   traceback=traceback.format_exc(limit=8))
     return _finish(ctx, result, paths, box, relay, proxy, trial_secrets, egress)
+
+
+def _own_disk_full(ctx: TrialContext, box: Sandbox | None, exc: OSError) -> bool:
+    """ENOSPC from the trial's own loop disk (its blocks or inodes, used up by the agent) is
+    the trial's disk_limit; only the job folder's filesystem filling up stops the job."""
+    if box is None or box.loop_disk is None:
+        return False
+    mount = str(box.loop_disk.mountpoint)
+    if exc.filename and str(exc.filename).startswith(mount):
+        return True
+    try:  # no file named: whichever filesystem is really out of room decides
+        job = os.statvfs(ctx.job_dir)
+        return job.f_bavail * job.f_frsize > 64 * 2**20 and job.f_favail > 1000
+    except OSError:
+        return False
 
 
 def _finish(ctx: TrialContext, result: TrialResult, paths: TrialDir, box: Sandbox | None,

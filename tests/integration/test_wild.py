@@ -78,7 +78,9 @@ def test_wild_shapes_load_build_on_stand_ins_and_score_honestly(runtime, tmp_pat
                    "echo '{\"correctness\": 1, \"performance\": 0.5}' > /logs/verifier/reward.json\n")
     make_task(ds, "compose-named-data", toml=SMALL, solve="touch /app/ok\n",
               dockerfile="FROM debian:bookworm-slim\nWORKDIR /app\nCOPY docker-compose.yml /app/\n",
-              files={"environment/docker-compose.yml": "services:\n  web:\n    ports: ['80:80']\n"},
+              files={"environment/docker-compose.yml": "services:\n  web:\n    ports: ['80:80']\n",
+                     # a task about writing tasks ships one as data: not a task of the dataset
+                     "environment/template/task.toml": "[agent\nnot toml at all\n"},
               test="mkdir -p /logs/verifier\n[ -f /app/docker-compose.yml ] && [ -e /app/ok ] && echo 1 "
                    "> /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
     make_task(ds, "ubuntu", toml=SMALL, dockerfile="FROM ubuntu:24.04\nWORKDIR /app\n",
@@ -97,7 +99,7 @@ def test_wild_shapes_load_build_on_stand_ins_and_score_honestly(runtime, tmp_pat
         "compose-named-data": ("none", 1.0), "ubuntu": ("none", 1.0)}, {n: r.error for n, r in t.items()}
     assert job.mean_reward == round((4 + 0.75) / 5, 6)
     wild = t["pytest-at-grading"]
-    assert wild.ignored_fields[-1] == "environment.image" and wild.schema_version is None
+    assert wild.ignored_fields[-1] == "environment.image" and wild.schema_version == "2.0"  # read, not gated
     assert wild.stand_ins[0]["stand_in"] == "orchestra/base:bookworm" and wild.stand_ins[0]["python"] == "3.11"
     assert t["trixie-python"].stand_ins[0]["release"] == "trixie"
     assert t["two-keys"].reward == {"correctness": 1.0, "performance": 0.5}
@@ -125,6 +127,7 @@ def test_the_doctor_names_every_verdict_caches_it_and_run_skips_the_broken(runti
     leaky = make_task(ds, "leaky", toml=SMALL, solve="touch /app/ok\n", test=CHECK, dockerfile=LEAKY_DOCKERFILE)
     (leaky / "environment/test.sh").write_text((leaky / "tests/test.sh").read_text())  # COPY . ships the test
     make_task(ds, "unbuildable", toml=SMALL, dockerfile="FROM node:20\nRUN true\n", solve="touch /app/ok\n")
+    (make_task(ds, "invalid", toml=SMALL) / "tests/test.sh").unlink()  # as 5 tasks of one dataset
     jobs = tmp_path / "jobs"
     env = {**os.environ, "ORCHESTRA_CACHE": str(tmp_path / "cache"), "COLUMNS": "250"}
     proc = subprocess.run([ORCHESTRA, "tasks", "doctor", str(ds), "--jobs-dir", str(jobs), "--json"],
@@ -133,7 +136,8 @@ def test_the_doctor_names_every_verdict_caches_it_and_run_skips_the_broken(runti
     found = {Path(d["path"]).name: d for d in json.loads(proc.stdout)}
     assert {name: d["verdict"] for name, d in found.items()} == {
         "healthy": "healthy", "offline-test": "broken", "weak": "weak-test", "no-solution": "no-solution",
-        "leaky": "leaky", "unbuildable": "broken"}, found
+        "leaky": "leaky", "unbuildable": "broken", "invalid": "invalid"}, found
+    assert "tests/test.sh: missing" in found["invalid"]["reason"]
     assert "needs a network this host lacks" in found["offline-test"]["reason"]
     assert "the image holds tests/test.sh at /app/test.sh" in found["leaky"]["reason"]
     assert found["unbuildable"]["reason"].startswith("build failed") and "node:20" in found["unbuildable"]["reason"]
@@ -147,5 +151,5 @@ def test_the_doctor_names_every_verdict_caches_it_and_run_skips_the_broken(runti
                               "--jobs-dir", str(jobs), "--job-name", "after", "--json", "-"],
                              capture_output=True, text=True, env=env, timeout=600)
     assert skipped.returncode == 0, skipped.stderr[-2000:]
-    assert "--skip-broken: 4 task(s)" in skipped.stderr
+    assert "--skip-broken: 5 task(s)" in skipped.stderr  # 2 broken, leaky, no-solution, invalid
     assert json.loads(skipped.stdout)["n_trials"] == 2  # healthy and weak

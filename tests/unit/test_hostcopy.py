@@ -118,10 +118,49 @@ def test_a_thousand_level_tree_is_walked_without_recursion_errors_and_the_deep_p
         os.close(fd)
         fd = inner
     os.close(fd)
-    made = host_tar(logs, "artifacts", cap_bytes=10**6, file_cap_bytes=None, cap_entries=10_000)
-    out = tmp_path / "out"
-    report = safe_extract(made.chunks, out, strip_prefix="artifacts")
+    try:
+        made = host_tar(logs, "artifacts", cap_bytes=10**6, file_cap_bytes=None, cap_entries=10_000)
+        out = tmp_path / "out"
+        report = safe_extract(made.chunks, out, strip_prefix="artifacts")
+    finally:
+        _remove_deep(logs)  # shutil.rmtree (pytest's own clean-up) recurses: it would fail
     assert (out / "normal.txt").read_text() == "fine\n" and report.files == 1
     assert made.unlisted == 1  # the folder below MAX_DEPTH, not entered
     depth = max(len(p.relative_to(out).parts) for p in out.rglob("*"))
     assert MAX_DEPTH <= depth <= MAX_DEPTH + 2
+
+
+def _remove_deep(folder) -> None:
+    """Remove a chain of nested `d` folders bottom-up without recursion."""
+    fds = [os.open(folder, os.O_RDONLY)]
+    while "d" in os.listdir(fds[-1]):
+        fds.append(os.open("d", os.O_RDONLY, dir_fd=fds[-1]))
+    while len(fds) > 1:
+        os.close(fds.pop())
+        os.rmdir("d", dir_fd=fds[-1])
+    os.close(fds[0])
+
+
+def test_staging_over_a_planted_fifo_never_blocks_and_writes_a_regular_file(tmp_path):
+    """Issue 26: a live agent process that planted a FIFO where a staged test goes blocked
+    the grading thread (a plain open for writing waits for a reader)."""
+    import signal
+
+    from orchestrator.hostcopy import _copy_into
+
+    source = tmp_path / "tests"
+    source.mkdir()
+    (source / "test.sh").write_text("echo graded\n")
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    os.mkfifo(staged / "test.sh")
+    fd = os.open(staged, os.O_RDONLY)
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("staging blocked on the FIFO"))
+    signal.alarm(5)
+    try:
+        _copy_into(source, fd)
+    finally:
+        signal.alarm(0)
+        os.close(fd)
+    assert stat.S_ISREG(os.lstat(staged / "test.sh").st_mode)
+    assert (staged / "test.sh").read_text() == "echo graded\n"

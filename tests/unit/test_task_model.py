@@ -155,7 +155,8 @@ def test_keys_harbor_ignores_are_accepted_and_listed(tmp_path):
         "name", "category", "difficulty", "languages", "expert_time_estimate_hours",
         "agent.timeout", "environment.image", "steps[0].dependencies",
         "steps[0].inherit_prior_session"]
-    assert task.config.version == "2.0"  # read, not gated
+    assert task.config.version == "2.0"  # read, not gated: a warning
+    assert task.schema_warning == "schema_version '2.0' is not one Harbor defines (1.x); read as 1.x"
     assert task.config.agent.timeout_sec == 30  # what is defined still means what it says
     assert load_task(make_task(tmp_path, "plain")).ignored_fields == []
 
