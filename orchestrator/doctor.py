@@ -51,6 +51,8 @@ NETWORK_SIGNS = re.compile(
     r"Could not connect to|unable to access 'https?://[^']+'|getaddrinfo|ENOTFOUND|"
     r"failed to resolve|dial tcp)", re.IGNORECASE)
 NOT_FOUND = re.compile(r"(?:^|\s)(\S+): (?:command )?not found", re.MULTILINE)
+NO_MODULE = re.compile(r"No module named '?([\w.]+)")
+FETCHES = re.compile(r"\b(pip3?|uv|uvx|curl|wget|npm|apt-get|git\s+clone)\b")
 
 
 @dataclass
@@ -157,7 +159,7 @@ def classify(task: Task, oracle: TrialResult | None, nop: TrialResult | None,
     if not task.has_solution:
         d.verdict, d.reason = "no-solution", "no solution/solve.sh: the oracle cannot tell"
     elif oracle is None or oracle.headline < 1.0:
-        d.verdict, d.reason = "broken", _why_broken(oracle, oracle_job)
+        d.verdict, d.reason = "broken", _why_broken(oracle, oracle_job, task)
         return d
     if d.nop is not None and d.nop > 0:
         d.verdict, d.reason = "weak-test", f"nop scores {d.nop:g} without doing anything"
@@ -166,7 +168,7 @@ def classify(task: Task, oracle: TrialResult | None, nop: TrialResult | None,
     return d
 
 
-def _why_broken(oracle: TrialResult | None, job_dir: Path) -> str:
+def _why_broken(oracle: TrialResult | None, job_dir: Path, task: Task) -> str:
     if oracle is None:
         return "the oracle did not run"
     mode, error = oracle.failure_mode, (oracle.error or "").strip()
@@ -188,6 +190,13 @@ def _why_broken(oracle: TrialResult | None, job_dir: Path) -> str:
         why += f"; the test needs a network this host lacks ({sign.group(1)})"
     elif missing := NOT_FOUND.search(tail):
         why += f"; the test's `{missing.group(1)}` is not in the image"
+    elif module := NO_MODULE.search(tail):
+        why += f"; the test's python module `{module.group(1)}` is not in the image"
+    tests = "\n".join((d / "test.sh").read_text(errors="replace") for d in task.tests_dirs
+                      if (d / "test.sh").is_file())
+    if task.config.network_for("verifier") == "no-network" and (fetch := FETCHES.search(tests)):
+        why += (f"; test.sh fetches ({fetch.group(1)}) at grading time but the task gives its "
+                "verifier no network (allow_internet = false / network_mode), here as in Harbor")
     if stood:
         why += f"; image stood in: {stood}"
     return why
@@ -202,9 +211,15 @@ def _verifier_output(oracle: TrialResult, job_dir: Path) -> str:
     return ""
 
 
+_TELLING = re.compile(r"(failed|error|not found|no such|denied|unable|cannot|refused)", re.IGNORECASE)
+
+
 def _last_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return (lines[-1] if lines else text)[:300]
+    """The line that says what went wrong: the last one that sounds like an error (a build
+    log ends with the step it stopped at, not with why), else the last line."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in text.splitlines() if line.strip()]
+    telling = [line for line in lines if _TELLING.search(line)]
+    return ((telling or lines)[-1] if lines else text)[:300]
 
 
 # ---- leak preflight --------------------------------------------------------------------

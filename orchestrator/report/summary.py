@@ -51,6 +51,15 @@ def render_job(job: JobResult, trials: list[TrialResult], console: Console | Non
                       f"the agent could influence its grade ({static} of them ran test.sh under the "
                       "host's read-only static bash; what test.sh calls was still the agent's). "
                       "Use environment_mode = \"separate\" where that matters.", markup=False)
+    stood: dict[str, dict] = {}
+    for r in trials:
+        for entry in r.stand_ins:
+            stood.setdefault(entry.get("reference", "?"), entry)
+    for ref, entry in sorted(stood.items()):  # what the images were really built on, said plainly
+        console.print(f"note: FROM {ref} is not on this engine; built on {entry.get('stand_in')} "
+                      f"(python {entry.get('python')}): {entry.get('reason')}"
+                      + (f". WARNING: {entry['warning']}" if entry.get("warning") else ""),
+                      markup=False, highlight=False, soft_wrap=True)
     void = [r for r in trials if r.voided_reward is not None]
     if void:
         console.print(f"void: {len(void)} trial(s) voided by the audit (answer leak) count as "
