@@ -48,8 +48,10 @@ NETWORK_SIGNS = re.compile(
     r"(Could not resolve host|Temporary failure in name resolution|Name or service not known|"
     r"certificate verify failed|CERTIFICATE_VERIFY_FAILED|Network is unreachable|"
     r"Connection refused|No matching distribution found|Failed to establish a new connection|"
-    r"Could not connect to|unable to access 'https?://[^']+'|getaddrinfo|ENOTFOUND|"
+    r"Could not connect to|unable to access 'https?://[^']+'|\bgetaddrinfo\b|"
     r"failed to resolve|dial tcp)", re.IGNORECASE)
+NPM_OFFLINE = re.compile(r"\bENOTFOUND\b|\bEAI_AGAIN\b")  # npm's, case-sensitive: not FileNotFoundError
+MISSING_FILE = re.compile(r"No such file or directory: '([^']+)'")
 NOT_FOUND = re.compile(r"(?:^|\s)(\S+): (?:command )?not found", re.MULTILINE)
 NO_MODULE = re.compile(r"No module named '?([\w.]+)")
 FETCHES = re.compile(r"\b(pip3?|uv|uvx|curl|wget|npm|apt-get|git\s+clone)\b")
@@ -176,8 +178,8 @@ def _why_broken(oracle: TrialResult | None, job_dir: Path, task: Task) -> str:
                       for s in oracle.stand_ins)
     tail = _verifier_output(oracle, job_dir)
     if mode == FailureMode.BUILD_ERROR:
-        sign = NETWORK_SIGNS.search(error)
-        why = "build failed" + (f", needing a network this host lacks ({sign.group(1)})" if sign else "")
+        sign = NETWORK_SIGNS.search(error) or NPM_OFFLINE.search(error)
+        why = "build failed" + (f", needing a network this host lacks ({sign.group(0)})" if sign else "")
         return f"{why}: {_last_line(error)}" + (f" [{stood}]" if stood else "")
     if mode == FailureMode.INFEASIBLE:
         return f"infeasible here: {error}"
@@ -186,8 +188,10 @@ def _why_broken(oracle: TrialResult | None, job_dir: Path, task: Task) -> str:
     if mode != FailureMode.NONE:
         return f"{mode.value}: {_last_line(error)}"
     why = f"the oracle scores {oracle.headline:g}"
-    if sign := NETWORK_SIGNS.search(tail):
-        why += f"; the test needs a network this host lacks ({sign.group(1)})"
+    if sign := NETWORK_SIGNS.search(tail) or NPM_OFFLINE.search(tail):
+        why += f"; the test needs a network this host lacks ({sign.group(0)})"
+    elif gone := MISSING_FILE.search(tail):
+        why += f"; the test reads {gone.group(1)}, which the task does not ship"
     elif missing := NOT_FOUND.search(tail):
         why += f"; the test's `{missing.group(1)}` is not in the image"
     elif module := NO_MODULE.search(tail):

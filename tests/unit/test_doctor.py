@@ -44,3 +44,13 @@ def test_no_solution(tmp_path):
     (path / "solution/solve.sh").unlink()
     d = classify(load_task(path), None, trial(0.0), tmp_path)
     assert d.verdict == "no-solution" and d.nop == 0.0
+
+
+def test_a_missing_test_file_is_named_and_not_taken_for_a_network_error(tmp_path):
+    task = load_task(make_task(tmp_path, "t"))
+    job = tmp_path / "job"
+    out = job / "trials" / f"t__{'a' * 12}" / "verifier"
+    out.mkdir(parents=True)
+    (out / "test-stdout.txt").write_text("E   FileNotFoundError: [Errno 2] No such file or directory: '/tests/data/h1.cryo'\n")
+    d = classify(task, trial(0.0), trial(0.0), job)
+    assert "network" not in d.reason and "the test reads /tests/data/h1.cryo, which the task does not ship" in d.reason
