@@ -74,9 +74,12 @@ class Diagnosis:
         return asdict(self)
 
 
+RULES_VERSION = "2"  # bump when classify()'s reasons change: cached verdicts are then redone
+
+
 def cache_key(task: Task) -> str:
-    return hashlib.sha256(f"{task.content_hash}\0{orchestrator.__version__}\0{BASE_VERSION}".encode()
-                          ).hexdigest()[:24]
+    key = f"{task.content_hash}\0{orchestrator.__version__}\0{BASE_VERSION}\0{RULES_VERSION}"
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
 def cache_dir() -> Path:
