@@ -29,12 +29,17 @@ def test_verdicts(tmp_path):
     assert slow.verdict == "broken" and "timeout" in slow.reason
 
 
-def test_the_verifier_output_names_what_was_missing(tmp_path):
+def verifier_said(tmp_path, text: str):
+    """A task, and the oracle's job folder whose verifier printed `text`."""
     task = load_task(make_task(tmp_path, "t"))
-    job = tmp_path / "job"
-    out = job / "trials" / f"t__{'a' * 12}" / "verifier"
+    out = tmp_path / "job" / "trials" / f"t__{'a' * 12}" / "verifier"
     out.mkdir(parents=True)
-    (out / "test-stdout.txt").write_text("ERROR: ...\n/tests/test.sh: line 4: pytest: command not found\n")
+    (out / "test-stdout.txt").write_text(text)
+    return task, tmp_path / "job"
+
+
+def test_the_verifier_output_names_what_was_missing(tmp_path):
+    task, job = verifier_said(tmp_path, "ERROR: ...\n/tests/test.sh: line 4: pytest: command not found\n")
     d = classify(task, trial(0.0), trial(0.0), job)
     assert d.verdict == "broken" and "`pytest` is not in the image" in d.reason
 
@@ -47,10 +52,7 @@ def test_no_solution(tmp_path):
 
 
 def test_a_missing_test_file_is_named_and_not_taken_for_a_network_error(tmp_path):
-    task = load_task(make_task(tmp_path, "t"))
-    job = tmp_path / "job"
-    out = job / "trials" / f"t__{'a' * 12}" / "verifier"
-    out.mkdir(parents=True)
-    (out / "test-stdout.txt").write_text("E   FileNotFoundError: [Errno 2] No such file or directory: '/tests/data/h1.cryo'\n")
+    task, job = verifier_said(
+        tmp_path, "E   FileNotFoundError: [Errno 2] No such file or directory: '/tests/data/h1.cryo'\n")
     d = classify(task, trial(0.0), trial(0.0), job)
     assert "network" not in d.reason and "the test reads /tests/data/h1.cryo, which the task does not ship" in d.reason
