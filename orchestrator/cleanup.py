@@ -44,6 +44,14 @@ def own(label: str) -> list[str]:
     return [label, f"{LABEL_PID}={os.getpid()}"]
 
 
+def _scope(label: str | list[str]) -> tuple[list[str], str | None, bool]:
+    """The labels to match, the job they name (if the first is a job label), and whether
+    they are narrowed to this process (own())."""
+    labels = [label] if isinstance(label, str) else label
+    job = labels[0].partition("=")[2] if labels[0].startswith(LABEL_JOB + "=") else None
+    return labels, job, any(lab.startswith(LABEL_PID + "=") for lab in labels)
+
+
 def reap(runtime: Runtime, label: str | list[str]) -> dict[str, int]:
     """Remove containers, volumes, networks (and their loop disks) carrying a label (or
     every label of a list: `own(label)` for this process's only).
@@ -52,14 +60,13 @@ def reap(runtime: Runtime, label: str | list[str]) -> dict[str, int]:
     object, e.g. a trial's own clean-up or a Ray node's reaper on a shared engine), and an
     object that cannot be removed is logged by name and left for `remaining()` to report.
     """
-    labels = [label] if isinstance(label, str) else label
+    labels, job, mine = _scope(label)
     containers, networks, volumes = runtime.labelled(*labels)
     failed = 0
     for kind, remove, names in (("container", runtime.remove, containers),
                                 ("volume", runtime.remove_volume, volumes)):
         failed += sum(not try_remove(kind, remove, name) for name in names)
-    job = labels[0].partition("=")[2] if labels[0].startswith(LABEL_JOB + "=") else None
-    disks = disk.reap_loop_disks(job, own=len(labels) > 1) if job or labels[0] == LABEL_KIND else 0
+    disks = disk.reap_loop_disks(job, own=mine) if job or labels[0] == LABEL_KIND else 0
     failed += sum(not try_remove("network", runtime.remove_network, n) for n in networks)
     return {"containers": len(containers), "networks": len(networks), "volumes": len(volumes),
             "disks": disks, "failed": failed}
@@ -76,13 +83,12 @@ def try_remove(kind: str, remove, name: str) -> bool:
 
 def remaining(runtime: Runtime, label: str | list[str]) -> list[str]:
     """What still carries `label` (and loop disks of that job): "kind name" lines."""
-    labels = [label] if isinstance(label, str) else label
+    labels, job, mine = _scope(label)
     containers, networks, volumes = runtime.labelled(*labels)
     left = ([f"container {c[:12]}" for c in containers] + [f"network {n}" for n in networks]
             + [f"volume {v}" for v in volumes])
-    job = labels[0].partition("=")[2] if labels[0].startswith(LABEL_JOB + "=") else None
     if job is not None:
-        left += [f"loop disk {d}" for d in disk.mounted_disks(job, own=len(labels) > 1)]
+        left += [f"loop disk {d}" for d in disk.mounted_disks(job, own=mine)]
     return left
 
 

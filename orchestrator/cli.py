@@ -391,22 +391,18 @@ def _writable(jobs_dir: Path) -> None:
 
 
 def _note_ignored_fields(tasks) -> None:
-    """Keys Harbor ignores are accepted, never silently: one stderr line per set of keys,
-    naming its tasks (each trial's result.json records its own as ignored_fields)."""
-    groups: dict[tuple[str, ...], list[str]] = {}
+    """Keys Harbor ignores are accepted, never silently: one stderr line per set of keys
+    (and per schema warning), naming its tasks (each result.json records its own)."""
+    lines: dict[str, list[str]] = {}
     for task in tasks:
         if task.ignored_fields:
-            groups.setdefault(tuple(task.ignored_fields), []).append(task.name)
-    warned: dict[str, list[str]] = {}
-    for task in tasks:
+            label = f"note: ignored (Harbor ignores them too): {', '.join(task.ignored_fields)}"
+            lines.setdefault(label, []).append(task.name)
         if task.schema_warning:
-            warned.setdefault(task.schema_warning, []).append(task.name)
-    for lines in (groups, warned):
-        for what, names in lines.items():
-            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-            label = (f"note: ignored (Harbor ignores them too): {', '.join(what)}"
-                     if isinstance(what, tuple) else f"warning: {what}")
-            err.print(f"{label}: {shown}", markup=False, highlight=False, soft_wrap=True)
+            lines.setdefault(f"warning: {task.schema_warning}", []).append(task.name)
+    for label, names in lines.items():
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        err.print(f"{label}: {shown}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _report_gate(regression, baseline: Path, job_dir: Path, fail_on_regression: bool, human) -> None:
