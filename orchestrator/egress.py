@@ -11,29 +11,169 @@ through only destinations the allowlist names, exactly as Harbor classifies entr
 - `192.0.2.7`, `2001:db8::1`: that address (also when a name resolves to it);
 - `192.0.2.0/24`, `2001:db8::/32`: any address in the range.
 
-A name matched by a name rule is resolved here and connected as is; a name that only an
-address rule could allow is resolved once and the connection goes to the address that
-matched (no second lookup to rebind). Everything else gets `403` with the reason. A
-program that ignores the proxy variables has no way out at all: the allowlist fails closed.
+A name is resolved here once and the connection goes to an address of that answer (no
+second lookup to rebind). Everything else gets `403` with the reason. A program that
+ignores the proxy variables has no way out at all: the allowlist fails closed.
+
+Whatever the allowlist says (`10.0.0.0/8` covers orchestra's own subnets), the proxy never
+connects to the host itself: loopback, link-local (cloud metadata), unspecified and
+multicast addresses, orchestra's trial subnets, any address of the host's own interfaces
+and the subnets of its bridges (other trials' relays and model proxies, other containers).
+The refusal says which rule it met.
+
+Plain-HTTP requests go through the same bounds as the relay's (httpserve): a body is framed
+by a valid Content-Length no larger than MAX_BODY, checked before a byte is read, and is
+streamed to the destination at most BODY_RATE a second, never held whole. The Host header
+sent on is the destination's own (the URL's), never the client's.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import select
 import socket
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler
 
-from orchestrator.httpserve import BackgroundServer
+from orchestrator.httpserve import BackgroundServer, HttpError
 from orchestrator.log import get_logger
+from orchestrator.runtime.subnets import DEFAULT_RANGE
 
 log = get_logger()
 CONNECT_TIMEOUT_SEC = 10.0
 TUNNEL_IDLE_SEC = 120.0
+MAX_BODY = 256 * 1024 * 1024  # a plain-HTTP request body; larger gets 413 before a byte is read
+BODY_RATE = 16 * 1024 * 1024  # plain-HTTP body bytes a second, streamed
+CHUNK = 64 * 1024
 HOP_HEADERS = {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "te",
                "trailer", "transfer-encoding", "upgrade"}
+
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _local_addresses() -> set[Address]:
+    """Every address of the host's own interfaces (IPv4 from the kernel's LOCAL routes,
+    IPv6 from if_inet6)."""
+    found: set[Address] = set()
+    try:
+        lines = open("/proc/net/fib_trie").read().splitlines()
+    except OSError:
+        lines = []
+    for before, line in zip(lines, lines[1:], strict=False):
+        if "/32 host LOCAL" in line:
+            try:
+                found.add(ipaddress.ip_address(before.strip().lstrip("|-+ ").strip()))
+            except ValueError:
+                pass
+    try:
+        for line in open("/proc/net/if_inet6").read().splitlines():
+            raw = line.split()[0]
+            found.add(ipaddress.ip_address(":".join(raw[i:i + 4] for i in range(0, 32, 4))))
+    except (OSError, IndexError, ValueError):
+        pass
+    return found
+
+
+def _bridge_subnets() -> list[Net]:
+    """The subnets directly attached to the host's bridges (Docker's and orchestra's)."""
+    subnets: list[Net] = []
+    try:
+        rows = open("/proc/net/route").read().splitlines()[1:]
+    except OSError:
+        return subnets
+    for row in rows:
+        cols = row.split()
+        if len(cols) < 8 or cols[2] != "00000000" or not os.path.isdir(f"/sys/class/net/{cols[0]}/bridge"):
+            continue
+        try:
+            net = int.from_bytes(bytes.fromhex(cols[1]), "little")
+            mask = int.from_bytes(bytes.fromhex(cols[7]), "little")
+            subnets.append(ipaddress.ip_network((net, bin(mask).count("1")), strict=False))
+        except ValueError:
+            continue
+    return subnets
+
+
+class HostAddresses:
+    """What the proxy never connects to, read from the kernel (cached for a few seconds:
+    trial bridges come and go)."""
+
+    TTL_SEC = 5.0
+
+    def __init__(self, extra: list[str] | None = None):
+        self.orchestra = ipaddress.ip_network(DEFAULT_RANGE, strict=False)
+        self.extra = [ipaddress.ip_network(e, strict=False) for e in (extra or [])]
+        self._at = -1e9
+        self._local: set[Address] = set()
+        self._bridges: list[Net] = []
+
+    def _refresh(self) -> None:
+        if time.monotonic() - self._at > self.TTL_SEC:
+            self._local, self._bridges = _local_addresses(), _bridge_subnets()
+            self._at = time.monotonic()
+
+    def forbidden(self, address: str) -> str | None:
+        """Why `address` must not be connected to, or None."""
+        try:
+            ip = ipaddress.ip_address(address.split("%")[0])
+        except ValueError:
+            return "not an address"
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if ip.is_loopback:
+            return "loopback"
+        if ip.is_link_local:
+            return "link-local (cloud metadata lives there)"
+        if ip.is_unspecified or ip.is_multicast:
+            return "unspecified or multicast"
+        if ip.version == self.orchestra.version and ip in self.orchestra:
+            return f"orchestra's trial networks ({self.orchestra})"
+        if any(ip.version == n.version and ip in n for n in self.extra):
+            return "a network orchestra keeps out of reach"
+        self._refresh()
+        if ip in self._local:
+            return "an address of this host"
+        if any(ip.version == n.version and ip in n for n in self._bridges):
+            return "a container network on this host"
+        return None
+
+
+class Refused(Exception):
+    """The proxy will not connect there; the message says why."""
+
+
+def connect(host: str, port: int, guard: HostAddresses) -> socket.socket:
+    """A connection to `host` (a name is resolved once here) at an address the guard
+    allows; Refused when every address it has is the host's own."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise OSError(f"cannot resolve {host}: {exc}") from exc
+    reasons, last_error = [], None
+    for family, kind, proto, _name, address in infos:
+        why = guard.forbidden(address[0])
+        if why:
+            reasons.append(f"{address[0]} is {why}")
+            continue
+        sock = socket.socket(family, kind, proto)
+        sock.settimeout(CONNECT_TIMEOUT_SEC)
+        try:
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            last_error = exc
+            continue
+        sock.settimeout(None)
+        return sock
+    if last_error is not None:
+        raise last_error
+    raise Refused(f"{host} resolves only to addresses orchestra never connects to: "
+                  + "; ".join(dict.fromkeys(reasons)))
 
 
 class Allowlist:
@@ -84,8 +224,9 @@ class Allowlist:
 class EgressProxy:
     """One trial's way out under an allowlist; counts what it let through and refused."""
 
-    def __init__(self, host: str, allowed_hosts: list[str]):
+    def __init__(self, host: str, allowed_hosts: list[str], guard: HostAddresses | None = None):
         self.allowlist = Allowlist(allowed_hosts)
+        self.guard = guard or HostAddresses()
         self.open_all = False  # a later phase under `public` (the proxy variables stay set)
         self.allowed: dict[str, int] = {}
         self.refused: dict[str, int] = {}
@@ -95,7 +236,8 @@ class EgressProxy:
         class Handler(_EgressHandler):
             egress = proxy
 
-        self.server = BackgroundServer(Handler, host, name="egress")
+        self.server = BackgroundServer(Handler, host, name="egress", max_body=MAX_BODY,
+                                       body_rate=BODY_RATE)
         self.host = host
 
     @property
@@ -165,7 +307,9 @@ class _EgressHandler(BaseHTTPRequestHandler):
         if target is None:
             return self._refuse(host)
         try:
-            upstream = socket.create_connection((target, int(port)), timeout=CONNECT_TIMEOUT_SEC)
+            upstream = connect(target, int(port), self.egress.guard)
+        except Refused as exc:
+            return self._refuse(host, 403, f"orchestra egress: {exc}\n")
         except OSError as exc:
             return self._refuse(host, 502, f"orchestra egress: {host}:{port} unreachable: {exc}\n")
         self.send_response(200, "Connection established")
@@ -181,25 +325,57 @@ class _EgressHandler(BaseHTTPRequestHandler):
         target = self.egress.decide(url.hostname)
         if target is None:
             return self._refuse(url.hostname)
-        port = url.port or 80
         try:
-            upstream = socket.create_connection((target, port), timeout=CONNECT_TIMEOUT_SEC)
-        except OSError as exc:
+            length = _body_length(self.headers)
+        except HttpError as exc:
+            return self._refuse(url.hostname, exc.status, f"orchestra egress: {exc}\n")
+        try:
+            port = url.port or 80
+            upstream = connect(target, port, self.egress.guard)
+        except Refused as exc:
+            return self._refuse(url.hostname, 403, f"orchestra egress: {exc}\n")
+        except (OSError, ValueError) as exc:
             return self._refuse(url.hostname, 502, f"orchestra egress: {url.hostname} unreachable: {exc}\n")
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            upstream.close()
-            return self._refuse(url.hostname, 411, "orchestra egress: send a Content-Length\n")
-        length = self.headers.get("Content-Length") or "0"
-        body = self.rfile.read(int(length)) if length.isdigit() and int(length) > 0 else b""
         path = urllib.parse.urlunsplit(("", "", url.path or "/", url.query, ""))
-        head = [f"{self.command} {path} HTTP/1.1"]
-        head += [f"{k}: {v}" for k, v in self.headers.items() if k.lower() not in HOP_HEADERS]
+        authority = url.hostname if ":" not in url.hostname else f"[{url.hostname}]"
+        head = [f"{self.command} {path} HTTP/1.1", f"Host: {authority}" + (f":{url.port}" if url.port else "")]
+        head += [f"{k}: {v}" for k, v in self.headers.items() if k.lower() not in HOP_HEADERS | {"host"}]
         head.append("Connection: close")
-        upstream.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+        try:
+            upstream.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+            self._stream_body(upstream, length)
+        except OSError:
+            upstream.close()
+            self.close_connection = True
+            return
         self.close_connection = True
         _tunnel(self.connection, upstream)
 
+    def _stream_body(self, upstream: socket.socket, length: int) -> None:
+        """The request body to the destination in chunks, paced by the server's budget."""
+        budget = self.server.budget  # type: ignore[attr-defined]
+        while length > 0:
+            chunk = self.rfile.read(min(CHUNK, length))
+            if not chunk:
+                raise OSError("the client closed before its body was sent")
+            length -= len(chunk)
+            if budget is not None:
+                time.sleep(budget.pace(len(chunk)))
+            upstream.sendall(chunk)
+
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _forward
+
+
+def _body_length(headers) -> int:
+    """The request body's Content-Length, checked as httpserve checks it."""
+    if "chunked" in (headers.get("Transfer-Encoding") or "").lower():
+        raise HttpError(411, "send a Content-Length (chunked bodies are not accepted)")
+    raw = (headers.get("Content-Length") or "0").strip()
+    if not raw.isdigit():
+        raise HttpError(400, f"Content-Length: {raw[:20]!r} is not a non-negative integer")
+    if int(raw) > MAX_BODY:
+        raise HttpError(413, f"body: {raw} bytes is over the {MAX_BODY} byte limit")
+    return int(raw)
 
 
 def _tunnel(client: socket.socket, upstream: socket.socket) -> None:

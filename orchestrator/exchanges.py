@@ -21,14 +21,15 @@ from pathlib import Path
 
 RECORD = Path("model") / "exchanges.jsonl"
 MAX_LINE = 4 * 1024 * 1024  # a recorded line beyond this keeps its size, not its text
+MAX_TOTAL = 64 * 1024 * 1024  # one trial's exchanges.jsonl; later calls are counted, not written
 
 
 class ExchangeLog:
     """Appends exchanges to a file; thread-safe; `scrub` removes keys before writing."""
 
-    def __init__(self, path: Path, scrub):
-        self.path, self.scrub = path, scrub
-        self.count = 0
+    def __init__(self, path: Path, scrub, max_total: int = MAX_TOTAL):
+        self.path, self.scrub, self.max_total = path, scrub, max_total
+        self.count = self.written_bytes = self.dropped = self.dropped_bytes = 0
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -44,8 +45,18 @@ class ExchangeLog:
             if len(line) > MAX_LINE:
                 line = json.dumps({**head, "request": None, "response": None,
                                    "omitted_bytes": len(line)}).encode()
+            line = self.scrub(line) + b"\n"
+            if self.written_bytes + len(line) > self.max_total:
+                self.dropped += 1  # the cap: counted (and said in the result), never written
+                self.dropped_bytes += len(line)
+                return
             with self.path.open("ab") as out:
-                out.write(self.scrub(line) + b"\n")
+                out.write(line)
+            self.written_bytes += len(line)
+
+    def summary(self) -> dict:
+        return {"exchanges_written": self.count - self.dropped, "exchanges_dropped": self.dropped,
+                "exchanges_dropped_bytes": self.dropped_bytes}
 
 
 def _json_or_text(data: bytes) -> bytes:

@@ -15,7 +15,12 @@ orchestrator or starve another trial:
   after a burst of one full body): decoding JSON holds the GIL (a 2 MB body of tiny values
   costs ~70 ms and ~20 MB), so without it one agent's flood of large bodies stalls every
   other trial's relay and proxy. A body that would wait more than `BODY_WAIT_SEC` gets
-  `429` with `Retry-After`.
+  `429` with `Retry-After`;
+- requests are rate-limited too (a token bucket of `request_rate` a second, a burst of
+  twice that): sixteen keep-alive connections of tiny calls are ~300 requests a second
+  through one server, each a few milliseconds of the GIL, enough to triple another trial's
+  latency (measured). A request past the rate waits (off the GIL) up to BODY_WAIT_SEC,
+  then gets `429` with `Retry-After`.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ MAX_CONNECTIONS = 16
 IDLE_TIMEOUT_SEC = 15.0
 BODY_RATE = 1024 * 1024  # body bytes a second, per server
 BODY_WAIT_SEC = 5.0
+REQUEST_RATE = 50  # requests a second, per server
 REFUSAL_PAUSE_SEC = 0.02
 
 
@@ -70,6 +76,16 @@ class ByteBudget:
             self.waited += wait
             return wait
 
+    def pace(self, n: int) -> float:
+        """Reserve n bytes of a stream already under way: how long to wait, never refused."""
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate) - n
+            self._at = now
+            wait = max(0.0, -self._tokens / self.rate)
+            self.waited += wait
+            return wait
+
 
 class JsonHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -89,6 +105,23 @@ class JsonHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         self.wfile.write(data)
+
+    def parse_request(self) -> bool:
+        """The request line and headers, then this server's request rate: a request past it
+        waits, or is answered 429 before its body is read."""
+        if not super().parse_request():
+            return False
+        requests = getattr(self.server, "requests", None)
+        if requests is None:
+            return True
+        try:
+            time.sleep(requests.take(1))
+        except HttpError as exc:
+            self.reply(429, {"error": {"message": f"orchestra: more than {requests.rate} requests a "
+                                                  "second to this trial's server; retry later"}},
+                       retry_after=exc.retry_after)
+            return False
+        return True
 
     def client_gone(self) -> bool:
         """The client closed its side (it stopped waiting for our answer)."""
@@ -144,9 +177,9 @@ class BoundedServer(ThreadingHTTPServer):
                              # backlog would only make a flood's connects hang instead
 
     def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS,
-                 budget: ByteBudget | None = None):
+                 budget: ByteBudget | None = None, requests: ByteBudget | None = None):
         super().__init__(address, handler)
-        self.budget = budget
+        self.budget, self.requests = budget, requests
         self.slots = threading.BoundedSemaphore(max_connections)
         self.refused = 0  # connections turned away at the cap
 
@@ -184,11 +217,14 @@ class BackgroundServer:
 
     def __init__(self, handler: type[BaseHTTPRequestHandler], host: str, port: int = 0,
                  name: str = "http", path: str = "", max_connections: int = MAX_CONNECTIONS,
-                 max_body: int | None = None):
+                 max_body: int | None = None, body_rate: int = BODY_RATE,
+                 request_rate: int | None = REQUEST_RATE):
         """`max_body`: the largest body a request may have; given, body bytes are also
-        rate-limited (BODY_RATE a second after a burst of one such body)."""
-        budget = ByteBudget(BODY_RATE, max(max_body, BODY_RATE)) if max_body else None
-        self.httpd = BoundedServer((host, port), handler, max_connections, budget)
+        rate-limited (`body_rate` a second after a burst of one such body). `request_rate`:
+        requests a second (a JsonHandler's; None: unbounded)."""
+        budget = ByteBudget(body_rate, max(max_body, body_rate)) if max_body else None
+        requests = ByteBudget(request_rate, 2 * request_rate) if request_rate else None
+        self.httpd = BoundedServer((host, port), handler, max_connections, budget, requests)
         self.path = path
         self._thread = threading.Thread(target=self.httpd.serve_forever,
                                         kwargs={"poll_interval": 0.05}, name=name, daemon=True)

@@ -95,6 +95,12 @@ class NetworkPool:
         return self._claim(internal) or self._create(internal)
 
     def release(self, network: Network) -> None:
+        """Back to the job's free list, every port of its gateway closed again."""
+        if network.host_isolation == "iptables":
+            try:
+                self.runtime.open_host_ports(network, [])
+            except Exception as exc:  # its next claim re-isolates it
+                log.warning("networks.close_ports_failed", network=network.name, error=str(exc)[:300])
         with self._lock:
             self._free[network.internal].append(network)
 

@@ -38,6 +38,9 @@ log = get_logger()
 # A request body's cap (~500k tokens of context). Decoded, 2 MB of tiny JSON values is
 # ~20 MB of objects: the cap and the byte rate (httpserve) bound what an agent costs us.
 MAX_REQUEST = 2 * 1024 * 1024
+# Calls a second through one trial's proxy (httpserve's request rate): an agent with 16
+# workers at one call a second each is well under it; a flood of tiny calls is held to it.
+REQUEST_RATE = 25
 
 
 def upstream_said(status: int, body: bytes) -> str:
@@ -96,7 +99,8 @@ class ModelProxy:
                 self.reply(status, proxy.scrub(json.dumps(body).encode() if isinstance(body, dict) else body),
                            retry_after, content_type=content_type)
 
-        self.server = BackgroundServer(Handler, host, name="model-proxy", path="/v1", max_body=MAX_REQUEST)
+        self.server = BackgroundServer(Handler, host, name="model-proxy", path="/v1", max_body=MAX_REQUEST,
+                                       request_rate=REQUEST_RATE)
 
     @classmethod
     def for_upstream(cls, host: str, upstream: Upstream, budget: Budget,
@@ -275,10 +279,15 @@ class ModelProxy:
                                 + completion * self.prices.get("output", 0.0)) / 1e6
 
     def summary(self) -> dict:
-        budget = self.server.httpd.budget
-        return {**asdict(self.stats), "connections_refused": self.server.refused,
-                "body_rate_refused": budget.refused if budget else 0,
-                "body_rate_waited_sec": round(budget.waited, 2) if budget else 0.0}
+        budget, requests = self.server.httpd.budget, self.server.httpd.requests
+        summary = {**asdict(self.stats), "connections_refused": self.server.refused,
+                   "body_rate_refused": budget.refused if budget else 0,
+                   "body_rate_waited_sec": round(budget.waited, 2) if budget else 0.0,
+                   "request_rate_refused": requests.refused if requests else 0,
+                   "request_rate_waited_sec": round(requests.waited, 2) if requests else 0.0}
+        if self.record is not None:
+            summary.update(self.record.summary())
+        return summary
 
 
 @dataclass

@@ -215,4 +215,5 @@ class ReplayServer(BackgroundServer):
                 else:
                     self.reply(*engine.answer(request))
 
-        super().__init__(Handler, host, port, name="replay", path="/v1")
+        # one replay endpoint serves a whole job's proxies: no per-server request rate
+        super().__init__(Handler, host, port, name="replay", path="/v1", request_rate=None)

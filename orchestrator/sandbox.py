@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class Sandbox:
     volumes: list[VolumeMount] = field(default_factory=list)
     static_tools: bool = False  # the verifier's static tools are mounted (verifier_tools)
     egress: EgressProxy | None = None  # the trial's way out under an allowlist
+    host_ports: list[int] | None = None  # its gateway's ports open to it (None: no firewall)
     allowed_hosts: dict[str, list[str]] = field(default_factory=dict)  # phase -> allowlist
     named_volumes: list[str] = field(default_factory=list)  # compose volumes
     sidecars: dict[str, str] = field(default_factory=dict)  # compose service -> container
@@ -118,6 +120,8 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
         # the verifier): they go to the agent's own processes through exec only.
         box.exec_env = {k: v for k, v in wired.items() if k in SECRET_VARS}
         env = {**env, **{k: v for k, v in wired.items() if k not in SECRET_VARS}}
+        # on the host, the trial reaches the services it was just told of and nothing else
+        box.host_ports = runtime.open_host_ports(box.network, gateway_ports(wired, box.network.gateway))
     if disk.loop_disks_available():
         box.loop_disk = disk.create_loop_disk(box.job, name, environment.storage_mb)
         box.storage_enforcement = "loop-volume+watchdog"
@@ -164,12 +168,27 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
             {}, dirs=[p.lstrip("/") for p in (LOGS, AGENT_LOGS, ARTIFACTS)]))
 
 
+def gateway_ports(env: dict[str, str], gateway: str) -> list[int]:
+    """The ports of the URLs in `env` that point at the trial's gateway."""
+    ports = set()
+    for value in env.values():
+        for word in value.split(","):
+            try:
+                url = urllib.parse.urlsplit(word.strip())
+                if url.hostname == gateway and url.port:
+                    ports.add(url.port)
+            except ValueError:
+                continue
+    return sorted(ports)
+
+
 def applied_limits(runtime: Runtime, box: Sandbox, task: Task) -> AppliedLimits:
     """Read the agent container's quotas back from the engine: what it really got."""
     limits = read_limits(runtime, box.agent_container, task.config.environment.storage_mb,
                          box.storage_enforcement)
     limits.network_internal = box.network.internal if box.network else None
     limits.host_isolation = box.network.host_isolation if box.network else None
+    limits.host_ports = box.host_ports
     return limits
 
 

@@ -54,7 +54,8 @@ class AppliedLimits(BaseModel):
     init: bool | None = None
     network: str | None = None
     network_internal: bool | None = None
-    host_isolation: str | None = None  # iptables (only its own gateway) | none
+    host_isolation: str | None = None  # iptables (only its gateway's opened ports) | none
+    host_ports: list[int] | None = None  # those ports, read back from the firewall
     storage_mb: int | None = None
     storage_enforcement: str | None = None  # storage_opt | loop-volume+watchdog | watchdog
     log_max_size: str | None = None

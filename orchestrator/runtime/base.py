@@ -62,7 +62,7 @@ class Network:
     gateway: str
     subnet: str
     internal: bool
-    host_isolation: str = "none"  # iptables: only its own gateway on the host is reachable
+    host_isolation: str = "none"  # iptables: on the host, only its gateway's opened ports
 
 
 @dataclass
@@ -131,6 +131,11 @@ class Runtime(ABC):
     def adopt_network(self, name: str) -> Network | None:
         """A network made earlier (by this or another process): its addresses, with its
         host isolation re-checked; None if it is gone or any container (running or not) is on it."""
+    def open_host_ports(self, network: Network, ports: list[int]) -> list[int] | None:
+        """Exactly `ports` of the network's gateway open to its containers (the trial's own
+        relay and proxies), read back; None where the runtime cannot isolate the host."""
+        return None
+
     @abstractmethod
     def connect_network(self, container: str, network: str) -> None: ...
     @abstractmethod

@@ -205,6 +205,11 @@ class DockerRuntime(Runtime):
                        internal=bool(info.get("Internal")),
                        host_isolation="iptables" if isolated else "none")
 
+    def open_host_ports(self, network: Network, ports: list[int]) -> list[int] | None:
+        if network.host_isolation != "iptables" or not firewall.open_ports(network.name, network.gateway, ports):
+            return None
+        return firewall.opened(network.name)
+
     def _gateway_of(self, name: str) -> str | None:
         try:
             return _ipam(self.api.inspect_network(name)).get("Gateway")

@@ -1,11 +1,21 @@
-"""Per-trial host isolation (DESIGN 3.5): a trial network reaches only its own gateway.
+"""Per-trial host isolation (DESIGN 3.5): a trial network reaches only its own services.
 
 A container on a Docker bridge (internal or not) can open connections to every address of
 the host: docker0, the host's own interfaces and other trials' gateways, where their relays
-and model proxies listen (measured). Binding a server to a gateway is not isolation. So
-every trial bridge gets one rule in the host's INPUT chain: packets that arrive on that
-bridge for any host address other than its own gateway are rejected (at once, no hang). Traffic through the
-host (FORWARD: public egress) is untouched, and so is the container's own DNS.
+and model proxies listen (measured), and every port of its own gateway, where any host
+service bound to all addresses (sshd, a database, a TCP Docker API) answers (measured).
+Binding a server to a gateway is not isolation. So every trial bridge gets its own chain,
+jumped to from the host's INPUT chain for packets arriving on that bridge:
+
+    ORC-<bridge hash>:  replies to connections the host opened   ACCEPT
+                        TCP to its gateway on an opened port      ACCEPT (one rule per port)
+                        anything else                             REJECT (at once, no hang)
+
+A network starts with no port open; `open_ports` sets the ports of the trial now using it
+(its relay, model proxy and egress proxy), `open_ports(..., [])` closes them again when the
+network goes back to the pool. Traffic through the host (FORWARD: public egress) is
+untouched, and so is the container's own DNS (Docker's resolver lives in the container's
+namespace).
 
 Needs root and iptables; without them the result says `host_isolation: none` and
 authentication (relay signatures, proxy tokens) is what holds.
@@ -32,18 +42,51 @@ def bridge_name(network: str) -> str:
     return "orc" + hashlib.sha256(network.encode()).hexdigest()[:12]
 
 
-def _rule(bridge: str, gateway: str) -> list[str]:
+def chain_name(network: str) -> str:
+    return "ORC-" + bridge_name(network)[3:]
+
+
+def _iptables(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["iptables", "-w", "10", *args], capture_output=True, text=True, timeout=30)
+
+
+def _jump(bridge: str, chain: str) -> list[str]:
+    return ["INPUT", "-i", bridge, "-m", "comment", "--comment", f"orchestra:{bridge}", "-j", chain]
+
+
+def _legacy(bridge: str, gateway: str) -> list[str]:
+    """The one-rule form of orchestra 0.x (every port of the gateway open)."""
     return ["INPUT", "-i", bridge, "!", "-d", gateway, "-m", "comment", "--comment",
             f"orchestra:{bridge}", "-j", "REJECT"]
 
 
+def _fill(chain: str, gateway: str, ports: list[int]) -> bool:
+    """Write the chain whole (iptables-restore: one atomic commit, no moment when it is
+    empty and so open)."""
+    lines = ["*filter", f":{chain} - [0:0]", f"-F {chain}",
+             f"-A {chain} -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT"]
+    lines += [f"-A {chain} -d {gateway}/32 -p tcp -m tcp --dport {int(p)} -j ACCEPT"
+              for p in sorted(set(ports))]
+    lines += [f"-A {chain} -j REJECT --reject-with icmp-port-unreachable", "COMMIT", ""]
+    result = subprocess.run(["iptables-restore", "-w", "10", "--noflush"], input="\n".join(lines),
+                            capture_output=True, text=True, timeout=30)
+    if result.returncode != 0:
+        log.warning("firewall.fill_failed", chain=chain, error=result.stderr.strip()[:300])
+    return result.returncode == 0
+
+
 def isolate(network: str, gateway: str) -> bool:
-    """Drop what the network's containers send to the host, except to its gateway."""
+    """The network's chain (no port open) and the INPUT jump to it."""
     if not available():
         return False
-    bridge = bridge_name(network)
-    result = subprocess.run(["iptables", "-w", "10", "-I", *_rule(bridge, gateway)],
-                            capture_output=True, text=True, timeout=30)
+    bridge, chain = bridge_name(network), chain_name(network)
+    while _iptables("-D", *_legacy(bridge, gateway)).returncode == 0:
+        pass  # a network kept from before chains: its one rule goes
+    if not _fill(chain, gateway, []):
+        return False
+    if _iptables("-C", *_jump(bridge, chain)).returncode == 0:
+        return True
+    result = _iptables("-I", *_jump(bridge, chain))
     if result.returncode != 0:
         log.warning("firewall.isolate_failed", bridge=bridge, error=result.stderr.strip()[:300])
         return False
@@ -51,20 +94,41 @@ def isolate(network: str, gateway: str) -> bool:
 
 
 def ensure(network: str, gateway: str) -> bool:
-    """isolate(), unless the network's rule is already there (a network kept from an
-    earlier job; a host reboot or an iptables flush would have dropped its rule)."""
+    """isolate() again for a network kept from an earlier job (a host reboot or an iptables
+    flush would have dropped its rules; a port a killed job left open is closed)."""
+    return isolate(network, gateway)
+
+
+def open_ports(network: str, gateway: str, ports: list[int]) -> bool:
+    """Exactly `ports` of the gateway open to the network's containers (TCP)."""
     if not available():
         return False
-    checked = subprocess.run(["iptables", "-w", "10", "-C", *_rule(bridge_name(network), gateway)],
-                             capture_output=True, timeout=30)
-    return checked.returncode == 0 or isolate(network, gateway)
+    return _fill(chain_name(network), gateway, ports)
+
+
+def opened(network: str) -> list[int] | None:
+    """The gateway ports open to the network now, read back from the kernel (None: no chain)."""
+    listed = _iptables("-S", chain_name(network))
+    if listed.returncode != 0:
+        return None
+    return sorted(int(line.split("--dport ")[1].split()[0]) for line in listed.stdout.splitlines()
+                  if "--dport" in line and "ACCEPT" in line)
+
+
+def installed(network: str) -> bool:
+    """The network's jump and chain are in place."""
+    return (_iptables("-C", *_jump(bridge_name(network), chain_name(network))).returncode == 0
+            and opened(network) is not None)
 
 
 def release(network: str, gateway: str) -> None:
-    """Remove the network's rule (idempotent: a missing rule is fine)."""
+    """Remove the network's jump and chain (idempotent: missing ones are fine)."""
     if not available():
         return
-    bridge = bridge_name(network)
-    while subprocess.run(["iptables", "-w", "10", "-D", *_rule(bridge, gateway)],
-                         capture_output=True, timeout=30).returncode == 0:
+    bridge, chain = bridge_name(network), chain_name(network)
+    while _iptables("-D", *_jump(bridge, chain)).returncode == 0:
         pass  # delete every copy, should one have been inserted twice
+    while _iptables("-D", *_legacy(bridge, gateway)).returncode == 0:
+        pass
+    _iptables("-F", chain)
+    _iptables("-X", chain)

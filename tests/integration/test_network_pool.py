@@ -9,8 +9,6 @@ iptables rule is checked and re-added), the orphan reaper leaves parked networks
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 from conftest import make_task, run
 from typer.testing import CliRunner
@@ -31,8 +29,7 @@ def pool_dir(runtime, tmp_path, monkeypatch):
 
 
 def _rule_present(name: str, gateway: str) -> bool:
-    return subprocess.run(["iptables", "-w", "10", "-C", *firewall._rule(firewall.bridge_name(name), gateway)],
-                          capture_output=True).returncode == 0
+    return firewall.installed(name)
 
 
 def _exists(runtime, name: str) -> bool:
