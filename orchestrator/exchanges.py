@@ -27,8 +27,9 @@ MAX_TOTAL = 64 * 1024 * 1024  # one trial's exchanges.jsonl; later calls are cou
 class ExchangeLog:
     """Appends exchanges to a file; thread-safe; `scrub` removes keys before writing."""
 
-    def __init__(self, path: Path, scrub, max_total: int = MAX_TOTAL):
-        self.path, self.scrub, self.max_total = path, scrub, max_total
+    def __init__(self, path: Path, scrub, max_total: int | None = None):
+        self.path, self.scrub = path, scrub
+        self.max_total = MAX_TOTAL if max_total is None else max_total
         self.count = self.written_bytes = self.dropped = self.dropped_bytes = 0
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)

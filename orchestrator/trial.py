@@ -31,7 +31,7 @@ from orchestrator.models.manifest import Manifest, flag_env
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.netpool import NetworkPool
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TrialDir
-from orchestrator.report.audit import audit_trajectory
+from orchestrator.report.audit import audit_trajectory, grading_files
 from orchestrator.runtime.base import BuildFailed, Runtime
 from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.sandbox import (
@@ -212,7 +212,8 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             audit = audit_trajectory(
                 where.agent / "trajectory.jsonl", view.facts, view.config.memory.markers,
                 view.config.memory.markers_in_prefix, state_home=roots.state_home,
-                truncated=bool((result.collected.get(AGENT_LOGS) or {}).get("truncated")))
+                truncated=bool((result.collected.get(AGENT_LOGS) or {}).get("truncated")),
+                grading=grading_files(view.path, with_memory=ctx.policy != "memory-on"))
             if derived:
                 audit.mark_incomplete(derived)
             leaks = list(result.memory.get("leaks", []))

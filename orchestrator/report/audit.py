@@ -12,7 +12,14 @@ of use, and the answer-file scan.
   of its fact body lines of 20+ characters. Paths inside the agent's own state root
   (`ORCHESTRA_STATE_HOME`, where memory-on delivers its seeded copies) are removed from
   the arguments first: reading one's own seeded memory is what memory-on is for, never a
-  leak. Any leak voids the trial as answer_leak.
+  leak. Also by content, wherever the agent found it (an image built with `COPY . /app`
+  ships the tests): a successful tool result whose output holds two or more distinctive
+  lines of one of the task's tests/ or solution/ files (lines of 24+ characters that are not
+  in the instruction or an earlier tool call's arguments: what the
+  agent typed itself is never its leak), or one such line of 60+, or the whole of a short
+  file; in memory-off, the
+  same for the seed sources (in memory-on reading them is what the arm is for). Any leak
+  voids the trial as answer_leak.
 - Incomplete: a malformed line or value, no trajectory at all, or a trajectory cut at the
   copy-out cap. The reason is recorded; an audit that could not see everything is never
   reported as clean.
@@ -20,12 +27,59 @@ of use, and the answer-file scan.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 MIN_LEAK_LINE = 20
+MIN_GRADING_LINE = 24  # a line of a grading file this long is distinctive enough to count
+MIN_WHOLE_FILE = 40  # a grading file with one such line counts whole, if at least this long
+MIN_TELLING_LINE = 60  # one distinctive line this long is enough on its own
+MAX_GRADING_BYTES = 1024 * 1024  # larger files (data, binaries) are not fingerprinted
+
+
+@dataclass(frozen=True)
+class GradingFile:
+    """One file the agent must never see: its distinctive lines, or its whole text."""
+
+    relative: str  # tests/test.sh, solution/solve.sh, memory/project/x.md
+    lines: frozenset[str]
+    whole: str | None
+
+
+def _text_lines(path: Path) -> list[str]:
+    try:
+        if path.stat().st_size > MAX_GRADING_BYTES:
+            return []
+        text = path.read_bytes().decode()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [ln.strip() for ln in text.splitlines()]
+
+
+@functools.lru_cache(maxsize=256)
+def grading_files(task_dir: Path, with_memory: bool) -> tuple[GradingFile, ...]:
+    """The task's tests/, solution/ (and with `with_memory` its memory/) text files,
+    fingerprinted. Lines the instruction also holds are left out (environment/ is not: a
+    copy of the tests there is exactly the mistake to catch)."""
+    known: set[str] = set(_text_lines(task_dir / "instruction.md"))
+    folders = ["tests", "solution"] + (["memory"] if with_memory else [])
+    found = []
+    for folder in folders:
+        root = task_dir / folder
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*"))[:500]:
+            if not path.is_file() or path.name == "seeds.toml":
+                continue
+            lines = [ln for ln in _text_lines(path) if len(ln) >= MIN_GRADING_LINE and ln not in known]
+            whole = "\n".join(ln for ln in _text_lines(path) if ln)
+            if lines or len(whole) >= MIN_WHOLE_FILE:
+                found.append(GradingFile(str(path.relative_to(task_dir)), frozenset(lines),
+                                         whole if len(lines) < 2 and len(whole) >= MIN_WHOLE_FILE else None))
+    return tuple(found)
 
 
 @dataclass
@@ -102,6 +156,26 @@ def _without_state_root(text: str, state_home: str | None) -> str:
     return re.sub(re.escape(state_home.rstrip("/")) + r"/[^\s'\"`;|&<>)]*", " ", text)
 
 
+def _content_leak(output: str, grading, typed: list[str]) -> str | None:
+    """A grading file's content in a tool's output, beyond what the agent typed itself."""
+    if len(output) < MIN_GRADING_LINE:
+        return None
+    flat = "\n".join(ln.strip() for ln in output.splitlines() if ln.strip())
+
+    def own(text: str) -> bool:
+        return any(text in args for args in typed)
+
+    for item in grading:
+        seen = [ln for ln in item.lines if ln in flat]
+        if seen:
+            seen = [ln for ln in seen if not own(ln)]  # searched only when there is a match
+        if len(seen) >= 2 or any(len(ln) >= MIN_TELLING_LINE for ln in seen):
+            return f"a tool's output holds {len(seen)} line(s) of {item.relative}"
+        if item.whole and item.whole in flat and not own(item.whole):
+            return f"a tool's output holds {item.relative}"
+    return None
+
+
 def _leak(event: dict, facts, state_home: str | None = None) -> str | None:
     tool = event.get("tool")
     if event.get("kind") != "tool_result" or not isinstance(tool, dict):
@@ -122,10 +196,12 @@ def _leak(event: dict, facts, state_home: str | None = None) -> str | None:
 
 
 def audit_trajectory(path: Path, facts, markers: list[str], markers_in_prefix: bool,
-                     state_home: str | None = None, truncated: bool = False) -> Audit:
-    """Never raises on what the agent wrote: anything unreadable makes it incomplete."""
+                     state_home: str | None = None, truncated: bool = False,
+                     grading: tuple[GradingFile, ...] = ()) -> Audit:
+    """Never raises on what the agent wrote: anything unreadable makes it incomplete.
+    `grading`: the task's files the agent must not see (grading_files), matched by content."""
     try:
-        audit = _audit(path, facts, markers, markers_in_prefix, state_home)
+        audit = _audit(path, facts, markers, markers_in_prefix, state_home, grading)
     except Exception as exc:  # untrusted input must never become an infrastructure error
         audit = Audit()
         audit.mark_incomplete(f"the trajectory could not be audited ({exc.__class__.__name__})")
@@ -137,16 +213,18 @@ def audit_trajectory(path: Path, facts, markers: list[str], markers_in_prefix: b
 
 
 def _audit(path: Path, facts, markers: list[str], markers_in_prefix: bool,
-           state_home: str | None) -> Audit:
+           state_home: str | None, grading: tuple[GradingFile, ...] = ()) -> Audit:
     records, malformed = read_trajectory(path)
     audit = Audit(malformed_lines=malformed[:50], markers=len(markers))
     if malformed:
         audit.mark_incomplete(f"{len(malformed)} malformed trajectory line(s)")
     armed = markers_in_prefix
     used, early = set(), set()
+    typed: list[str] = []  # every tool call's arguments so far: what the agent wrote itself
     for number, record in enumerate(records, start=1):
         try:
             _audit_record(record, number, audit, facts, markers, state_home, used, early, armed)
+            _audit_content(record, audit, grading, typed)
         except (RecursionError, ValueError, TypeError, OverflowError):  # one bad line, not the audit
             audit.malformed_lines.append(number)
             audit.mark_incomplete("a trajectory line could not be audited")
@@ -155,6 +233,20 @@ def _audit(path: Path, facts, markers: list[str], markers_in_prefix: bool,
     audit.markers_used = sorted(used)
     audit.markers_before_recall = sorted(early - used)
     return audit
+
+
+def _audit_content(record: dict, audit: Audit, grading, typed: list[str]) -> None:
+    event = record.get("event")
+    tool = event.get("tool") if isinstance(event, dict) else None
+    if not grading or not isinstance(tool, dict):
+        return
+    args = tool.get("args")
+    typed.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+    if event.get("kind") != "tool_result" or tool.get("err") or tool.get("exit_code") not in (0, None):
+        return
+    leak = _content_leak(str(tool.get("output") or ""), grading, typed)
+    if leak and leak not in audit.leaks:
+        audit.leaks.append(leak)
 
 
 def _armed(record: dict) -> bool:

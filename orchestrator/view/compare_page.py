@@ -4,13 +4,12 @@ utility delta with its 95% CI on an axis, then the memory shadow of each arm."""
 
 from __future__ import annotations
 
-import urllib.parse
 from pathlib import Path
 
 from orchestrator.errors import InputError
 from orchestrator.report.compare import compare, verdict
 from orchestrator.report.shadow import MemoryShadow
-from orchestrator.view.pages import esc, link, load_job, page
+from orchestrator.view.pages import esc, href, link, load_job, page
 
 
 def compare_form(names: list[str], a: str = "", b: str = "") -> str:
@@ -68,8 +67,8 @@ def compare_page(jobs: dict[str, Path], a: str, b: str) -> tuple[int, str]:
                         f"<td>{v['delta_pp']:+.1f}</td></tr>" for c, v in report["per_class"].items())
     unpaired = "".join(f"<li>{esc(label)}: {esc(why)}</li>" for label, why in report["unpaired_reasons"].items())
     body = [form, f"<p class='verdict'><b>{esc(verdict(report))}</b></p>",
-            f"<p>on: {link('/job/' + urllib.parse.quote(report['on_job']), report['on_job'])}, off: "
-            f"{link('/job/' + urllib.parse.quote(report['off_job']), report['off_job'])}; the arms differ in "
+            f"<p>on: {link(href('job', report['on_job']), report['on_job'])}, off: "
+            f"{link(href('job', report['off_job']), report['off_job'])}; the arms differ in "
             f"{esc(', '.join(report['arms_differ_in']))}; {report['paired']} pairs</p>",
             delta_axis(report["utility_delta_pp"], *report["ci95"]),
             f"<p>utility delta {report['utility_delta_pp']:+.1f} pp, 95% CI {report['ci95'][0]:+.1f} .. "

@@ -1,12 +1,17 @@
 """The viewer's pages, server-rendered from the files orchestra writes (DESIGN 1: no second
 store of truth). Everything that came from an agent is untrusted: every value goes through
-`esc` (html.escape), no page embeds agent text in a script, and files are shown paged.
+`esc` (html.escape, and bidirectional controls such as U+202E shown as `[U+202E]`, so no
+text displays reversed), no page embeds agent text in a script, and files are shown paged.
+Names (files an agent made) are shown with every control character visible (`name`), and
+every link is built by `href`, one percent-encoded segment at a time: a name with a
+newline, `?`, `#` or `%` opens the file it names.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import re
 import urllib.parse
 from pathlib import Path
 
@@ -28,8 +33,32 @@ nav a{margin-right:1em}
 """
 
 
+BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+def _code_point(match: re.Match) -> str:
+    return f"[U+{ord(match.group()):04X}]"
+
+
 def esc(value) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+    text = html.escape("" if value is None else str(value), quote=True)
+    return BIDI.sub(_code_point, text)
+
+
+def visible(text: str) -> str:
+    """Every control character (a newline too) as its escape: `\\n`, `\\x1b`."""
+    return CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def name(value) -> str:
+    """A name as it is: escaped, with every control character visible."""
+    return esc(visible(str(value)))
+
+
+def href(*segments: str) -> str:
+    """An absolute path from raw segments, each percent-encoded whole ('/' included)."""
+    return "/" + "/".join(urllib.parse.quote(str(seg), safe="") for seg in segments)
 
 
 def page(title: str, body: str) -> str:
@@ -38,8 +67,8 @@ def page(title: str, body: str) -> str:
             f"<h1>{esc(title)}</h1>{body}</body></html>")
 
 
-def link(href: str, text) -> str:
-    return f"<a href='{esc(href)}'>{esc(text)}</a>"
+def link(url: str, text, shown=esc) -> str:
+    return f"<a href='{esc(url)}'>{shown(text)}</a>"
 
 
 def q(**params) -> str:
@@ -49,16 +78,16 @@ def q(**params) -> str:
 # ---- jobs ------------------------------------------------------------------------------------
 def jobs_page(jobs: dict[str, Path], text: str = "") -> str:
     rows = []
-    for name, folder in sorted(jobs.items(), key=lambda kv: kv[1].stat().st_mtime, reverse=True):
+    for job_name, folder in sorted(jobs.items(), key=lambda kv: kv[1].stat().st_mtime, reverse=True):
         job = load_job(folder)
         if job is None:
             continue
-        line = f"{name} {job.condition} {job.policy} {job.agent}"
+        line = f"{job_name} {job.condition} {job.policy} {job.agent}"
         if text and text.lower() not in line.lower():
             continue
         failures = ", ".join(f"{m}: {n}" for m, n in sorted(job.counts.items()) if m != "none")
         rows.append(
-            f"<tr><td>{link(f'/job/{urllib.parse.quote(name)}', name)}</td>"
+            f"<tr><td>{link(href('job', job_name), job_name)}</td>"
             f"<td>{esc(job.condition)}</td><td>{esc(job.policy)}</td><td>{esc(job.agent)}</td>"
             f"<td>{job.k}</td><td>{job.n_trials}</td><td>{job.mean_reward:.3f}</td>"
             f"<td>{esc(failures or '-')}</td><td>{_when(job.started_at)}</td>"
@@ -106,13 +135,13 @@ def job_page(name: str, folder: Path, job: JobResult, params: dict[str, str]) ->
     number = min(max(1, int(params.get("page", "1") or 1)), pages)
     shown = trials[(number - 1) * PAGE_ROWS: number * PAGE_ROWS]
     folders = _trial_folders(folder)
-    base = f"/job/{urllib.parse.quote(name)}"
+    base = href("job", name)
     rows = []
     for t in shown:
-        href = f"{base}/trial/{urllib.parse.quote(folders.get(t.trial_id[:12], ''))}"
+        trial_url = href("job", name, "trial", folders.get(t.trial_id[:12], ""))
         reward = "void" if t.failure_mode in VOID else ("-" if t.reward is None else f"{t.reward:g}")
         css = "void" if t.failure_mode in VOID else ("ok" if (t.reward or 0) >= 1 else "bad")
-        rows.append(f"<tr><td>{link(href, t.task)}</td><td>{t.attempt}</td>"
+        rows.append(f"<tr><td>{link(trial_url, t.task)}</td><td>{t.attempt}</td>"
                     f"<td class='{css}'>{esc(reward)}</td><td>{esc(t.failure_mode.value)}</td>"
                     f"<td>{esc(t.scenario_class or '')}</td><td>{esc(t.layer or '')}</td>"
                     f"<td>{t.retries}</td></tr>")
@@ -150,7 +179,10 @@ def _trial_folders(job_dir: Path) -> dict[str, str]:
 # ---- one trial -------------------------------------------------------------------------------
 def trial_page(job: str, folder: Path) -> str:
     result = TrialResult.model_validate_json((folder / "result.json").read_text())
-    files = f"/file/{urllib.parse.quote(job)}/{urllib.parse.quote(folder.name)}"
+
+    def file_link(relative: Path | str, text) -> str:  # the file route resolves from the job folder
+        return link(href("file", job, "trials", folder.name, *Path(relative).parts), text, shown=name)
+
     parts = [_why(result, folder)]
     parts.append(_section("Instruction", f"<pre>{esc(_head(folder / 'agent/instruction.md'))}</pre>"))
     parts.append(_section("Trajectory", _trajectory(folder / "agent/trajectory.jsonl",
@@ -163,7 +195,7 @@ def trial_page(job: str, folder: Path) -> str:
         path = folder / rel
         if path.is_file():
             parts.append(_section(label, f"<pre>{esc(_tail(path))}</pre>"
-                                  f"<p>{link(files + '/' + rel, 'whole file (paged)')}</p>"))
+                                  f"<p>{file_link(rel, 'whole file (paged)')}</p>"))
     parts.append(_section("Reward", f"<pre>{esc(json.dumps(result.reward, indent=1))}</pre>"))
     timeline = " · ".join(f"{k} {v:.2f}s" for k, v in result.timings.model_dump().items())
     parts.append(_section("Phases", f"<p>{esc(timeline)}</p>"))
@@ -175,7 +207,7 @@ def trial_page(job: str, folder: Path) -> str:
     if result.model:
         parts.append(_section("Model usage", f"<pre>{esc(json.dumps(result.model, indent=1))}</pre>"
                               f"<p>tokens {result.tokens}, cost {result.cost}</p>"))
-    listing = "".join(f"<li>{link(files + '/' + p.relative_to(folder).as_posix(), p.relative_to(folder))}</li>"
+    listing = "".join(f"<li>{file_link(p.relative_to(folder), p.relative_to(folder))}</li>"
                       for p in sorted(folder.rglob('*'))[:500] if p.is_file())
     parts.append(_section("Files", f"<ul>{listing}</ul>"))
     return page(f"{result.task} #{result.attempt}", "".join(parts))
@@ -306,4 +338,4 @@ def file_page(label: str, path: Path, offset: int) -> str:
         nav.append(link(q(offset=max(0, offset - FILE_PAGE_BYTES)), "previous"))
     if offset + FILE_PAGE_BYTES < size:
         nav.append(link(q(offset=offset + FILE_PAGE_BYTES), "next"))
-    return page(label, f"<p>{size} bytes, from {offset} {' '.join(nav)}</p><pre>{esc(chunk)}</pre>")
+    return page(visible(label), f"<p>{size} bytes, from {offset} {' '.join(nav)}</p><pre>{esc(chunk)}</pre>")

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 from conftest import make_leaky_task, make_task, nothing_left, wait_for
+from model_endpoint import model_endpoint
 
 from orchestrator.job import JobOptions, run_job
-from orchestrator.models.endpoint import load_endpoints
 from orchestrator.models.manifest import Manifest, default_manifest
 from orchestrator.models.result import TrialResult
 from orchestrator.runtime.docker import DockerRuntime
@@ -244,27 +244,12 @@ FIRST = ("bystander-a", "bystander-b", "relay-flood", "proxy-flood")  # the firs
 FD_LIMIT = 1024  # `ulimit -n 1024`: one trial's flood must not starve the job of files
 
 
-UPSTREAM = """
-import sys, time
-from orchestrator.replay import ReplayServer
-server = ReplayServer({"rules": [{"when": {}, "reply": {"content": "ok"}}]}).start()
-print(server.url, flush=True)
-time.sleep(3600)
-"""
-
-
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory):
-    """A model endpoint in its own process, as a real one is (the replay server in-process
-    would count its decoding against the orchestrator). Every trial gets a model proxy in
-    front of it; the oracle never calls it, the proxy-flood agent does."""
-    server = subprocess.Popen([sys.executable, "-c", UPSTREAM], stdout=subprocess.PIPE, text=True)
-    url = server.stdout.readline().strip()
-    root = tmp_path_factory.mktemp("upstream")
-    (root / "endpoints.json").write_text(json.dumps({"upstream": {"model": "m", "base_url": url}}))
-    yield load_endpoints([root / "endpoints.json"])
-    server.kill()
-    server.wait()
+def upstream():
+    """Every trial gets a model proxy in front of an out-of-process endpoint; the oracle
+    never calls it, the proxy-flood agent does."""
+    with model_endpoint() as endpoints:
+        yield endpoints
 
 
 def _trials(job_dir: Path) -> dict:

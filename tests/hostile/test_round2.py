@@ -1,17 +1,25 @@
 """Hostile agents, round 2 (issue 26): agent-made data never becomes an infrastructure
-error, and one trial's own disk filling up is that trial's disk_limit, never the job's.
-One job, with retries on (a case that came out as infra would show as retried), beside a
-bystander; each case a task whose solution/solve.sh or tests/test.sh is the behaviour."""
+error; one trial's own disk filling up is that trial's disk_limit, never the job's; a
+trial reaches nothing on the host but its own services, through the firewall or the egress
+proxy; processes an agent leaves running cannot block or fail the grading; one trial's
+model-call flood leaves another's latency alone. One job, with retries on (a case that came
+out as infra would show as retried), beside a bystander; each case a task whose
+solution/solve.sh or tests/test.sh is the behaviour."""
 
 from __future__ import annotations
 
 import json
+import socket
+import threading
+from pathlib import Path
 
 import pytest
 from conftest import make_task, nothing_left
+from model_endpoint import model_endpoint
 
+from orchestrator import exchanges
 from orchestrator.job import JobOptions, run_job
-from orchestrator.models.manifest import default_manifest
+from orchestrator.models.manifest import Manifest, default_manifest
 from orchestrator.models.result import TrialResult
 from orchestrator.tasks import load_tasks
 
@@ -31,8 +39,92 @@ CASES = {
                    solve="touch /app/ok\ncd /logs/artifacts && python3 -c \"\nimport os\ni = 0\n"
                          "while True:\n    try:\n        open(f'i{i}', 'w').close()\n    except OSError:\n        break\n"
                          "    i += 1\nprint(i)\" > /logs/agent/inodes.txt\n"),
+    # a process left running plants a FIFO wherever the host stages the tests: opening it
+    # for writing used to block the grading thread until a reader came (none does)
+    "fifo-staging": dict(toml=SMALL + "[verifier]\ntimeout_sec = 20\n", solve="""touch /app/ok
+setsid nohup python3 -c "
+import glob, os, time
+end = time.time() + 60
+while time.time() < end:
+    for d in glob.glob('/logs/.orchestra-tests-*'):
+        try:
+            os.mkfifo(d + '/test.sh')
+            open('/logs/agent/planted', 'a').write(d + chr(10))
+        except OSError:
+            pass
+" >/dev/null 2>&1 &
+"""),
+    # a process left running churns /logs/verifier while the host empties it
+    "verifier-churn": dict(solve="""touch /app/ok
+setsid nohup sh -c 'i=0; while true; do mkdir -p /logs/verifier/d$i && touch /logs/verifier/d$i/f /logs/verifier/x$i; i=$((i+1)); done' >/dev/null 2>&1 &
+sleep 1
+"""),
     "bystander": dict(solve="touch /app/ok\n"),
 }
+
+# A no-network trial probes a host service bound to all addresses at its own gateway (where
+# its relay listens): the firewall lets through only the relay's port.
+HOST_PORT = """touch /app/ok
+python3 - <<'PY'
+import os, socket, subprocess, urllib.parse
+gateway = urllib.parse.urlsplit(os.environ["ORCHESTRA_RELAY_URL"]).hostname
+s = socket.socket(); s.settimeout(3)
+try:
+    s.connect((gateway, PORT)); seen = "open"
+except OSError as exc:
+    seen = "blocked"
+relay = subprocess.run(["chan", "whoami"], capture_output=True).returncode
+open("/logs/artifacts/probe.txt", "w").write(f"{seen} relay={relay}")
+PY
+"""
+
+# An allowlisted trial asks its egress proxy for the host itself (the allowlist covers
+# every address), sends a 768 MiB body, a forged Host, and streams 128 MiB.
+EGRESS = r"""touch /app/ok
+python3 - <<'PY'
+import json, os, socket, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["http_proxy"])
+gateway, port = proxy.hostname, proxy.port
+CRLF = "\r\n"
+
+def ask(*lines):
+    s = socket.create_connection((gateway, port), timeout=30)
+    s.sendall((CRLF.join(lines) + CRLF + CRLF).encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        data += s.recv(600)
+    except OSError:
+        pass
+    s.close()
+    first, _, rest = data.partition(b"\r\n")
+    return first.decode(errors="replace") + " | " + rest.decode(errors="replace")[-300:]
+
+out = {}
+out["gateway"] = ask(f"GET http://{gateway}:PORT/ HTTP/1.1", f"Host: {gateway}")
+out["loopback"] = ask("CONNECT 127.0.0.1:PORT HTTP/1.1", "Host: x")
+out["host_address"] = ask("GET http://HOST_IP:PORT/ HTTP/1.1", "Host: x")
+out["metadata"] = ask("CONNECT 169.254.169.254:80 HTTP/1.1", "Host: x")
+out["huge"] = ask("POST http://deb.debian.org/ HTTP/1.1", "Host: deb.debian.org", "Content-Length: 805306368")
+out["forged_host"] = ask("GET http://deb.debian.org/debian/dists/bookworm/Release HTTP/1.1", "Host: evil.example")
+s = socket.create_connection((gateway, port), timeout=30)
+total, sent = 128 * 1024 * 1024, 0
+s.sendall(CRLF.join(["POST http://deb.debian.org/debian/ HTTP/1.1", "Host: deb.debian.org",
+                     f"Content-Length: {total}", "", ""]).encode())
+block = b"x" * 65536
+try:
+    while sent < total:
+        s.sendall(block); sent += len(block)
+except OSError:
+    pass
+out["streamed_sent"] = sent
+json.dump(out, open("/logs/artifacts/egress.json", "w"), indent=1)
+PY
+"""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,31 +133,82 @@ def _nothing_left_after_this_module(runtime):
     assert nothing_left(runtime) == {}
 
 
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _host_ip() -> str:
+    """The host's own address on its main interface."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.connect(("192.0.2.1", 9))  # no packet is sent: only the route is chosen
+    try:
+        return probe.getsockname()[0]
+    finally:
+        probe.close()
+
+
+def _trials(job_dir: Path) -> dict:
+    trials = {}
+    for folder in (job_dir / "trials").iterdir():
+        r = TrialResult.model_validate_json((folder / "result.json").read_text())
+        trials[r.task.split("/")[-1]] = (r, folder)
+    return trials
+
+
+FIGURES: dict = {}
+
+
 @pytest.fixture(scope="module")
 def round2(runtime, tmp_path_factory):
     root = tmp_path_factory.mktemp("round2")
-    for name, case in CASES.items():
+    listener = socket.socket()  # a host service on every address (as sshd or a database is)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("0.0.0.0", 0))
+    listener.listen(16)
+    port = str(listener.getsockname()[1])
+    cases = {**CASES,
+             "host-port": dict(toml='[relay]\nenabled = true\n' + SMALL + 'network_mode = "none"\n',
+                               solve=HOST_PORT.replace("PORT", port)),
+             "egress": dict(toml=SMALL + 'network_mode = "allowlist"\nallowed_hosts = ["0.0.0.0/0", "deb.debian.org"]\n',
+                            solve=EGRESS.replace("PORT", port).replace("HOST_IP", _host_ip()))}
+    for name, case in cases.items():
         make_task(root / "ds", name, toml=case.get("toml", SMALL), solve=case.get("solve", "touch /app/ok\n"),
                   test=case.get("test", REWARD_OK))
-    job = run_job(runtime, load_tasks(root / "ds"), default_manifest("oracle"),
-                  JobOptions(job_name="round2", jobs_dir=root / "jobs", n_concurrent=3, max_retries=2))
-    trials = {}
-    for folder in (root / "jobs/round2/trials").iterdir():
-        r = TrialResult.model_validate_json((folder / "result.json").read_text())
-        trials[r.task.split("/")[-1]] = (r, folder)
-    yield job, trials
+    samples = {"rss": _rss_mb()}
+    baseline = dict(samples)
+    stop = threading.Event()
+
+    def sample():
+        while not stop.wait(0.05):
+            samples["rss"] = max(samples["rss"], _rss_mb())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        job = run_job(runtime, load_tasks(root / "ds"), default_manifest("oracle"),
+                      JobOptions(job_name="round2", jobs_dir=root / "jobs", n_concurrent=3, max_retries=2))
+    finally:
+        stop.set()
+        sampler.join()
+        listener.close()
+    FIGURES["orchestrator_rss_growth_mb"] = round(samples["rss"] - baseline["rss"], 1)
+    yield job, _trials(root / "jobs/round2"), cases
+    print("\nround2 figures: " + json.dumps(FIGURES, sort_keys=True))
 
 
 def test_the_job_finished_every_trial_once_and_the_bystander_is_unaffected(round2):
-    job, t = round2
-    assert sorted(t) == sorted(CASES) and job.n_trials == len(CASES)
+    job, t, cases = round2
+    assert sorted(t) == sorted(cases) and job.n_trials == len(cases)
     assert {name: r.retries for name, (r, _) in t.items() if r.retries} == {}
     assert t["bystander"][0].reward == {"reward": 1.0}
 
 
 @pytest.mark.parametrize("name", ["reward-401-digits", "reward-5001-digits"])
 def test_a_reward_no_float_holds_is_a_verifier_error_naming_why(round2, name):
-    _, t = round2
+    _, t, _ = round2
     result = t[name][0]
     assert result.failure_mode == "verifier_error", (result.failure_mode, result.error)
     assert "reward.json" in result.error
@@ -73,7 +216,7 @@ def test_a_reward_no_float_holds_is_a_verifier_error_naming_why(round2, name):
 
 
 def test_a_thousand_level_artifact_tree_is_collected_as_far_as_it_goes(round2):
-    _, t = round2
+    _, t, _ = round2
     result, folder = t["deep-artifacts"]
     assert result.failure_mode == "none" and result.reward == {"reward": 1.0}, result.error
     assert (folder / "artifacts/normal.txt").read_text() == "fine\n"
@@ -82,11 +225,157 @@ def test_a_thousand_level_artifact_tree_is_collected_as_far_as_it_goes(round2):
 
 
 def test_an_agent_that_uses_up_its_own_disk_gets_disk_limit_and_the_job_goes_on(round2):
-    _, t = round2
+    _, t, _ = round2
     result, folder = t["inodes"]
     made = int((folder / "agent/inodes.txt").read_text().strip() or 0)
     assert made > 1000  # it did exhaust them
     assert result.failure_mode in ("disk_limit", "none"), (result.failure_mode, result.error)
     if result.failure_mode == "disk_limit":
         assert "own disk is full" in result.error
-    print("\nround2 figures: " + json.dumps({"inodes_made": made, "inodes_mode": result.failure_mode}))
+    FIGURES.update(inodes_made=made, inodes_mode=result.failure_mode)
+
+
+def test_a_no_network_trial_reaches_its_relay_and_no_other_port_of_its_gateway(round2):
+    _, t, _ = round2
+    result, folder = t["host-port"]
+    assert (folder / "artifacts/probe.txt").read_text() == "blocked relay=0"
+    assert result.limits.host_isolation == "iptables" and result.reward == {"reward": 1.0}
+    assert result.limits.host_ports is not None and len(result.limits.host_ports) == 1  # the relay's
+
+
+def test_the_egress_proxy_never_connects_to_the_host_and_streams_what_it_forwards(round2):
+    _, t, _ = round2
+    result, folder = t["egress"]
+    seen = json.loads((folder / "artifacts/egress.json").read_text())
+    FIGURES["egress"] = {k: v.split(" | ")[0] if isinstance(v, str) else v for k, v in seen.items()}
+    for key, why in (("gateway", "orchestra's trial networks"), ("loopback", "loopback"),
+                     ("host_address", "an address of this host"), ("metadata", "link-local")):
+        assert seen[key].startswith("HTTP/1.1 403") and why in seen[key], (key, seen[key])
+    assert seen["huge"].startswith("HTTP/1.1 413"), seen["huge"]  # refused before a byte is read
+    # the destination got its own name as Host: Debian's mirror answers a forged one 404
+    assert seen["forged_host"].startswith("HTTP/1.1 200"), seen["forged_host"]
+    assert result.limits.host_ports is not None and len(result.limits.host_ports) == 1  # the proxy's
+    # 128 MiB went (or began to go) through the proxy: streamed, never held whole
+    assert FIGURES["orchestrator_rss_growth_mb"] < 64, FIGURES
+    assert result.reward == {"reward": 1.0}
+
+
+def test_a_fifo_planted_where_the_tests_are_staged_never_blocks_the_grading(round2):
+    _, t, _ = round2
+    result, folder = t["fifo-staging"]
+    assert result.failure_mode == "none" and result.reward == {"reward": 1.0}, result.error
+    assert result.timings.verify < 20  # the verifier's own timeout; a blocked open waited 60 s+
+    planted = folder / "agent/planted"
+    FIGURES["fifo_planted"] = len(planted.read_text().splitlines()) if planted.exists() else 0
+
+
+def test_a_process_churning_the_verifier_logs_is_the_agents_doing_not_infra(round2):
+    _, t, _ = round2
+    result, _folder = t["verifier-churn"]
+    assert result.retries == [] and result.failure_mode in ("none", "verifier_error"), result.error
+    assert result.reward == {"reward": 1.0}, result.error
+
+
+# ---- one trial's model-call flood beside another trial's model calls ---------------------
+WINDOW_SEC = 8
+MODEL_BYSTANDER = r"""touch /app/ok
+python3 - <<'PY'
+import json, os, time, urllib.request
+base, token = os.environ["ORCHESTRA_MODEL_URL"], os.environ["ORCHESTRA_MODEL_TOKEN"]
+body = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+times, end = [], time.monotonic() + WINDOW
+while time.monotonic() < end:
+    req = urllib.request.Request(base + "/chat/completions", data=body, method="POST",
+                                 headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+    t = time.monotonic()
+    with urllib.request.urlopen(req, timeout=30) as r:
+        r.read()
+    times.append(time.monotonic() - t)
+    time.sleep(0.05)
+times.sort()
+json.dump({"p95": times[int(0.95 * len(times)) - 1], "median": times[len(times) // 2], "n": len(times)},
+          open("/logs/artifacts/latency.json", "w"))
+PY
+""".replace("WINDOW", str(WINDOW_SEC))
+
+# sixteen keep-alive connections of small calls, as fast as the proxy answers
+MODEL_FLOOD = r"""touch /app/ok
+python3 - <<'PY'
+import collections, http.client, json, os, threading, time, urllib.parse
+base, token = os.environ["ORCHESTRA_MODEL_URL"], os.environ["ORCHESTRA_MODEL_TOKEN"]
+url = urllib.parse.urlsplit(base)
+body = json.dumps({"messages": [{"role": "user", "content": "x" * 4000}]}).encode()
+statuses, end = collections.Counter(), time.monotonic() + WINDOW
+
+def press():
+    conn = None
+    while time.monotonic() < end:
+        try:
+            conn = conn or http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+            conn.request("POST", url.path + "/chat/completions", body=body,
+                         headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+            response = conn.getresponse()
+            response.read()
+            statuses[str(response.status)] += 1
+            if response.getheader("Connection", "").lower() == "close":
+                conn.close(); conn = None
+        except OSError:
+            statuses["error"] += 1
+            conn = None
+
+workers = [threading.Thread(target=press) for _ in range(16)]
+for w in workers:
+    w.start()
+for w in workers:
+    w.join()
+json.dump(dict(statuses), open("/logs/artifacts/flood.json", "w"))
+PY
+""".replace("WINDOW", str(WINDOW_SEC))
+
+
+@pytest.fixture(scope="module")
+def model_load(runtime, tmp_path_factory):
+    """The bystander alone (quiet), then beside the flood (loud); exchanges.jsonl capped
+    at 128 KiB for the loud job so that the cap is reached."""
+    root = tmp_path_factory.mktemp("model-load")
+    make_task(root / "ds", "bystander-model", toml=SMALL, solve=MODEL_BYSTANDER)
+    make_task(root / "ds", "model-flood", toml=SMALL, solve=MODEL_FLOOD)
+    tasks = sorted(load_tasks(root / "ds"), key=lambda t: t.short_name)
+    manifest = Manifest.model_validate({"condition": "model-load", "roster": [
+        {"id": "lead", "kind": "orchestrator", "agent": "oracle", "endpoint": "upstream"}]})
+    with model_endpoint() as endpoints:
+        run_job(runtime, tasks[:1], manifest, JobOptions(job_name="model-quiet", jobs_dir=root / "jobs",
+                                                         n_concurrent=2, endpoints=endpoints))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(exchanges, "MAX_TOTAL", 128 * 1024)
+            run_job(runtime, tasks, manifest, JobOptions(job_name="model-loud", jobs_dir=root / "jobs",
+                                                         n_concurrent=2, endpoints=endpoints))
+    return _trials(root / "jobs/model-quiet"), _trials(root / "jobs/model-loud")
+
+
+def test_a_model_call_flood_is_held_to_the_request_rate_and_leaves_a_bystander_alone(model_load):
+    quiet, loud = model_load
+    calm, busy = (json.loads((trials["bystander-model"][1] / "artifacts/latency.json").read_text())
+                  for trials in (quiet, loud))
+    flood, folder = loud["model-flood"]
+    statuses = json.loads((folder / "artifacts/flood.json").read_text())
+    FIGURES.update(model_bystander_p95_quiet_s=round(calm["p95"], 4), model_bystander_p95_flood_s=round(busy["p95"], 4),
+                   model_flood_statuses=statuses, model_flood_calls=flood.model["calls"])
+    assert calm["n"] >= 50 and busy["n"] >= 50
+    # 25 calls a second after a burst of 50, for the 8 s window (and the ramp around it)
+    assert flood.model["calls"] <= 25 * (WINDOW_SEC + 4) + 50, flood.model
+    assert flood.model["request_rate_waited_sec"] > 1, flood.model
+    # the tight figure (target <= 2x) is bench's bystander_model_p95_ratio; here a bound that
+    # noise on 2 cores cannot flip and an unbounded flood (3.5-4.2x) breaks
+    assert busy["p95"] <= max(3 * calm["p95"], calm["p95"] + 0.03), (busy, calm)
+    assert all(t[0].reward == {"reward": 1.0} for t in loud.values())
+
+
+def test_exchanges_past_the_cap_are_counted_not_written(model_load):
+    _, loud = model_load
+    flood, folder = loud["model-flood"]
+    written = (folder / "model/exchanges.jsonl").stat().st_size
+    assert written <= 128 * 1024 and flood.model["exchanges_dropped"] > 0, flood.model
+    assert flood.model["exchanges_written"] + flood.model["exchanges_dropped"] == flood.model["calls"]
+    assert len((folder / "model/exchanges.jsonl").read_text().splitlines()) == flood.model["exchanges_written"]
+    FIGURES.update(exchanges_written=flood.model["exchanges_written"], exchanges_dropped=flood.model["exchanges_dropped"])

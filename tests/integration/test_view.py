@@ -10,14 +10,21 @@ import shutil
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, make_task
 
+from orchestrator.view.pages import esc
+
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 SCRIPT = "<script>document.title='pwned'</script>"
+# file names an agent may make (printf's escapes): a newline, URL syntax, a bidi override
+ODD_NAMES = ["new\\nline.txt", "what?.txt", "hash#1.txt", "pct%%41.txt", "space name.txt",
+             "\\342\\200\\256txt.exe"]
 
 RELAY_SOLVE = f"""
     python3 - <<'PY'
@@ -55,6 +62,11 @@ def viewer(tmp_path_factory):
                      str(root / "jobs"), "--job-name", "relay", "-q").returncode == 0
     assert orchestra("run", "--path", str(root / "mb"), "--agent", "oracle", "--policy", "memory-off",
                      "--jobs-dir", str(root / "jobs"), "--job-name", "mb-off", "-q").returncode == 0
+    odd = "cd /logs/artifacts\n" + "".join(
+        f"n=\"$(printf '{n}')\"; printf '%s' \"$n\" > \"$n\"\n" for n in ODD_NAMES)
+    make_task(root / "odd", "odd-names", solve=odd + "touch /app/ok\n")
+    assert orchestra("run", "--path", str(root / "odd"), "--agent", "oracle", "--jobs-dir",
+                     str(root / "jobs"), "--job-name", "odd", "-q").returncode == 0
     # the demo's two arms (reference agent on replay) on one memorybench task: compare page
     arms = ["--path", str(root / "mb"), "--manifest", str(ROOT / "manifests/solo-replay.yaml"),
             "--jobs-dir", str(root / "jobs"), "-q"]
@@ -149,3 +161,73 @@ def test_paths_outside_the_job_folders_are_refused(viewer):
         assert status == 404 and "outside" not in body, path
     status, body = fetch(url + "file/relay/result.json")
     assert status == 200 and "mean_reward" in body
+
+
+class Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self.hrefs.extend(v for k, v in attrs if k == "href" and v is not None)
+
+
+def links_of(html_text: str) -> list[str]:
+    parser = Links()
+    parser.feed(html_text)
+    return parser.hrefs
+
+
+def as_a_browser_sends(base: str, raw: str) -> str:
+    """What a browser requests for an href: tabs and newlines stripped (WHATWG URL parsing),
+    resolved against the page, unsafe characters percent-encoded, the fragment dropped."""
+    cleaned = raw.replace("\t", "").replace("\n", "").replace("\r", "")
+    absolute = urllib.parse.urljoin(base, cleaned)
+    return urllib.parse.quote(absolute.split("#")[0], safe=":/?&=%;+,@!$'()*[]~")
+
+
+def test_every_link_on_every_page_opens(viewer):
+    """Crawl the viewer from its jobs page: HTML pages as Chromium parses them, every link
+    followed as a browser would send it. Every one answers 200 (file links once lacked
+    their `trials/` segment and answered 404; names with a newline, `?` or `#` were not
+    encoded)."""
+    url, root = viewer
+    seen, queue, broken, rendered = set(), [url], [], 0
+    while queue and len(seen) < 400:
+        page_url = queue.pop(0)
+        if page_url in seen:
+            continue
+        seen.add(page_url)
+        status, body = fetch(page_url)
+        if status != 200:
+            broken.append((page_url, status))
+            continue
+        path = urllib.parse.urlsplit(page_url)
+        if not path.query and not path.path.startswith("/file/"):
+            body = browse(page_url, root, "crawl.png")  # the DOM Chromium built
+            rendered += 1
+        for raw in links_of(body):
+            target = as_a_browser_sends(page_url, raw)
+            if target.startswith(url):
+                queue.append(target)
+    assert broken == [] and len(seen) > 30, (broken, len(seen))
+    print(f"\nviewer crawl: {len(seen)} links opened, {rendered} pages rendered in Chromium")
+
+
+def test_odd_names_are_shown_as_they_are_and_open_their_files(viewer):
+    url, root = viewer
+    folder = next((root / "jobs/odd/trials").iterdir()).name
+    trial = browse(f"{url}job/odd/trial/{folder}", root, "trial-odd.png")
+    assert "\u202e" not in trial and "artifacts/[U+202E]txt.exe" in trial  # never displayed reversed
+    assert "artifacts/new\\nline.txt" in trial  # the newline shown as \n
+    opened = {}
+    for raw in links_of(trial):
+        if "/artifacts/" in raw:
+            status, body = fetch(as_a_browser_sends(url, raw))
+            opened[urllib.parse.unquote(raw.rsplit("/", 1)[1])] = (status, body)
+    expected = {"new\nline.txt", "what?.txt", "hash#1.txt", "pct%41.txt", "space name.txt", "\u202etxt.exe"}
+    assert expected <= set(opened), sorted(opened)
+    for file_name in expected:
+        status, body = opened[file_name]
+        assert status == 200 and esc(file_name) in body, (file_name, status)

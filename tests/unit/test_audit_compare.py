@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 
 from orchestrator.models.result import JobResult, TrialSummary
-from orchestrator.report.audit import audit_trajectory
+from orchestrator.report.audit import audit_trajectory, grading_files
 from orchestrator.report.compare import bootstrap_ci, compare, mcnemar_exact, to_markdown
 from orchestrator.tasks import load_task
 
@@ -197,3 +197,54 @@ def test_a_deep_json_line_is_skipped_and_counted_and_a_leak_on_another_line_stil
     audit = audit_trajectory(path, EXACT.facts, [], False)
     assert audit.leaks == [f"shell read {FACT.relative}"]
     assert audit.malformed_lines == [1, 2] and not audit.complete
+
+
+def _grading_task(tmp_path: Path) -> Path:
+    task = tmp_path / "leaky"
+    (task / "tests").mkdir(parents=True)
+    (task / "solution").mkdir()
+    (task / "environment").mkdir()
+    (task / "instruction.md").write_text("Write the checksum of /app/data.csv to /app/sum.txt.\n")
+    (task / "environment/Dockerfile").write_text("FROM debian\nCOPY . /app\n")
+    (task / "tests/test_outputs.py").write_text(
+        "def test_sum():\n"
+        "    expected = '5d41402abc4b2a76b9719d911017c592'\n"
+        "    assert open('/app/sum.txt').read().strip() == expected\n")
+    (task / "solution/solve.sh").write_text("md5sum /app/data.csv | cut -d' ' -f1 > /app/sum.txt\n")
+    return task
+
+
+def test_the_tests_read_at_another_path_are_a_leak_by_content(tmp_path):
+    """An image built with `COPY . /app` ships tests/: reading /app/tests/... is caught by
+    what comes back, whatever the path; the solution (one short line) by its whole text."""
+    grading = grading_files(_grading_task(tmp_path), with_memory=False)
+    test_py = (tmp_path / "leaky/tests/test_outputs.py").read_text()
+    path = write(tmp_path / "t.jsonl", [
+        tool("tool_result", "cat /tmp/copy-of-something", output=test_py),
+        tool("tool_result", "cat /app/s.sh", output="md5sum /app/data.csv | cut -d' ' -f1 > /app/sum.txt\n"),
+    ])
+    audit = audit_trajectory(path, (), [], False, grading=grading)
+    assert audit.leaks == ["a tool's output holds 2 line(s) of tests/test_outputs.py",
+                           "a tool's output holds solution/solve.sh"]
+
+
+def test_what_the_agent_typed_itself_or_the_instruction_says_is_not_a_leak(tmp_path):
+    grading = grading_files(_grading_task(tmp_path), with_memory=False)
+    solution = "md5sum /app/data.csv | cut -d' ' -f1 > /app/sum.txt"
+    path = write(tmp_path / "t.jsonl", [
+        tool("tool_dispatch", solution),  # the agent wrote the solution's command itself
+        tool("tool_result", solution, output=""),
+        tool("tool_result", "cat /app/run.log", output=solution + "\n"),  # and read back its own
+        tool("tool_result", "cat /app/README", output="Write the checksum of /app/data.csv to /app/sum.txt.\n"),
+        tool("tool_result", "cat /app/tests/test_outputs.py", output="No such file", code=1),  # failed
+    ])
+    assert audit_trajectory(path, (), [], False, grading=grading).leaks == []
+
+
+def test_seed_sources_count_by_content_only_in_memory_off(tmp_path):
+    """memory-on delivers the facts: any tool may show them. memory-off has none: their
+    content anywhere is a leak."""
+    off, on = grading_files(EXACT.path, with_memory=True), grading_files(EXACT.path, with_memory=False)
+    path = write(tmp_path / "t.jsonl", [tool("tool_result", "cat /srv/x", output=FACT.body)])
+    assert any(FACT.relative in leak for leak in audit_trajectory(path, (), [], False, grading=off).leaks)
+    assert not any(FACT.relative in leak for leak in audit_trajectory(path, (), [], False, grading=on).leaks)
