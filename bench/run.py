@@ -26,6 +26,9 @@ Not a test: these machines are noisy, so nothing here asserts a time.
   bystander_relay_p95_ratio  a relay client's p95 round trip beside a relay flood (the
                         hostile suite's relay-flood agent) over its p95 alone (target <= 2;
                         tests/hostile only holds it to 10x, a bound noise cannot flip)
+  bystander_model_p95_ratio  a model call's p95 through its trial's proxy beside another
+                        trial's 16 keep-alive connections of small calls (test_round2's
+                        model-flood agent) over its p95 alone (target <= 2; the test: 3x)
 """
 
 from __future__ import annotations
@@ -55,13 +58,15 @@ import docker  # noqa: E402  (docker-py: the floor is measured with it)
 from conftest import make_task  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests/hostile"))
+from model_endpoint import model_endpoint  # noqa: E402
 from test_integrity import BYSTANDER, RELAY, RELAY_FLOOD  # noqa: E402  (the same agents)
+from test_round2 import MODEL_BYSTANDER, MODEL_FLOOD, SMALL  # noqa: E402
 
 from orchestrator import log as logsetup  # noqa: E402
 from orchestrator.archive import tar_directory, tar_files  # noqa: E402
 from orchestrator.images import ensure_task_images  # noqa: E402
 from orchestrator.job import JobOptions, run_job, summarize  # noqa: E402
-from orchestrator.models.manifest import default_manifest  # noqa: E402
+from orchestrator.models.manifest import Manifest, default_manifest  # noqa: E402
 from orchestrator.models.result import FailureMode, TrialResult  # noqa: E402
 from orchestrator.report.junit import write_junit  # noqa: E402
 from orchestrator.report.render import to_html, to_markdown  # noqa: E402
@@ -232,6 +237,34 @@ def relay_p95_ratio(runtime, tmp: Path, jobs: Path) -> None:
     emit("bystander_relay_p95_ratio", round(statistics.median(loud) / statistics.median(quiet), 2))
 
 
+def model_p95_ratio(runtime, tmp: Path, jobs: Path) -> None:
+    """The model bystander's p95 beside the model-call flood, over the same alone; twice
+    each, alternating, medians taken."""
+    bystander = make_task(tmp / "model", "bystander-model", toml=SMALL, solve=MODEL_BYSTANDER)
+    flood = make_task(tmp / "model", "model-flood", toml=SMALL, solve=MODEL_FLOOD)
+    tasks = [load_task(bystander), load_task(flood)]
+    for task in tasks:
+        ensure_task_images(runtime, task, "bench")
+    manifest = Manifest.model_validate({"condition": "bench-model", "roster": [
+        {"id": "lead", "kind": "orchestrator", "agent": "oracle", "endpoint": "upstream"}]})
+    with model_endpoint() as endpoints:
+        def p95(with_flood: bool) -> float:
+            options = JobOptions(job_name=f"bench-model-{uuid.uuid4().hex[:8]}", jobs_dir=jobs,
+                                 n_concurrent=2, endpoints=endpoints)
+            job = run_job(runtime, tasks if with_flood else tasks[:1], manifest, options)
+            for result in (jobs / job.job / "trials").glob("bystander*/artifacts/latency.json"):
+                return json.loads(result.read_text())["p95"]
+            raise RuntimeError(f"bench: the model bystander wrote no latency.json in {job.job}")
+
+        quiet, loud = [], []
+        for _ in range(2):
+            quiet.append(p95(False))
+            loud.append(p95(True))
+    emit("bystander_model_p95_quiet_s", round(statistics.median(quiet), 4))
+    emit("bystander_model_p95_flood_s", round(statistics.median(loud), 4))
+    emit("bystander_model_p95_ratio", round(statistics.median(loud) / statistics.median(quiet), 2))
+
+
 def help_seconds() -> float:
     started = time.perf_counter()
     subprocess.run([ORCHESTRA, "--help"], check=True, stdout=subprocess.DEVNULL)
@@ -381,6 +414,7 @@ def main() -> None:
         _, status, usage = os.wait4(proc.pid, 0)
         emit("peak_rss_mb_16", round(usage.ru_maxrss / 1024, 1))
         relay_p95_ratio(runtime, tmp, jobs)
+        model_p95_ratio(runtime, tmp, jobs)
         report_10k(tmp)
         viewer_10k(tmp)
     emit("bench_rss_mb", round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))

@@ -9,12 +9,15 @@ solution/solve.sh or tests/test.sh is the behaviour."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
-from conftest import make_task, nothing_left
+from conftest import make_task, nothing_left, wait_for
 from model_endpoint import model_endpoint
 
 from orchestrator import exchanges
@@ -159,6 +162,7 @@ def _trials(job_dir: Path) -> dict:
 
 
 FIGURES: dict = {}
+ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 
 
 @pytest.fixture(scope="module")
@@ -366,8 +370,8 @@ def test_a_model_call_flood_is_held_to_the_request_rate_and_leaves_a_bystander_a
     assert flood.model["calls"] <= 25 * (WINDOW_SEC + 4) + 50, flood.model
     assert flood.model["request_rate_waited_sec"] > 1, flood.model
     # the tight figure (target <= 2x) is bench's bystander_model_p95_ratio; here a bound that
-    # noise on 2 cores cannot flip and an unbounded flood (3.5-4.2x) breaks
-    assert busy["p95"] <= max(3 * calm["p95"], calm["p95"] + 0.03), (busy, calm)
+    # noise on 2 cores should not flip (1.0x measured) and an unbounded flood breaks (2.2-4.2x)
+    assert busy["p95"] <= max(2 * calm["p95"], calm["p95"] + 0.005), (busy, calm)
     assert all(t[0].reward == {"reward": 1.0} for t in loud.values())
 
 
@@ -379,3 +383,61 @@ def test_exchanges_past_the_cap_are_counted_not_written(model_load):
     assert flood.model["exchanges_written"] + flood.model["exchanges_dropped"] == flood.model["calls"]
     assert len((folder / "model/exchanges.jsonl").read_text().splitlines()) == flood.model["exchanges_written"]
     FIGURES.update(exchanges_written=flood.model["exchanges_written"], exchanges_dropped=flood.model["exchanges_dropped"])
+
+
+def test_the_tests_shipped_in_the_image_and_read_there_void_the_trial(runtime, tmp_path):
+    """`COPY . /app` shipped the task's own test.sh: the agent reads it at /app/test.sh (no
+    seed source path anywhere) and passes. The audit knows the file by content: answer leak,
+    exit 4; the doctor names the same image leaky (tests/integration/test_wild.py)."""
+    task = make_task(tmp_path / "ds", "copied-tests", toml=SMALL,
+                     dockerfile="FROM python:3.12-slim-bookworm\nWORKDIR /app\nCOPY . /app\n",
+                     test=REWARD_OK + "# the expected answer is 6c3f0e1a9b, compared byte for byte below\n",
+                     solve='out=$(cat /app/test.sh)\ntraj tool shell "cat /app/test.sh" --output "$out"\ntouch /app/ok\n')
+    (task / "environment/test.sh").write_text((task / "tests/test.sh").read_text())
+    proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle",
+                           "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "copied", "-q"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 4, proc.stderr[-2000:]
+    trial = json.loads(next((tmp_path / "jobs/copied/trials").glob("*/result.json")).read_text())
+    assert trial["reward"] is None and trial["voided_reward"] == {"reward": 1.0}
+    assert any("tests/test.sh" in leak for leak in trial["memory"]["leaks"]), trial["memory"]["leaks"]
+
+
+def test_two_jobs_of_one_name_in_two_folders_leave_each_other_alone(runtime, tmp_path):
+    """Job A (a 12 s trial) runs; job B, the same --job-name in another --jobs-dir, starts
+    and ends meanwhile. B's clean-up used to remove A's live containers (clean-up by job
+    name); now each process removes only what it made."""
+    make_task(tmp_path / "slow", "slow", toml=SMALL, solve="sleep 12\ntouch /app/ok\n")
+    make_task(tmp_path / "quick", "quick", toml=SMALL, solve="touch /app/ok\n")
+    first = subprocess.Popen([ORCHESTRA, "run", "--path", str(tmp_path / "slow"), "--agent", "oracle", "-q",
+                              "--jobs-dir", str(tmp_path / "a"), "--job-name", "same"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: runtime.labelled("orchestra.job=same")[0], timeout=120)
+        second = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "quick"), "--agent", "oracle", "-q",
+                                 "--jobs-dir", str(tmp_path / "b"), "--job-name", "same"],
+                                capture_output=True, text=True, timeout=300)
+        assert second.returncode == 0, second.stderr[-2000:]
+        assert runtime.labelled("orchestra.job=same")[0], "B's end removed A's containers"
+        assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    result = json.loads((tmp_path / "a/same/result.json").read_text())
+    assert result["mean_reward"] == 1.0 and result["counts"] == {"none": 1}, result["counts"]
+
+
+def test_a_read_only_jobs_dir_is_exit_2_naming_it(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], check=True)
+    try:
+        make_task(tmp_path / "ds", "t", toml=SMALL, solve="touch /app/ok\n")
+        proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q",
+                               "--jobs-dir", str(folder)], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "COLUMNS": "250"})
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and f"--jobs-dir: {folder}" in proc.stderr, proc.stderr
+    assert "Read-only file system" in proc.stderr

@@ -90,6 +90,19 @@ def test_a_rate_limited_client_reads_its_429_while_still_sending():
     assert first.endswith("200 OK") and second.endswith("429 Too Many Requests")
 
 
+def test_requests_past_the_servers_rate_wait_then_get_429_before_the_body_is_read():
+    srv = BackgroundServer(Echo, "127.0.0.1", max_body=1000, request_rate=25).start()
+    assert srv.httpd.requests.rate == 25 and srv.httpd.requests.burst == 50
+    srv.httpd.requests = ByteBudget(rate=1, burst=1, max_wait=0.1)
+    try:
+        first = send(srv, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+        second = send(srv, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+    finally:
+        srv.stop()
+    assert first.endswith("200 OK") and second.endswith("429 Too Many Requests")
+    assert srv.httpd.requests.refused == 1
+
+
 def test_the_relay_store_is_bounded_and_lists_in_o_of_the_result(monkeypatch):
     monkeypatch.setattr(relay_store, "MAX_MESSAGES", 5)
     store = RelayStore("ch")
