@@ -489,24 +489,14 @@ def main() -> None:
         err.print("cancelled")
         sys.exit(130)
     except Exception as exc:
-        if not isinstance(exc, _engine_errors()):
+        from orchestrator.runtime.base import RuntimeFault
+
+        if not isinstance(exc, RuntimeFault):
             raise
-        err.print(f"[red]the Docker engine failed[/]: {exc.__class__.__name__}: {exc}")
+        err.print(f"[red]the Docker engine failed[/]: {exc}")
         sys.exit(3)
     finally:
         gc.freeze()  # the interpreter's exit then skips collecting what is left
-
-
-def _engine_errors() -> tuple[type[BaseException], ...]:
-    """The engine client's exceptions, from the modules only if a command loaded them (an
-    exception cannot be of a class never imported; `--help` then loads none of them)."""
-    found: list[type[BaseException]] = []
-    if "orchestrator.runtime.engine" in sys.modules:
-        import http.client
-
-        found += [sys.modules["orchestrator.runtime.engine"].APIError, http.client.HTTPException,
-                  ConnectionError]
-    return tuple(found)
 
 
 if __name__ == "__main__":

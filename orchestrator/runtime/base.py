@@ -83,7 +83,7 @@ class BuildFailed(Exception):
 class Runtime(ABC):
     """What every phase (images, sandbox, trial, steps, verify, collect, workers, cleanup,
     the watchdog) may ask of a container engine. `DockerRuntime` is the one implementation
-    and the only module that uses the Engine API client (engine.py); `open_runtime()`
+    and the only module that uses the engine client (client.py, docker-py); `open_runtime()`
     makes one.
 
     Errors: an engine failure raises `RuntimeFault` (or the client's transport errors, which

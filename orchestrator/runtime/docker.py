@@ -1,13 +1,17 @@
-"""The local Docker engine backend, on one Engine API client (engine.py; DESIGN 7: no
-subprocess per step).
+"""The Docker engine backend, on docker-py's low-level client (client.py; DESIGN 7: no
+subprocess per step): the local socket, tcp:// with TLS, ssh://, a Docker context or
+Podman's compatible socket.
 
 Containers are created and started, never `run()` (which auto-pulls). Every object made
-here carries orchestra's labels, so `cleanup` and the reaper find them.
+here carries orchestra's labels, so `cleanup` and the reaper find them. docker-py's errors
+never leave this module: every public method turns them into RuntimeFault (the engine
+failed: infrastructure) or BuildFailed (the task's image cannot be had).
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import socket
 import struct
 import threading
@@ -31,7 +35,13 @@ from orchestrator.runtime.base import (
     RuntimeFault,
     SandboxSpec,
 )
-from orchestrator.runtime.engine import APIError, Engine, ImageNotFound, NotFound
+from orchestrator.runtime.client import (
+    APIError,
+    DockerException,
+    EngineClient,
+    ImageNotFound,
+    NotFound,
+)
 from orchestrator.runtime.subnets import SubnetPool
 
 __all__ = ["BuildFailed", "DockerRuntime", "RuntimeFault", "connect"]
@@ -41,23 +51,40 @@ POLL_SEC = 0.25  # how often a waiting exec checks its deadline and stop event
 SUBNET_LOCK = LOCK_DIR / "subnets.lock"
 
 
-def connect(max_pool_size: int = 16) -> Engine:
+def connect(max_pool_size: int = 16) -> EngineClient:
     try:
-        return Engine(timeout=120, max_pool_size=max_pool_size)
-    except (OSError, APIError, ValueError) as exc:
+        return EngineClient(timeout=120, max_pool_size=max_pool_size)
+    except (OSError, DockerException, ValueError) as exc:
         raise InfraError(
             f"Docker engine unreachable ({exc.__class__.__name__}: {exc}). "
             "Start dockerd (or run `make docker`) and retry."
         ) from exc
 
 
-# A broken connection to the engine while a response streams: the engine client raises it
-# as an OSError (engine.py turns http.client's protocol errors into ConnectionError).
+# A broken connection to the engine while a response streams: requests and urllib3 raise it
+# as an OSError (requests' errors are OSErrors, so is docker-py's APIError: caught first).
 TRANSPORT_ERRORS = (OSError,)
 
 
+def _at_the_seam(method):
+    """docker-py's errors become orchestra's: the engine failed (RuntimeFault)."""
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except (RuntimeFault, BuildFailed):
+            raise
+        except DockerException as exc:
+            raise RuntimeFault(f"the engine failed: {exc}") from exc
+    return call
+
+
 class DockerRuntime(Runtime):
-    def __init__(self, engine: Engine | None = None, max_pool_size: int = 16):
+    def __init_subclass__(cls, **kwargs):  # a subclass's methods meet the seam too
+        super().__init_subclass__(**kwargs)
+        _wrap_public(cls)
+
+    def __init__(self, engine: EngineClient | None = None, max_pool_size: int = 16):
         self.api = engine or connect(max_pool_size)  # the Engine API client: tests read back from it
         self.subnets = SubnetPool()
         self._network_blocks: dict[str, object] = {}
@@ -525,3 +552,12 @@ def _ipam(network: dict) -> dict:
     """A network's address block (Subnet, Gateway) from its inspect, {} if it has none."""
     configs = (network.get("IPAM") or {}).get("Config") or []
     return next((c for c in configs if c.get("Gateway")), {})
+
+
+def _wrap_public(cls) -> None:
+    for name, value in list(vars(cls).items()):
+        if not name.startswith("_") and callable(value) and not isinstance(value, (staticmethod, classmethod, type)):
+            setattr(cls, name, _at_the_seam(value))
+
+
+_wrap_public(DockerRuntime)

@@ -23,13 +23,14 @@ from pathlib import Path
 
 import pytest
 from conftest import make_leaky_task, make_task, nothing_left, wait_for
+from docker.errors import APIError
 from model_endpoint import model_endpoint
 
 from orchestrator.job import JobOptions, run_job
 from orchestrator.models.manifest import Manifest, default_manifest
 from orchestrator.models.result import TrialResult
+from orchestrator.runtime.client import EngineClient
 from orchestrator.runtime.docker import DockerRuntime
-from orchestrator.runtime.engine import APIError, Engine
 from orchestrator.scrub import REDACTED
 from orchestrator.tasks import load_tasks
 
@@ -455,7 +456,7 @@ class FailFirstVerifier(DockerRuntime):
     def create(self, spec):
         if spec.labels.get("orchestra.kind") == "verifier" and not self.failed:
             self.failed = True
-            raise APIError(500, "injected: verifier create failed")
+            raise APIError("500 Server Error: injected: verifier create failed")
         return super().create(spec)
 
 
@@ -509,7 +510,7 @@ def test_ctrl_c_while_the_verifier_runs_is_cancelled_and_resume_reruns_it(runtim
 
 class NoStart(DockerRuntime):
     def start(self, container: str) -> None:
-        raise APIError(500, "injected: engine broken")
+        raise APIError("500 Server Error: injected: engine broken")
 
 
 def test_resume_with_retry_errors_reruns_infrastructure_failures(runtime, tmp_path):
@@ -580,7 +581,7 @@ def test_a_transport_failure_mid_build_is_infra_and_retried_and_a_bad_dockerfile
               dockerfile="FROM python:3.12-slim-bookworm\nRUN exit 9\n")
     proxy = CuttingEngineProxy(tmp_path / "docker.sock", cuts=1)
     try:
-        engine = DockerRuntime(Engine(base_url=f"unix://{tmp_path}/docker.sock", timeout=120))
+        engine = DockerRuntime(EngineClient(base_url=f"unix://{tmp_path}/docker.sock", timeout=120))
         options = JobOptions(job_name="cut-build", jobs_dir=tmp_path / "jobs", n_concurrent=1,
                              backoff_multiplier=0.1)
         tasks = sorted(load_tasks(tmp_path / "ds"), key=lambda t: t.name.endswith("bad-dockerfile"))

@@ -1,26 +1,34 @@
-"""orchestra's own Engine API client (runtime/engine.py) against the real engine: the
-contracts DockerRuntime relies on, where docker-py used to give them."""
+"""The engine client (docker-py's APIClient behind runtime/client.py) against the real
+engine: the contracts DockerRuntime relies on, docker-py's errors kept behind the seam, and
+an engine reached over tcp:// with TLS and client certificates."""
 
 from __future__ import annotations
 
 import io
+import os
 import socket
+import ssl
+import subprocess
+import sys
 import tarfile
+import threading
+from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import ROOT, wait_for
 
 from orchestrator.errors import InfraError
-from orchestrator.runtime.base import SandboxSpec
-from orchestrator.runtime.docker import connect
-from orchestrator.runtime.engine import APIError, Engine, ImageNotFound, NotFound
+from orchestrator.runtime.base import RuntimeFault, SandboxSpec
+from orchestrator.runtime.client import APIError, EngineClient, ImageNotFound, NotFound
+from orchestrator.runtime.docker import DockerRuntime, connect
 
 IMAGE = "orchestra/base:bookworm"
+ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 
 
 @pytest.fixture
 def engine():
-    client = Engine(max_pool_size=4)
+    client = EngineClient(max_pool_size=4)
     yield client
     client.close()
 
@@ -50,14 +58,21 @@ def test_errors_are_typed_by_what_is_missing(engine):
     assert refused.value.status_code in (403, 409) and not isinstance(refused.value, NotFound)
 
 
-def test_a_pooled_connection_the_engine_closed_is_replaced_not_an_error(engine):
-    engine.info()
-    assert len(engine._idle) == 1
-    stale = engine._idle[0]
-    stale.sock.shutdown(socket.SHUT_RDWR)  # as if the engine had closed an idle connection
+def test_docker_py_errors_stay_behind_the_seam(runtime):
+    """Callers see orchestra's fault types, never docker-py's."""
+    with pytest.raises(RuntimeFault) as failed:
+        runtime.connect_network("orchestra-no-such-container", "orchestra-no-such-network")
+    assert not isinstance(failed.value, APIError) and isinstance(failed.value.__cause__, APIError)
+    assert runtime.image_exists("orchestra/no-such-image:0") is False  # handled inside: no fault
+
+
+def test_the_pool_is_sized_to_the_concurrency_and_requests_are_counted(engine):
+    runtime = DockerRuntime(max_pool_size=24)
+    assert runtime.api.api.adapters["http+docker://"].max_pool_size == 24
     calls = engine.calls
-    assert engine.ping()  # sent again on a fresh connection
-    assert engine.calls == calls + 1 and stale.sock is None
+    engine.info()
+    engine.ping()
+    assert engine.calls == calls + 2
 
 
 def test_filters_take_single_values_and_lists(engine, sleeper):
@@ -68,20 +83,16 @@ def test_filters_take_single_values_and_lists(engine, sleeper):
     assert none == []
 
 
-def test_an_archive_read_to_its_end_keeps_the_connection_and_one_abandoned_drops_it(
-        engine, sleeper):
-    whole = engine.get_archive(sleeper, "/etc/os-release")
-    data = b"".join(whole)
+def test_an_archive_read_whole_or_abandoned_leaves_the_container_usable(engine, runtime, sleeper):
+    data = b"".join(engine.get_archive(sleeper, "/etc/os-release"))
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         assert tar.getnames() == ["os-release"]
-    pooled = len(engine._idle)
-    assert pooled == 1
     partial = engine.get_archive(sleeper, "/usr")  # megabytes: read one chunk, then give up
     next(iter(partial))
     partial.close()
-    assert len(engine._idle) == 0  # that connection was closed, not pooled mid-body
     assert engine.get_archive(sleeper, "/no/such/path") is None
     assert engine.inspect_container(sleeper)["State"]["Running"] is True
+    assert runtime.exec(sleeper, ["true"]).exit_code == 0
 
 
 def test_exec_output_stdin_and_exit_code_through_the_hijacked_socket(runtime, sleeper):
@@ -92,6 +103,9 @@ def test_exec_output_stdin_and_exit_code_through_the_hijacked_socket(runtime, sl
     assert mixed.exit_code == 7 and sorted(mixed.output.split()) == [b"err", b"out"]
     capped = runtime.exec(sleeper, ["sh", "-c", "head -c 100000 /dev/zero"], capture=10)
     assert capped.exit_code == 0 and capped.output == b"\0" * 10
+    # a process that prints at once: its first bytes may come with the engine's answer
+    fast = [runtime.exec(sleeper, ["echo", "first-bytes"], capture=100).output for _ in range(20)]
+    assert fast == [b"first-bytes\n"] * 20
 
 
 def test_wait_returns_none_past_its_timeout_and_the_code_after(runtime, sleeper):
@@ -106,6 +120,101 @@ def test_an_unreachable_engine_is_an_infra_error_naming_the_fix(monkeypatch, tmp
     with pytest.raises(InfraError) as failed:
         connect()
     assert "Docker engine unreachable" in str(failed.value) and "dockerd" in str(failed.value)
-    monkeypatch.setenv("DOCKER_HOST", "ssh://somewhere")
-    with pytest.raises(InfraError, match="only unix:// and tcp://"):
-        connect()
+
+
+# ---- tcp:// with TLS and client certificates ---------------------------------------------
+def _certificates(folder: Path) -> None:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, in the layout
+    DOCKER_CERT_PATH expects (ca.pem, cert.pem, key.pem)."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
+            "-keyout", "ca-key.pem", "-out", "ca.pem")
+    (folder / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    (folder / "client.cnf").write_text("extendedKeyUsage=clientAuth\n")
+    for name, ext in (("server", "san.cnf"), ("client", "client.cnf")):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout",
+                f"{name}-key.pem", "-out", f"{name}.csr")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
+                "-CAcreateserial", "-days", "1", "-extfile", ext, "-out", f"{name}.pem")
+    (folder / "cert.pem").write_bytes((folder / "client.pem").read_bytes())
+    (folder / "key.pem").write_bytes((folder / "client-key.pem").read_bytes())
+
+
+class TlsFront:
+    """A TLS endpoint on loopback that requires a client certificate from the test CA and
+    pipes each connection to the engine's unix socket (as `dockerd --tlsverify` would)."""
+
+    def __init__(self, certs: Path):
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(certs / "server.pem", certs / "server-key.pem")
+        self.context.load_verify_locations(certs / "ca.pem")
+        self.context.verify_mode = ssl.CERT_REQUIRED
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.refused = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                raw, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
+
+    def _serve(self, raw: socket.socket) -> None:
+        try:
+            client = self.context.wrap_socket(raw, server_side=True)
+        except (ssl.SSLError, OSError):
+            self.refused += 1
+            raw.close()
+            return
+        engine = socket.socket(socket.AF_UNIX)
+        engine.connect("/var/run/docker.sock")
+        threading.Thread(target=_pipe, args=(engine, client), daemon=True).start()
+        _pipe(client, engine)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _pipe(src, dst) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def test_an_engine_over_tcp_with_tls_and_client_certificates_runs_a_job(runtime, tmp_path):
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    _certificates(certs)
+    front = TlsFront(certs)
+    env = {**os.environ, "DOCKER_HOST": f"tcp://127.0.0.1:{front.port}", "DOCKER_TLS_VERIFY": "1",
+           "DOCKER_CERT_PATH": str(certs), "COLUMNS": "200"}
+    try:
+        proc = subprocess.run([ORCHESTRA, "run", "--path", str(ROOT / "tasks/examples/hello-file"),
+                               "--agent", "oracle", "-q", "--jobs-dir", str(tmp_path / "jobs"),
+                               "--job-name", "tls"], capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "reward 1" in proc.stderr
+        # a client certificate the engine's CA did not sign: refused, exit 3, saying so
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=rogue", "-keyout", "key.pem", "-out", "cert.pem"],
+                       cwd=certs, check=True, capture_output=True)
+        refused = subprocess.run([ORCHESTRA, "run", "--path", str(ROOT / "tasks/examples/hello-file"),
+                                  "--agent", "oracle", "-q", "--jobs-dir", str(tmp_path / "jobs")],
+                                 capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        front.close()
+    assert refused.returncode == 3 and "Docker engine unreachable" in refused.stderr, refused.stderr[-1000:]
+    assert front.refused >= 1

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, make_task, orchestra_objects
+from docker.errors import APIError
 
 from orchestrator.job import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import TrialResult
 from orchestrator.runtime.docker import DockerRuntime
-from orchestrator.runtime.engine import APIError
 from orchestrator.tasks import load_tasks
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
@@ -84,7 +84,7 @@ class FlakyEngine(DockerRuntime):
     def start(self, container: str) -> None:
         if self.failures > 0:
             self.failures -= 1
-            raise APIError(500, "injected: daemon restarting")
+            raise APIError("500 Server Error: injected: daemon restarting")
         super().start(container)
 
 

@@ -1,0 +1,312 @@
+"""The engine client: docker-py's low-level APIClient, the one thing that speaks to Docker.
+
+Everything docker-py reaches works: `DOCKER_HOST` as unix://, tcp:// (with TLS and client
+certificates from `DOCKER_TLS_VERIFY` / `DOCKER_CERT_PATH`) or ssh:// (the ssh binary), the
+current Docker context when no `DOCKER_HOST` is set, registry credentials from
+`DOCKER_CONFIG`/`~/.docker/config.json` and its credential helpers on every pull, and
+Podman's Docker-compatible socket. The connection pool is sized to the job's concurrency.
+
+`EngineClient` keeps the few calls DockerRuntime makes in one place, in orchestra's terms
+where docker-py's differ (a network made on a given subnet, a container from an API
+config, a tar stream that can be closed early, an attached exec's raw socket with the bytes
+that came with the engine's answer), and counts its requests (bench/run.py prints them).
+
+Errors are docker-py's: `APIError` (an HTTP error; `NotFound`, `ImageNotFound`) and
+`DockerException` for a client that cannot be made; a broken connection is an OSError
+(requests' errors are). DockerRuntime turns them into orchestra's fault types at the seam.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import docker
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import IPAMConfig, IPAMPool
+
+__all__ = ["APIError", "DockerException", "EngineClient", "ImageNotFound", "NotFound"]
+
+API_VERSION = "1.41"  # Docker 20.10; newer engines serve it too
+CHUNK = 1024 * 1024
+
+
+def _client_kwargs() -> dict:
+    """Where the engine is: DOCKER_HOST (and its TLS variables), else the current Docker
+    context, else the local socket."""
+    kwargs = docker.utils.kwargs_from_env()
+    if "base_url" not in kwargs and not os.environ.get("DOCKER_HOST"):
+        try:
+            from docker.context import ContextAPI
+
+            context = ContextAPI.get_current_context()
+        except Exception:  # no readable context: the default socket
+            context = None
+        if context is not None and context.Host and context.name != "default":
+            kwargs["base_url"] = context.Host
+            tls = context.TLSConfig
+            if tls:
+                kwargs["tls"] = tls
+    if str(kwargs.get("base_url", "")).startswith("ssh://"):
+        kwargs["use_ssh_client"] = True  # the ssh binary and its config, not paramiko
+    return kwargs
+
+
+class _Counted(docker.APIClient):
+    calls = 0
+
+    def request(self, method, url, *args, **kwargs):  # every engine request passes here
+        self.calls += 1
+        return super().request(method, url, *args, **kwargs)
+
+
+class TarStream:
+    """A streamed response body (a container's files). Read to its end, its connection goes
+    back to the pool; closed early, the connection is closed (the engine stops sending)."""
+
+    def __init__(self, response):
+        self.response = response
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self.response.raw.stream(CHUNK, decode_content=False)
+        finally:
+            self.response.close()
+
+    def close(self) -> None:
+        self.response.close()
+
+
+class Hijacked:
+    """An attached exec's socket: stdin in, multiplexed stdout/stderr frames out. Holds the
+    HTTP response, whose collection would close the socket under TLS."""
+
+    def __init__(self, sock: socket.socket, response):
+        self.sock, self.response = sock, response
+
+    def settimeout(self, seconds: float) -> None:
+        self.sock.settimeout(seconds)
+
+    def recv(self, n: int) -> bytes:
+        return self.sock.recv(n)
+
+    def sendall(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def shutdown(self, how: int) -> None:
+        try:
+            self.sock.shutdown(how)
+        except (OSError, AttributeError, NotImplementedError):
+            pass  # an ssh channel: stdin simply ends when we stop sending
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            self.response.close()
+
+
+class EngineClient:
+    """One engine; thread-safe (requests' pool gives each request a connection of its own)."""
+
+    def __init__(self, timeout: float = 120, max_pool_size: int = 16, **overrides):
+        kwargs = {**_client_kwargs(), **overrides}
+        self.api = _Counted(version=API_VERSION, timeout=timeout, max_pool_size=max_pool_size,
+                            **kwargs)
+        # The engine is addressed exactly: no proxy variables, and DOCKER_CERT_PATH's CA is
+        # the one that verifies it (requests would let REQUESTS_CA_BUNDLE, set on machines
+        # with an intercepting proxy, replace it: measured, verification then fails).
+        self.api.trust_env = False
+        self.base_url = str(kwargs.get("base_url") or "unix:///var/run/docker.sock")
+        self.timeout, self.max_pool_size = timeout, max_pool_size
+        server = self.api.version(api_version=False)
+        self.server_version = str(server.get("Version", ""))
+        self.components = [c.get("Name", "") for c in server.get("Components") or []]
+        self.api_version = self.api.api_version
+
+    @property
+    def calls(self) -> int:
+        return self.api.calls
+
+    def close(self) -> None:
+        self.api.close()
+
+    # ---- system, images ----------------------------------------------------------------
+    def ping(self) -> bool:
+        return bool(self.api.ping())
+
+    def info(self) -> dict:
+        return self.api.info()
+
+    def inspect_image(self, ref: str) -> dict:
+        return self.api.inspect_image(ref)
+
+    def images(self, filters: dict | None = None) -> list[dict]:
+        return self.api.images(filters=filters)
+
+    def tag(self, image: str, repository: str, tag: str) -> bool:
+        return bool(self.api.tag(image, repository, tag))
+
+    def push(self, repository: str, tag: str) -> Iterator[dict]:
+        """Credentials come from the Docker config, as for a pull."""
+        return self.api.push(repository, tag=tag, stream=True, decode=True)
+
+    def remove_image(self, ref: str, force: bool = False) -> None:
+        self.api.remove_image(ref, force=force)
+
+    def commit(self, container: str, repository: str, tag: str, conf: dict | None = None) -> dict:
+        return self.api.commit(container, repository=repository, tag=tag, conf=conf or {})
+
+    def build(self, context: bytes, tag: str, labels: dict[str, str], timeout: float,
+              rm: bool = True, forcerm: bool = True, pull: bool = False) -> Iterator[dict]:
+        """A build from a tar context: the engine's progress objects as they come."""
+        return self.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag,
+                              labels=labels, rm=rm, forcerm=forcerm, pull=pull, timeout=timeout,
+                              decode=True)
+
+    def pull(self, repository: str, tag: str) -> Iterator[dict]:
+        """Credentials for the image's registry come from the Docker config (and its
+        credential helpers), read by docker-py on every pull."""
+        return self.api.pull(repository, tag=tag, stream=True, decode=True)
+
+    def import_image_from_file(self, filename: str, repository: str, tag: str,
+                               changes: list[str] | None = None) -> None:
+        answer = self.api.import_image_from_file(filename, repository=repository, tag=tag,
+                                                 changes=list(changes or []))
+        if '"error"' in str(answer):
+            raise APIError(f"import of {filename} failed: {str(answer)[-500:]}")
+
+    # ---- networks and volumes ------------------------------------------------------------
+    def networks(self, filters: dict | None = None) -> list[dict]:
+        return self.api.networks(filters=filters)
+
+    def inspect_network(self, name: str) -> dict:
+        return self.api.inspect_network(name)
+
+    def create_network(self, name: str, internal: bool, labels: dict[str, str],
+                       subnet: str, gateway: str, options: dict[str, str]) -> dict:
+        ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=subnet, gateway=gateway)])
+        return self.api.create_network(name, driver="bridge", options=options, ipam=ipam,
+                                       internal=internal, labels=labels, check_duplicate=True)
+
+    def remove_network(self, name: str) -> None:
+        self.api.remove_network(name)
+
+    def connect_container_to_network(self, container: str, network: str) -> None:
+        self.api.connect_container_to_network(container, network)
+
+    def disconnect_container_from_network(self, container: str, network: str,
+                                          force: bool = False) -> None:
+        self.api.disconnect_container_from_network(container, network, force=force)
+
+    def volumes(self, filters: dict | None = None) -> dict:
+        return self.api.volumes(filters=filters) or {}
+
+    def inspect_volume(self, name: str) -> dict:
+        return self.api.inspect_volume(name)
+
+    def create_volume(self, name: str, driver: str = "local", labels: dict | None = None,
+                      driver_opts: dict | None = None) -> dict:
+        return self.api.create_volume(name, driver=driver, driver_opts=driver_opts or {},
+                                      labels=labels or {})
+
+    def remove_volume(self, name: str, force: bool = False) -> None:
+        self.api.remove_volume(name, force=force)
+
+    # ---- containers --------------------------------------------------------------------
+    def containers(self, all: bool = False, filters: dict | None = None,
+                   size: bool = False) -> list[dict]:
+        return self.api.containers(all=all, filters=filters, size=size)
+
+    def inspect_container(self, container: str) -> dict:
+        return self.api.inspect_container(container)
+
+    def create_container(self, image: str, command: list[str] | None = None,
+                         name: str | None = None, host_config: dict | None = None,
+                         **config) -> dict:
+        """A container from the API's own fields (Labels, Env as "K=V", WorkingDir, User,
+        Entrypoint, Healthcheck, NetworkingConfig), nothing pulled."""
+        body = {"Image": image, "Cmd": command, "HostConfig": host_config or {},
+                "AttachStdin": False, "AttachStdout": False, "AttachStderr": False,
+                "Tty": False, "OpenStdin": False, "StdinOnce": False, **config}
+        try:
+            return self.api.create_container_from_config(body, name=name)
+        except NotFound as exc:
+            raise ImageNotFound(str(exc), response=exc.response, explanation=exc.explanation) from exc
+
+    def start(self, container: str) -> None:
+        self.api.start(container)
+
+    def kill(self, container: str) -> None:
+        self.api.kill(container)
+
+    def wait(self, container: str, timeout: float) -> dict:
+        """Raises an OSError (a read timeout) when the container outlives `timeout`."""
+        return self.api.wait(container, timeout=timeout)
+
+    def remove_container(self, container: str, force: bool = False, v: bool = False) -> None:
+        self.api.remove_container(container, force=force, v=v)
+
+    def put_archive(self, container: str, path: str, data: bytes | BinaryIO) -> bool:
+        return bool(self.api.put_archive(container, path, data))
+
+    def get_archive(self, container: str, path: str) -> TarStream | None:
+        """A tar stream of `path` (close it when not read to the end), None if absent."""
+        response = self.api._get(self.api._url("/containers/{0}/archive", container),
+                                 params={"path": path}, stream=True)
+        if response.status_code == 404:
+            response.close()
+            return None
+        try:
+            self.api._raise_for_status(response)
+        except APIError:
+            response.close()
+            raise
+        return TarStream(response)
+
+    # ---- exec ----------------------------------------------------------------------------
+    def exec_create(self, container: str, cmd: list[str], environment: dict[str, str] | None = None,
+                    workdir: str | None = None, user: str = "", stdin: bool = False) -> dict:
+        return self.api.exec_create(container, cmd, stdout=True, stderr=True, stdin=stdin,
+                                    tty=False, user=user, environment=environment or {},
+                                    workdir=workdir or None)
+
+    def exec_start(self, exec_id: str) -> None:
+        """Start detached: the process runs on; exec_inspect says when it ended."""
+        self.api.exec_start(exec_id, detach=True)
+
+    def exec_attach(self, exec_id: str) -> tuple[Hijacked, bytes]:
+        """Start attached: the raw socket and the bytes of the stream that arrived with the
+        engine's answer (read into the HTTP layer's buffer, which a raw read would skip)."""
+        response = self.api._post_json(self.api._url("/exec/{0}/start", exec_id),
+                                       headers={"Connection": "Upgrade", "Upgrade": "tcp"},
+                                       data={"Tty": False, "Detach": False}, stream=True)
+        try:
+            sock = self.api._get_raw_response_socket(response)
+            sock = getattr(sock, "_sock", sock)  # SocketIO (unix, tcp) -> its socket
+            return Hijacked(sock, response), _buffered(response, sock)
+        except BaseException:
+            response.close()
+            raise
+
+    def exec_inspect(self, exec_id: str) -> dict:
+        return self.api.exec_inspect(exec_id)
+
+
+def _buffered(response, sock) -> bytes:
+    """Whatever the HTTP layer read past the engine's 101 answer (the first output of a
+    fast process may come in the same packet), taken without blocking."""
+    reader = getattr(getattr(response.raw, "_fp", None), "fp", None)
+    if reader is None or not hasattr(reader, "read1") or not hasattr(sock, "setblocking"):
+        return b""
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        return reader.read1(65536) or b""
+    except (OSError, ValueError):
+        return b""  # nothing buffered and nothing on the socket yet
+    finally:
+        sock.settimeout(timeout)
