@@ -9,7 +9,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DEMO    := $(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup docker browser base-image demo local-model eval-local test test-hostile test-ray test-unit test-integration lint bench cleanup
+.PHONY: setup docker test-tools base-image demo local-model eval-local test test-hostile test-ray test-unit test-integration lint bench cleanup
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -42,10 +42,10 @@ eval-local: base-image local-model
 	$(BIN)/orchestra run --path tasks/memorybench $(LOCAL) --policy memory-off --job-name local-off-$(DEMO) --json jobs/local-off-$(DEMO).json
 	$(BIN)/orchestra compare jobs/local-on-$(DEMO).json jobs/local-off-$(DEMO).json --markdown jobs/local-compare-$(DEMO).md
 
-browser:
-	./scripts/ensure-chromium.sh
+test-tools:
+	./scripts/ensure-test-tools.sh
 
-test: base-image browser
+test: base-image test-tools
 	$(BIN)/pytest tests -q
 
 test-hostile: base-image

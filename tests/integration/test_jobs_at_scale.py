@@ -193,7 +193,7 @@ def test_report_writes_markdown_html_and_junit_for_a_real_job(runtime, tmp_path)
     assert html_path.read_text().count("<svg") >= 2
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        pytest.skip("chromium is not installed (scripts/ensure-chromium.sh installs it where it can)")
+        pytest.skip("chromium is not installed (scripts/ensure-test-tools.sh installs it where it can)")
     browser = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                               "--disable-background-networking", "--disable-component-update", "--disable-sync",
                               f"--user-data-dir={tmp_path / 'chrome'}", "--enable-logging=stderr", "--v=0",

@@ -91,7 +91,7 @@ def fetch(url: str) -> tuple[int, str]:
 def browse(url: str, root: Path, shot: str) -> str:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        pytest.skip("chromium is not installed (scripts/ensure-chromium.sh installs it)")
+        pytest.skip("chromium is not installed (scripts/ensure-test-tools.sh installs it)")
     common = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
               "--disable-background-networking", "--disable-component-update", "--disable-sync",
               f"--user-data-dir={root / 'chrome'}", "--window-size=1200,1600"]

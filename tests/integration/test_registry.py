@@ -1,0 +1,108 @@
+"""A task whose `docker_image` lives only in a private registry with authentication:
+Debian's docker-registry (distribution 2.8) with htpasswd on loopback, credentials in a
+DOCKER_CONFIG folder's config.json. docker-py reads them on every pull: the task is pulled
+under every --build-policy; without the credentials the pull is refused and said so."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import make_task
+
+from orchestrator.runtime.client import EngineClient
+
+ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
+REGISTRY = shutil.which("docker-registry") or "/usr/bin/docker-registry"
+HTPASSWD = shutil.which("htpasswd")
+
+CONFIG = """version: 0.1
+storage:
+  filesystem:
+    rootdirectory: {root}
+http:
+  addr: 127.0.0.1:{port}
+auth:
+  htpasswd:
+    realm: orchestra-test
+    path: {htpasswd}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    if not os.path.exists(REGISTRY) or HTPASSWD is None:
+        pytest.skip("docker-registry / apache2-utils not installed (make test installs them)")
+    root = tmp_path_factory.mktemp("registry")
+    port = _free_port()
+    (root / "htpasswd").write_text(subprocess.run(
+        [HTPASSWD, "-Bbn", "orchestra", "s3cret-pass"], check=True, capture_output=True, text=True).stdout)
+    (root / "config.yml").write_text(CONFIG.format(root=root / "data", port=port, htpasswd=root / "htpasswd"))
+    server = subprocess.Popen([REGISTRY, "serve", str(root / "config.yml")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    credentials = root / "docker-config"
+    credentials.mkdir()
+    auth = base64.b64encode(b"orchestra:s3cret-pass").decode()
+    (credentials / "config.json").write_text(json.dumps({"auths": {f"127.0.0.1:{port}": {"auth": auth}}}))
+    yield f"127.0.0.1:{port}", credentials
+    server.terminate()
+    server.wait(timeout=10)
+
+
+def test_a_private_image_is_pulled_with_the_configs_credentials_under_every_policy(
+        registry, runtime, tmp_path, monkeypatch):
+    host, credentials = registry
+    image = f"{host}/orchestra-test/private:{os.getpid()}"
+    monkeypatch.setenv("DOCKER_CONFIG", str(credentials))
+    pusher = EngineClient()  # reads DOCKER_CONFIG as it is made
+    pusher.tag("orchestra/base:bookworm", image.rsplit(":", 1)[0], image.rsplit(":", 1)[1])
+    pushed = list(pusher.push(image.rsplit(":", 1)[0], image.rsplit(":", 1)[1]))
+    assert not [p for p in pushed if "error" in p], pushed
+    task = make_task(tmp_path / "ds", "private", toml=f'[environment]\ndocker_image = "{image}"\n',
+                     solve="touch /app/ok\n")
+    (task / "environment/Dockerfile").unlink()  # only the registry has it
+    env = {**os.environ, "DOCKER_CONFIG": str(credentials), "COLUMNS": "200"}
+    sources = {}
+    for policy in ("prefer-prebuilt", "pull", "build"):
+        pusher.remove_image(image, force=True)  # gone locally: each policy must pull it
+        proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q",
+                               "--build-policy", policy, "--jobs-dir", str(tmp_path / "jobs"),
+                               "--job-name", f"private-{policy}"], capture_output=True, text=True,
+                              env=env, timeout=600)
+        assert proc.returncode == 0, (policy, proc.stderr[-2000:])
+        trial = json.loads(next((tmp_path / f"jobs/private-{policy}/trials").glob("*/result.json")).read_text())
+        assert trial["reward"] == {"reward": 1.0}, (policy, trial["error"])
+        sources[policy] = trial["image_source"]
+    assert sources == {"prefer-prebuilt": "pulled", "pull": "pulled", "build": "pulled"}
+    # without the credentials: the registry refuses, and the trial says why
+    pusher.remove_image(image, force=True)
+    empty = tmp_path / "no-credentials"
+    empty.mkdir()
+    refused = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q",
+                              "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "private-refused"],
+                             capture_output=True, text=True, env={**env, "DOCKER_CONFIG": str(empty)}, timeout=600)
+    trial = json.loads(next((tmp_path / "jobs/private-refused/trials").glob("*/result.json")).read_text())
+    assert trial["failure_mode"] == "build_error" and "no basic auth credentials" in trial["error"], trial["error"]
+    assert refused.returncode == 1
+    pusher.close()
