@@ -25,10 +25,17 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 import docker
+import urllib3
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import IPAMConfig, IPAMPool
 
-__all__ = ["APIError", "DockerException", "EngineClient", "ImageNotFound", "NotFound"]
+__all__ = ["APIError", "DockerException", "EngineClient", "ImageNotFound", "NotFound",
+           "TRANSPORT_ERRORS"]
+
+# A broken connection to the engine: requests' errors are OSErrors, urllib3's (a streamed
+# body cut mid-chunk: ProtocolError, IncompleteRead) are not. docker-py's APIError is an
+# OSError too: callers catch it first.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (OSError, urllib3.exceptions.HTTPError)
 
 API_VERSION = "1.41"  # Docker 20.10; newer engines serve it too
 CHUNK = 1024 * 1024

@@ -36,6 +36,7 @@ from orchestrator.runtime.base import (
     SandboxSpec,
 )
 from orchestrator.runtime.client import (
+    TRANSPORT_ERRORS,
     APIError,
     DockerException,
     EngineClient,
@@ -61,9 +62,6 @@ def connect(max_pool_size: int = 16) -> EngineClient:
         ) from exc
 
 
-# A broken connection to the engine while a response streams: requests and urllib3 raise it
-# as an OSError (requests' errors are OSErrors, so is docker-py's APIError: caught first).
-TRANSPORT_ERRORS = (OSError,)
 
 
 def _at_the_seam(method):
@@ -76,6 +74,8 @@ def _at_the_seam(method):
             raise
         except DockerException as exc:
             raise RuntimeFault(f"the engine failed: {exc}") from exc
+        except TRANSPORT_ERRORS[1:] as exc:  # urllib3's, which are not OSErrors
+            raise RuntimeFault(f"the engine connection broke: {exc.__class__.__name__}: {exc}") from exc
     return call
 
 

@@ -265,12 +265,15 @@ def test_the_egress_proxy_never_connects_to_the_host_and_streams_what_it_forward
 
 
 def test_a_fifo_planted_where_the_tests_are_staged_never_blocks_the_grading(round2):
+    """The host's writes never block and never go into what the agent planted. What the
+    agent's process does to its own grading after that (a FIFO raced into the tests while
+    the verifier moves them) is the agent's doing: graded 1.0, or verifier_error when it
+    broke its own test.sh; never infrastructure, never a wait."""
     _, t, _ = round2
-    result, folder = t["fifo-staging"]
-    assert result.failure_mode == "none" and result.reward == {"reward": 1.0}, result.error
+    result, _folder = t["fifo-staging"]
+    assert result.retries == [] and result.failure_mode in ("none", "verifier_error"), result.error
     assert result.timings.verify < 20  # the verifier's own timeout; a blocked open waited 60 s+
-    planted = folder / "agent/planted"
-    FIGURES["fifo_planted"] = len(planted.read_text().splitlines()) if planted.exists() else 0
+    FIGURES["fifo_outcome"] = (result.failure_mode.value, round(result.timings.verify, 2))
 
 
 def test_a_process_churning_the_verifier_logs_is_the_agents_doing_not_infra(round2):

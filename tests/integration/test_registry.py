@@ -104,5 +104,5 @@ def test_a_private_image_is_pulled_with_the_configs_credentials_under_every_poli
                              capture_output=True, text=True, env={**env, "DOCKER_CONFIG": str(empty)}, timeout=600)
     trial = json.loads(next((tmp_path / "jobs/private-refused/trials").glob("*/result.json")).read_text())
     assert trial["failure_mode"] == "build_error" and "no basic auth credentials" in trial["error"], trial["error"]
-    assert refused.returncode == 1
+    assert refused.returncode == 0  # a build error is the task's result, not a gate
     pusher.close()
