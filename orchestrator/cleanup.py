@@ -160,22 +160,20 @@ def prune_images(runtime: Runtime, keep_gb: float | None) -> list[str]:
     except (OSError, json.JSONDecodeError):
         usage = {}
     images = [i for i in runtime.images_labelled(LABEL_IMAGE_KIND)
-              if (i.get("Labels") or {}).get(LABEL_IMAGE_KIND) in ("task-image", "agent-image",
-                                                                    "snapshot")]
+              if i.labels.get(LABEL_IMAGE_KIND) in ("task-image", "agent-image", "snapshot")]
 
-    def last_used(image: dict) -> float:
-        tags = image.get("RepoTags") or []
-        return max([usage.get(t, 0.0) for t in tags] + [float(image.get("Created", 0))])
+    def last_used(image) -> float:
+        return max([usage.get(t, 0.0) for t in image.tags] + [image.created])
 
     images.sort(key=last_used)
-    total = sum(i.get("Size", 0) for i in images)
+    total = sum(i.size for i in images)
     budget = None if keep_gb is None else keep_gb * 1024 ** 3
     removed = []
     for image in images:
         if budget is not None and total <= budget:
             break
-        if not try_remove("image", runtime.remove_image, image["Id"]):
+        if not try_remove("image", runtime.remove_image, image.id):
             continue
-        total -= image.get("Size", 0)
-        removed.append((image.get("RepoTags") or [image["Id"]])[0])
+        total -= image.size
+        removed.append((image.tags or [image.id])[0])
     return removed

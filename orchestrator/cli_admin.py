@@ -44,7 +44,7 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
         from orchestrator.runtime import open_runtime
 
         runtime = open_runtime()
-        info = runtime.engine_info()
+        info = runtime.engine_facts()
     except InfraError:
         human.print("note: no Docker engine answers; images and capacity are not checked")
     rows = []

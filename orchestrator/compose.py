@@ -45,11 +45,13 @@ class Healthcheck(BaseModel):
     retries: int = 3
     start_period: str = "0s"
 
-    def engine(self) -> dict:
-        """The Engine API's Healthcheck object (durations in nanoseconds)."""
-        test = self.test if isinstance(self.test, list) else ["CMD-SHELL", self.test]
-        return {"Test": test, "Interval": _ns(self.interval), "Timeout": _ns(self.timeout),
-                "Retries": self.retries, "StartPeriod": _ns(self.start_period)}
+    @property
+    def command(self) -> list[str]:
+        return self.test if isinstance(self.test, list) else ["CMD-SHELL", self.test]
+
+    def seconds(self, field: str) -> float:
+        """interval, timeout or start_period in seconds."""
+        return _ns(getattr(self, field)) / 1e9
 
 
 class Build(BaseModel):

@@ -30,7 +30,6 @@ sent on is the destination's own (the URL's), never the client's.
 from __future__ import annotations
 
 import ipaddress
-import os
 import select
 import socket
 import threading
@@ -40,7 +39,7 @@ from http.server import BaseHTTPRequestHandler
 
 from orchestrator.httpserve import BackgroundServer, HttpError
 from orchestrator.log import get_logger
-from orchestrator.runtime.subnets import DEFAULT_RANGE
+from orchestrator.runtime.subnets import DEFAULT_RANGE, host_routes
 
 log = get_logger()
 CONNECT_TIMEOUT_SEC = 10.0
@@ -79,26 +78,6 @@ def _local_addresses() -> set[Address]:
     return found
 
 
-def _bridge_subnets() -> list[Net]:
-    """The subnets directly attached to the host's bridges (Docker's and orchestra's)."""
-    subnets: list[Net] = []
-    try:
-        rows = open("/proc/net/route").read().splitlines()[1:]
-    except OSError:
-        return subnets
-    for row in rows:
-        cols = row.split()
-        if len(cols) < 8 or cols[2] != "00000000" or not os.path.isdir(f"/sys/class/net/{cols[0]}/bridge"):
-            continue
-        try:
-            net = int.from_bytes(bytes.fromhex(cols[1]), "little")
-            mask = int.from_bytes(bytes.fromhex(cols[7]), "little")
-            subnets.append(ipaddress.ip_network((net, bin(mask).count("1")), strict=False))
-        except ValueError:
-            continue
-    return subnets
-
-
 class HostAddresses:
     """What the proxy never connects to, read from the kernel (cached for a few seconds:
     trial bridges come and go)."""
@@ -114,7 +93,8 @@ class HostAddresses:
 
     def _refresh(self) -> None:
         if time.monotonic() - self._at > self.TTL_SEC:
-            self._local, self._bridges = _local_addresses(), _bridge_subnets()
+            self._local = _local_addresses()
+            self._bridges = [ipaddress.ip_network(n) for n in host_routes(bridges_only=True)]
             self._at = time.monotonic()
 
     def forbidden(self, address: str) -> str | None:

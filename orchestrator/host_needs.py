@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from orchestrator.images import base_references, stand_in_for
-from orchestrator.runtime.base import BuildFailed, Runtime
+from orchestrator.runtime.base import BuildFailed, EngineFacts, Runtime
 from orchestrator.tasks import Task
 
 FETCHES = re.compile(r"\b(apt-get|apt|pip3?|uvx?|curl|wget|npm|npx|git\s+clone|go\s+install|cargo\s+install)\b")
@@ -34,7 +34,7 @@ def _fetching(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def host_needs(task: Task, runtime: Runtime | None, info: dict | None) -> list[str]:
+def host_needs(task: Task, runtime: Runtime | None, info: EngineFacts | None) -> list[str]:
     needs: list[str] = []
     env = task.config.environment
     dockerfile_path = task.path / "environment" / "Dockerfile"
@@ -53,7 +53,7 @@ def host_needs(task: Task, runtime: Runtime | None, info: dict | None) -> list[s
                 needs.append(f"compose service {name}: image {service.image} is not on this engine "
                              "(needs a registry)")
     if info:
-        cpus, memory_mb = float(info.get("NCPU") or 0), int((info.get("MemTotal") or 0) // 2**20)
+        cpus, memory_mb = info.cpus, info.memory_mb
         if cpus and env.cpus > cpus:
             needs.append(f"cpus = {env.cpus:g}, the engine has {cpus:g}: infeasible here")
         if memory_mb and env.memory_mb > memory_mb:

@@ -97,7 +97,7 @@ def _orchestra_base(runtime: Runtime, ref: str) -> bool:
     """Whether `ref` is one of orchestra's own bases (or an alias tag an older orchestra
     made for one): such a tag is never taken for the real image it is named after."""
     try:
-        labels = runtime.image_inspect(ref)["Config"].get("Labels") or {}
+        labels = runtime.image_facts(ref).labels
     except Exception:
         return False
     return labels.get(LABEL_IMAGE_KIND) == "base"
@@ -222,7 +222,7 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
         dockerfile = (task.path / "environment" / "Dockerfile").read_text()
         stand_ins = resolve_bases(runtime, dockerfile)
         if stand_ins:  # built on a stand-in: a rebuilt base (or a real image) is a new tag
-            ids = "".join(runtime.image_inspect(s.stand_in)["Id"] for s in stand_ins)
+            ids = "".join(runtime.image_facts(s.stand_in).id for s in stand_ins)
             variant += f"-b{hashlib.sha256(ids.encode()).hexdigest()[:8]}"
         task_image = f"{image_repository(task)}:{variant}"
         with image_lock(task_image):
@@ -235,7 +235,7 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
                 log.info("image.built", image=task_image, seconds=round(time.monotonic() - started, 2))
     agent_image = f"{task_image.rsplit(':', 1)[0]}:{variant}-{stack_hash()}"
     if prebuilt:  # keyed by the image *id*: a re-pulled or rebuilt tag gets a new layer
-        image_id = runtime.image_inspect(task_image)["Id"].split(":")[-1]
+        image_id = runtime.image_facts(task_image).id.split(":")[-1]
         agent_image = f"orchestra/agent/{image_id[:16]}:{stack_hash()}"
     with image_lock(agent_image):
         if not runtime.image_exists(agent_image):
@@ -348,7 +348,7 @@ def bootstrap_base(runtime: Runtime, release: str = "bookworm", force: bool = Fa
 
 def _base_version(runtime: Runtime, image: str) -> str | None:
     try:
-        labels = runtime.image_inspect(image)["Config"].get("Labels") or {}
+        labels = runtime.image_facts(image).labels
     except Exception:
         return None
     return labels.get(LABEL_BASE_VERSION, "1") if labels.get(LABEL_IMAGE_KIND) == "base" else None
@@ -382,9 +382,10 @@ def _debootstrap_import(runtime: Runtime, release: str, image: str) -> None:
         subprocess.run(["chroot", str(rootfs), "/bin/sh", "-c", _LIKE_OFFICIAL], check=True,
                        capture_output=True, timeout=120)
         subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], check=True, timeout=600)
-        changes = [
-            f"LABEL {LABEL_IMAGE_KIND}=base {LABEL_BASE_VERSION}={BASE_VERSION} "
-            f"orchestra.base.release={release} orchestra.base.python={RELEASES[release]}",
+        labels = {LABEL_IMAGE_KIND: "base", LABEL_BASE_VERSION: BASE_VERSION,
+                  "orchestra.base.release": release, "orchestra.base.python": RELEASES[release]}
+        changes = [  # one LABEL per key: Podman reads `LABEL a=1 b=2` as a's value "1 b=2"
+            *(f"LABEL {key}={value}" for key, value in labels.items()),
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "ENV LANG=C.UTF-8",
             'CMD ["bash"]',

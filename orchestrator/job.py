@@ -149,17 +149,16 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
     """Run every trial of `tasks` under `manifest`. Observers (all optional): on_plan(total)
     once the trials to run are known, on_phase(trial_id, label, phase), on_admission(task,
     why-waiting or None), on_trial_done(result, done, total)."""
-    info = runtime.engine_info()
+    engine = runtime.engine_facts()
     admission_cancel = threading.Event()
     executor = open_executor(options.backend, options.ray_address)
-    capacity_cpus, capacity_mb = executor.capacity() or (
-        float(info.get("NCPU") or 1), int((info.get("MemTotal") or 2**31) // 2**20))
+    capacity_cpus, capacity_mb = executor.capacity() or (engine.cpus, engine.memory_mb)
     admission = Admission(options.max_cpus or capacity_cpus, options.max_memory_mb or capacity_mb,
                           admission_cancel)
     in_use = preflight(tasks, manifest, options.endpoints, admission)
-    if options.oci_runtime and options.oci_runtime not in (info.get("Runtimes") or {}):
+    if options.oci_runtime and options.oci_runtime not in engine.oci_runtimes:
         raise InputError(f"--runtime {options.oci_runtime}: the Docker engine has no such runtime "
-                         f"(it has: {', '.join(sorted(info.get('Runtimes') or {}))}); install it "
+                         f"(it has: {', '.join(engine.oci_runtimes)}); install it "
                          "(gVisor: https://gvisor.dev/docs/user_guide/install/) and register it in daemon.json")
     lead = manifest.orchestrator
     agent = agent_for(lead, options.manifest_dir, options.ca_bundle)  # re-hashes the prompt

@@ -80,7 +80,7 @@ def resolve_workdir(runtime: Runtime, task: Task, image: str) -> str:
     configured = task.config.environment.workdir
     if configured != "/app":
         return configured
-    image_dir = runtime.image_inspect(image)["Config"].get("WorkingDir") or ""
+    image_dir = runtime.image_facts(image).workdir
     return image_dir if image_dir not in ("", "/") else "/app"
 
 
@@ -128,7 +128,12 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
         # Named volumes over the disk's folders, not bind mounts: the engine fills an empty
         # named volume with what the image has at its path (a task image's /app files), a
         # bind would hide them (tried: examples/artifact-report loses /app/sales.csv).
-        for part, target in (("work", box.workdir), ("logs", LOGS)):
+        # An engine that does not fill a new volume from the image (Podman) gets /logs only:
+        # the workdir then stays the image's, bounded by the watchdog alone.
+        parts = (("work", box.workdir), ("logs", LOGS)) if runtime.volume_copy_up else (("logs", LOGS),)
+        if not runtime.volume_copy_up:
+            box.storage_enforcement = "loop-volume(/logs)+watchdog"
+        for part, target in parts:
             volume = runtime.create_bind_volume(f"{name}-{part}",
                                                 str(box.loop_disk.mountpoint / part),
                                                 box.labels("volume"))
@@ -195,17 +200,13 @@ def applied_limits(runtime: Runtime, box: Sandbox, task: Task) -> AppliedLimits:
 def read_limits(runtime: Runtime, container: str, storage_mb: int,
                 storage_enforcement: str) -> AppliedLimits:
     """Any container's quotas, read back from the engine (agent, verifier, worker)."""
-    host = runtime.inspect(container)["HostConfig"]
+    got = runtime.limits(container)
     return AppliedLimits(
-        nano_cpus=host.get("NanoCpus"), memory_bytes=host.get("Memory"),
-        memswap_bytes=host.get("MemorySwap"), pids_limit=host.get("PidsLimit"),
-        cap_drop=host.get("CapDrop") or [], cap_add=host.get("CapAdd") or [],
-        security_opt=host.get("SecurityOpt") or [], init=host.get("Init"),
-        network=host.get("NetworkMode"),
-        storage_mb=storage_mb,
-        storage_enforcement=storage_enforcement,
-        log_max_size=(host.get("LogConfig") or {}).get("Config", {}).get("max-size"),
-    )
+        nano_cpus=got.nano_cpus, memory_bytes=got.memory_bytes, memswap_bytes=got.memswap_bytes,
+        pids_limit=got.pids_limit, cap_drop=got.cap_drop, cap_add=got.cap_add,
+        security_opt=got.security_opt, init=got.init, network=got.network,
+        storage_mb=storage_mb, storage_enforcement=storage_enforcement,
+        log_max_size=got.log_max_size)
 
 
 class Unhealthy(Exception):

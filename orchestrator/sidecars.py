@@ -18,6 +18,7 @@ from orchestrator.log import get_logger
 from orchestrator.runtime.base import (
     LABEL_IMAGE_KIND,
     BuildFailed,
+    HealthProbe,
     Runtime,
     RuntimeFault,
     SandboxSpec,
@@ -74,7 +75,7 @@ def start_sidecars(runtime: Runtime, task: Task, box, name: str) -> dict[str, st
             pids_limit=env.pids_limit, network=box.network.name, workdir=service.working_dir,
             env={**box.trust.env, **service.environment}, mounts=volume_mounts(compose, service, name),
             read_only_binds=dict(box.trust.binds),
-            aliases=[service_name], healthcheck=service.healthcheck.engine() if service.healthcheck else None,
+            aliases=[service_name], healthcheck=_probe(service.healthcheck) if service.healthcheck else None,
             entrypoint=[service.entrypoint] if isinstance(service.entrypoint, str) else service.entrypoint)
         container = runtime.create(spec)
         box.containers.append(container)
@@ -90,8 +91,7 @@ def wait_for(runtime: Runtime, compose: Compose, service: Service, started: dict
         healthcheck = compose.services[dep].healthcheck
         limit = START_WAIT_SEC
         if healthcheck is not None:
-            engine = healthcheck.engine()
-            limit += (engine["StartPeriod"] + engine["Retries"] * (engine["Interval"] + engine["Timeout"])) / 1e9
+            limit += _probe(healthcheck).longest_wait_sec
         deadline = time.monotonic() + limit
         while True:
             status, health = runtime.health(container)
@@ -107,3 +107,10 @@ def wait_for(runtime: Runtime, compose: Compose, service: Service, started: dict
                 raise SidecarFailed(f"compose service {dep!r} was not {rule.condition.removeprefix('service_')} "
                                     f"within {limit:.0f} s (health: {health})")
             time.sleep(0.2)
+
+
+def _probe(healthcheck) -> HealthProbe:
+    """A compose healthcheck in the runtime's terms."""
+    return HealthProbe(test=healthcheck.command, interval_sec=healthcheck.seconds("interval"),
+                       timeout_sec=healthcheck.seconds("timeout"), retries=healthcheck.retries,
+                       start_period_sec=healthcheck.seconds("start_period"))

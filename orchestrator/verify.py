@@ -221,7 +221,7 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         image = runtime.commit(box.agent_container, f"orchestra/snapshot/{box.trial_id[:16]}",
                                uuid.uuid4().hex[:8],
                                {LABEL_IMAGE_KIND: "snapshot", "orchestra.image.job": box.job},
-                               env=runtime.image_env(images.agent_image))
+                               env=runtime.image_facts(images.agent_image).env)
         box.images.append(image)
         mounts = box.volumes
         reset_verifier_logs(box)

@@ -53,7 +53,23 @@ class SandboxSpec:
     log_max_size: str = "10m"
     aliases: list[str] = field(default_factory=list)  # names on `network` (compose services)
     entrypoint: list[str] | None = None
-    healthcheck: dict | None = None  # the Engine API's Healthcheck object (durations in ns)
+    healthcheck: HealthProbe | None = None  # a compose service's healthcheck
+
+
+@dataclass
+class HealthProbe:
+    """A container healthcheck, as Docker's HEALTHCHECK and compose define it."""
+
+    test: list[str]  # ["CMD", ...] or ["CMD-SHELL", "..."]
+    interval_sec: float = 30.0
+    timeout_sec: float = 30.0
+    retries: int = 3
+    start_period_sec: float = 0.0
+
+    @property
+    def longest_wait_sec(self) -> float:
+        """How long the engine may take to call it unhealthy."""
+        return self.start_period_sec + self.retries * (self.interval_sec + self.timeout_sec)
 
 
 @dataclass
@@ -63,6 +79,47 @@ class Network:
     subnet: str
     internal: bool
     host_isolation: str = "none"  # iptables: on the host, only its gateway's opened ports
+
+
+@dataclass
+class EngineFacts:
+    """What the engine says about itself, in orchestra's terms."""
+
+    cpus: float
+    memory_mb: int
+    oci_runtimes: list[str]
+    version: str = ""
+    kind: str = "docker"  # docker | podman
+
+
+@dataclass
+class ImageFacts:
+    """One image, read back."""
+
+    id: str
+    tags: list[str] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    env: list[str] = field(default_factory=list)
+    workdir: str = ""
+    size: int = 0
+    created: float = 0.0
+
+
+@dataclass
+class ContainerLimits:
+    """The quotas a container really got, read back from the engine."""
+
+    nano_cpus: int | None = None
+    memory_bytes: int | None = None
+    memswap_bytes: int | None = None
+    pids_limit: int | None = None
+    cap_drop: list[str] = field(default_factory=list)
+    cap_add: list[str] = field(default_factory=list)
+    security_opt: list[str] = field(default_factory=list)
+    init: bool | None = None
+    network: str | None = None
+    log_max_size: str | None = None
+    oci_runtime: str | None = None
 
 
 @dataclass
@@ -90,19 +147,21 @@ class Runtime(ABC):
     the CLI reports as the engine failing); a Dockerfile that does not build raises
     `BuildFailed`. Removals are idempotent: what is already gone is success."""
 
+    # An empty named volume is filled with what the image has at its mount point (Docker);
+    # where not (Podman), orchestra does not put a volume over the workdir.
+    volume_copy_up: bool = True
+
     # ---- the engine ----------------------------------------------------------------
     @abstractmethod
-    def engine_info(self) -> dict:
-        """The engine's facts: NCPU, MemTotal, ServerVersion, CgroupVersion, Driver..."""
+    def engine_facts(self) -> EngineFacts:
+        """CPUs, memory, the OCI runtimes it can start containers under, its kind."""
 
     # ---- images --------------------------------------------------------------------
     @abstractmethod
     def image_exists(self, ref: str) -> bool: ...
     @abstractmethod
-    def image_inspect(self, ref: str) -> dict:
-        """Id, Config (Env, WorkingDir, Labels...) of a local image."""
-    @abstractmethod
-    def image_env(self, ref: str) -> list[str]: ...
+    def image_facts(self, ref: str) -> ImageFacts:
+        """A local image's id, tags, labels, environment, working directory, size."""
     @abstractmethod
     def build_image(self, context_tar: bytes, tag: str, labels: dict[str, str],
                     timeout_sec: float) -> None: ...
@@ -120,7 +179,7 @@ class Runtime(ABC):
     @abstractmethod
     def remove_image(self, ref: str) -> None: ...
     @abstractmethod
-    def images_labelled(self, label: str) -> list[dict]: ...
+    def images_labelled(self, label: str) -> list[ImageFacts]: ...
 
     # ---- networks and volumes ------------------------------------------------------
     @abstractmethod
@@ -180,7 +239,7 @@ class Runtime(ABC):
     def get_archive(self, container: str, path: str) -> Iterator[bytes] | None:
         """A tar stream of `path`, or None if it does not exist; close it if not read out."""
     @abstractmethod
-    def inspect(self, container: str) -> dict: ...
+    def limits(self, container: str) -> ContainerLimits: ...
     @abstractmethod
     def health(self, container: str) -> tuple[str, str | None]: ...
     @abstractmethod

@@ -19,6 +19,7 @@ Errors are docker-py's: `APIError` (an HTTP error; `NotFound`, `ImageNotFound`) 
 from __future__ import annotations
 
 import io
+import json
 import os
 import socket
 from collections.abc import Iterator
@@ -181,10 +182,23 @@ class EngineClient:
 
     def import_image_from_file(self, filename: str, repository: str, tag: str,
                                changes: list[str] | None = None) -> None:
-        answer = self.api.import_image_from_file(filename, repository=repository, tag=tag,
-                                                 changes=list(changes or []))
-        if '"error"' in str(answer):
-            raise APIError(f"import of {filename} failed: {str(answer)[-500:]}")
+        answer = str(self.api.import_image_from_file(filename, repository=repository, tag=tag,
+                                                     changes=list(changes or [])))
+        if '"error"' in answer:
+            raise APIError(f"import of {filename} failed: {answer[-500:]}")
+        # Podman 4.3 ignores `tag` on an import (the image lands as :latest): tagged here by
+        # the id the engine answered with (a no-op on Docker, which tagged it already)
+        image_id = None
+        for line in answer.splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            found = item.get("id") or item.get("status") if isinstance(item, dict) else None
+            if isinstance(found, str) and found.startswith("sha256:"):
+                image_id = found
+        if image_id is not None:
+            self.api.tag(image_id, repository, tag)
 
     # ---- networks and volumes ------------------------------------------------------------
     def networks(self, filters: dict | None = None) -> list[dict]:
@@ -297,6 +311,8 @@ class EngineClient:
         try:
             sock = self.api._get_raw_response_socket(response)
             sock = getattr(sock, "_sock", sock)  # SocketIO (unix, tcp) -> its socket
+            if self.base_url.startswith("ssh://"):  # a pipe to ssh: nothing is read ahead
+                return Hijacked(sock, response), b""
             return Hijacked(sock, response), _buffered(response, sock)
         except BaseException:
             response.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import resource
 import socket
 import struct
 import threading
@@ -29,7 +30,10 @@ from orchestrator.runtime.base import (
     LABEL_PID,
     TRIMMED_CAPABILITIES,
     BuildFailed,
+    ContainerLimits,
+    EngineFacts,
     ExecResult,
+    ImageFacts,
     Network,
     Runtime,
     RuntimeFault,
@@ -43,7 +47,7 @@ from orchestrator.runtime.client import (
     ImageNotFound,
     NotFound,
 )
-from orchestrator.runtime.subnets import SubnetPool
+from orchestrator.runtime.subnets import SubnetPool, host_routes
 
 __all__ = ["BuildFailed", "DockerRuntime", "RuntimeFault", "connect"]
 
@@ -89,16 +93,26 @@ class DockerRuntime(Runtime):
         self.subnets = SubnetPool()
         self._network_blocks: dict[str, object] = {}
         self._lock = threading.Lock()
+        # Podman's Docker-compatible API, where some calls differ (README "Engines")
+        self.podman = any("podman" in name.lower() for name in getattr(self.api, "components", []))
+        self.volume_copy_up = not self.podman
 
-    def engine_info(self) -> dict:
-        return self.api.info()
+    def engine_facts(self) -> EngineFacts:
+        info = self.api.info()
+        return EngineFacts(cpus=float(info.get("NCPU") or 1),
+                           memory_mb=int((info.get("MemTotal") or 2**31) // 2**20),
+                           oci_runtimes=sorted(info.get("Runtimes") or {}),
+                           version=str(info.get("ServerVersion") or ""),
+                           kind="podman" if self.podman else "docker")
 
     # ---- images -------------------------------------------------------------------
-    def image_inspect(self, ref: str) -> dict:
-        return self.api.inspect_image(ref)
-
-    def image_env(self, ref: str) -> list[str]:
-        return list(self.image_inspect(ref)["Config"].get("Env") or [])
+    def image_facts(self, ref: str) -> ImageFacts:
+        info = self.api.inspect_image(ref)
+        config = info.get("Config") or {}
+        return ImageFacts(id=info["Id"], tags=list(info.get("RepoTags") or []),
+                          labels=dict(config.get("Labels") or {}), env=list(config.get("Env") or []),
+                          workdir=config.get("WorkingDir") or "", size=int(info.get("Size") or 0),
+                          created=_created(info.get("Created")))
 
     def import_image(self, tarball: str, repository: str, tag: str, changes: list[str]) -> None:
         self.api.import_image_from_file(tarball, repository=repository, tag=tag, changes=changes)
@@ -167,7 +181,9 @@ class DockerRuntime(Runtime):
 
     # ---- networks and volumes ----------------------------------------------------------
     def _subnets_in_use(self) -> list[str]:
-        used = []
+        """The engine's networks' subnets, and the host's routes (Podman refuses a subnet
+        any interface of the host uses, e.g. another engine's bridge)."""
+        used = host_routes()
         for net in self.api.networks():
             for conf in (net.get("IPAM") or {}).get("Config") or []:
                 if conf.get("Subnet") and ":" not in conf["Subnet"]:
@@ -196,7 +212,7 @@ class DockerRuntime(Runtime):
                     options={"com.docker.network.bridge.name": firewall.bridge_name(name)})
             except APIError as exc:
                 self.subnets.release(block)
-                if "overlap" in str(exc).lower():
+                if "overlap" in str(exc).lower() or "already used" in str(exc).lower():
                     continue  # another process took it between our list and create
                 raise RuntimeFault(f"network create failed: {exc}") from exc
             with self._lock:
@@ -300,6 +316,11 @@ class DockerRuntime(Runtime):
         }
         if spec.runtime:
             host_config["Runtime"] = spec.runtime
+        if self.podman:  # its default nofile and nproc fail where the host's hard limits are lower
+            # (the service's own limits are not ours to read: nproc, which pids_limit bounds
+            # anyway, gets a value below common hard limits)
+            host_config["Ulimits"] = [_ulimit("nofile", resource.RLIMIT_NOFILE, 1 << 20),
+                                      _ulimit("nproc", resource.RLIMIT_NPROC, 16384)]
         config: dict = {"Labels": spec.labels, "Env": [f"{k}={v}" for k, v in spec.env.items()],
                         "WorkingDir": spec.workdir or "", "User": spec.user or ""}
         if spec.aliases and spec.network != "none":
@@ -307,7 +328,10 @@ class DockerRuntime(Runtime):
         if spec.entrypoint is not None:
             config["Entrypoint"] = spec.entrypoint
         if spec.healthcheck is not None:
-            config["Healthcheck"] = spec.healthcheck
+            probe = spec.healthcheck
+            config["Healthcheck"] = {"Test": probe.test, "Interval": int(probe.interval_sec * 1e9),
+                                     "Timeout": int(probe.timeout_sec * 1e9), "Retries": probe.retries,
+                                     "StartPeriod": int(probe.start_period_sec * 1e9)}
         try:
             created = self.api.create_container(spec.image, command=spec.command, name=spec.name,
                                                 host_config=host_config, **config)
@@ -439,8 +463,16 @@ class DockerRuntime(Runtime):
 
         return chunks()
 
-    def inspect(self, container: str) -> dict:
-        return self.api.inspect_container(container)
+    def limits(self, container: str) -> ContainerLimits:
+        host = self.api.inspect_container(container).get("HostConfig") or {}
+        log_config = (host.get("LogConfig") or {}).get("Config") or {}  # Podman: null
+        return ContainerLimits(
+            nano_cpus=host.get("NanoCpus"), memory_bytes=host.get("Memory"),
+            memswap_bytes=host.get("MemorySwap"), pids_limit=host.get("PidsLimit"),
+            cap_drop=list(host.get("CapDrop") or []), cap_add=list(host.get("CapAdd") or []),
+            security_opt=list(host.get("SecurityOpt") or []), init=host.get("Init"),
+            network=host.get("NetworkMode"), log_max_size=log_config.get("max-size"),
+            oci_runtime=host.get("Runtime"))
 
     def kill(self, container: str) -> None:
         try:
@@ -488,8 +520,11 @@ class DockerRuntime(Runtime):
                  for v in self.api.volumes(filters={"label": LABEL_PID}).get("Volumes") or []]
         return rows
 
-    def images_labelled(self, label: str) -> list[dict]:
-        return self.api.images(filters={"label": label})
+    def images_labelled(self, label: str) -> list[ImageFacts]:
+        return [ImageFacts(id=row["Id"], tags=list(row.get("RepoTags") or []),
+                           labels=dict(row.get("Labels") or {}), size=int(row.get("Size") or 0),
+                           created=_created(row.get("Created")))
+                for row in self.api.images(filters={"label": label})]
 
 
 REMOVAL_WAIT_SEC = 30.0
@@ -525,6 +560,25 @@ def _removed(kind: str, name: str, remove, exists, retry=lambda exc: True,
             log.info("runtime.remove_waiting", kind=kind, name=name[:64], error=str(exc)[:200])
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+
+def _created(value) -> float:
+    """An image's creation time: seconds (the list) or an RFC 3339 string (inspect)."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        import datetime as dt
+
+        return dt.datetime.fromisoformat(str(value)[:26].rstrip("Z") + "+00:00").timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _ulimit(name: str, which: int, ceiling: int) -> dict:
+    """A ulimit at this process's hard limit, at most `ceiling`."""
+    hard = resource.getrlimit(which)[1]
+    limit = min(hard if hard != resource.RLIM_INFINITY else ceiling, ceiling)
+    return {"Name": name, "Soft": limit, "Hard": limit}
 
 
 def _oom_counter(text: str) -> int:

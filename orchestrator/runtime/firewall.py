@@ -76,10 +76,15 @@ def _fill(chain: str, gateway: str, ports: list[int]) -> bool:
 
 
 def isolate(network: str, gateway: str) -> bool:
-    """The network's chain (no port open) and the INPUT jump to it."""
+    """The network's chain (no port open) and the INPUT jump to it. False where the bridge
+    is not an interface of this host (a remote engine, or one that did not take orchestra's
+    bridge name, as Podman's netavark does not): a rule there would isolate nothing."""
     if not available():
         return False
     bridge, chain = bridge_name(network), chain_name(network)
+    if not os.path.isdir(f"/sys/class/net/{bridge}"):
+        log.warning("firewall.no_bridge", bridge=bridge, network=network[:64])
+        return False
     while _iptables("-D", *_legacy(bridge, gateway)).returncode == 0:
         pass  # a network kept from before chains: its one rule goes
     if not _fill(chain, gateway, []):

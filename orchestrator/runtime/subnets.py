@@ -36,3 +36,26 @@ class SubnetPool:
     def release(self, block: ipaddress.IPv4Network) -> None:
         with self._lock:
             self._taken.discard(block)
+
+
+def host_routes(bridges_only: bool = False) -> list[str]:
+    """The IPv4 subnets of the host's directly attached routes, as CIDR; `bridges_only`:
+    those of its bridge interfaces (Docker's and orchestra's networks)."""
+    found = []
+    try:
+        rows = open("/proc/net/route").read().splitlines()[1:]
+    except OSError:
+        return found
+    for row in rows:
+        cols = row.split()
+        if len(cols) < 8 or cols[1] == "00000000" or cols[2] != "00000000":
+            continue  # the default route, or one through a gateway
+        if bridges_only and not os.path.isdir(f"/sys/class/net/{cols[0]}/bridge"):
+            continue
+        try:
+            net = int.from_bytes(bytes.fromhex(cols[1]), "little")
+            mask = bin(int.from_bytes(bytes.fromhex(cols[7]), "little")).count("1")
+            found.append(str(ipaddress.ip_network((net, mask), strict=False)))
+        except ValueError:
+            continue
+    return found

@@ -72,5 +72,5 @@ def test_every_stand_in_behaves_like_an_official_python_image(runtime, release):
     assert found["imported"] == "42"
     assert found["venv"] == 0 and found["venv_pip"] == 0
     assert found["ca_certs"] > 100 and found["default_verify_paths"]
-    labels = runtime.image_inspect(image)["Config"]["Labels"]
+    labels = runtime.image_facts(image).labels
     assert labels["orchestra.base.python"] == RELEASES[release]

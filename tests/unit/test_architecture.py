@@ -79,3 +79,33 @@ def test_the_checks_see_what_they_check():
     assert "orchestrator.runtime.client" in top_level_imports(MODULES["orchestrator.runtime.docker"])
     assert "docker" in imported_anywhere(MODULES["orchestrator.runtime.client"])
     assert "orchestrator.trial" in top_level_imports(MODULES["orchestrator.job"])
+
+
+# Keys of the Engine API's JSON (inspect, info, images): read only inside the runtime, which
+# hands out typed facts (EngineFacts, ImageFacts, ContainerLimits, HealthProbe) instead.
+ENGINE_KEYS = {"HostConfig", "NanoCpus", "MemorySwap", "PidsLimit", "CapDrop", "CapAdd",
+               "SecurityOpt", "NetworkMode", "LogConfig", "RepoTags", "RepoDigests", "NCPU",
+               "MemTotal", "Runtimes", "ServerVersion", "Config", "State", "NetworkSettings",
+               "Healthcheck", "StartPeriod", "SizeRw", "ExitCode", "OOMKilled", "IPAM",
+               "Gateway", "Subnet", "Containers", "WorkingDir", "Env", "Labels"}
+
+
+def engine_json_reads(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and node.args and isinstance(node.args[0], ast.Constant)):
+            key = node.args[0].value
+        if isinstance(key, str) and key in ENGINE_KEYS:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {key}")
+    return found
+
+
+def test_no_module_outside_the_runtime_reads_engine_json():
+    outside = [p for name, p in MODULES.items() if not name.startswith("orchestrator.runtime")]
+    assert [hit for p in outside for hit in engine_json_reads(p)] == []
+    # the check sees what it checks: the Docker runtime itself reads them
+    assert engine_json_reads(MODULES["orchestrator.runtime.docker"])
