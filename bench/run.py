@@ -23,6 +23,8 @@ Not a test: these machines are noisy, so nothing here asserts a time.
                         warm images (target <= 1.5 x floor_seconds_per_trial)
   run_vs_floor_1_trial  run_seconds_1_trial over the shared floor timed around those runs
   startup_seconds       process start to the first trial's first event (target <= 0.3)
+  startup_sdk_import_seconds  of that, importing docker-py (with requests and urllib3): a
+                        Python that imports it over one that does not, medians of 5
   bystander_relay_p95_ratio  a relay client's p95 round trip beside a relay flood (the
                         hostile suite's relay-flood agent) over its p95 alone (target <= 2;
                         tests/hostile only holds it to 10x, a bound noise cannot flip)
@@ -265,6 +267,16 @@ def model_p95_ratio(runtime, tmp: Path, jobs: Path) -> None:
     emit("bystander_model_p95_ratio", round(statistics.median(loud) / statistics.median(quiet), 2))
 
 
+def sdk_import_seconds() -> float:
+    def timed(code: str) -> float:
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - started
+
+    bare = statistics.median(timed("pass") for _ in range(5))
+    return statistics.median(timed("import docker") for _ in range(5)) - bare
+
+
 def help_seconds() -> float:
     started = time.perf_counter()
     subprocess.run([ORCHESTRA, "--help"], check=True, stdout=subprocess.DEVNULL)
@@ -386,6 +398,7 @@ def main() -> None:
         emit("floor_seconds_per_trial_for_run", round(run_floor, 3))
         emit("run_vs_floor_1_trial", round(one_run / run_floor, 2))
         emit("startup_seconds", round(statistics.median(r[1] for r in runs), 3))
+        emit("startup_sdk_import_seconds", round(sdk_import_seconds(), 3))
 
         seconds, job = job_seconds(runtime, hello, 1, 1, jobs)
         trial = TrialResult.model_validate_json(next((jobs / job.job / "trials").glob("*/result.json")).read_text())
