@@ -227,8 +227,10 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         "job": options.job_name, "manifest": manifest.model_dump(mode="json"),
         "manifest_dir": str(options.manifest_dir) if options.manifest_dir else None,
         "policy": options.policy, "upstreams": upstreams.by_name if upstreams else {},
-        # image builds on other nodes trust the same CA and follow the same build policy
-        "ca_bundle": ca_bundle, "build_policy": options.build_policy})
+        # image builds on other nodes trust the same CA and follow the same build policy;
+        # their containers run under the same OCI runtime (gVisor is never dropped on a node)
+        "ca_bundle": ca_bundle, "build_policy": options.build_policy,
+        "oci_runtime": options.oci_runtime})
     watchdog.start()
     interrupted = False
     try:

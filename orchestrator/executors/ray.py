@@ -107,7 +107,8 @@ def run_on_node(payload: dict, task_tar: bytes) -> dict:
                             ca_file),
             policy=payload["policy"], images_for=images, cancel=threading.Event(),
             watchdog=watchdog, networks=networks, manifest=manifest, upstreams=upstreams,
-            timeout_override=manifest.trial_budget.timeout_seconds)
+            timeout_override=manifest.trial_budget.timeout_seconds,
+            oci_runtime=payload.get("oci_runtime"))
         result = run_trial(ctx, task, payload["attempt"], payload["retries"])
         result.node = ray.get_runtime_context().get_node_id()
         folder = trial_dir(ctx, task, result.trial_id).root

@@ -59,6 +59,7 @@ class AppliedLimits(BaseModel):
     storage_mb: int | None = None
     storage_enforcement: str | None = None  # storage_opt | loop-volume+watchdog | watchdog
     log_max_size: str | None = None
+    oci_runtime: str | None = None  # the OCI runtime the engine says the container runs under
 
 
 class PhaseTimings(BaseModel):
