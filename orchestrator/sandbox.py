@@ -31,6 +31,7 @@ from orchestrator.runtime.base import (
     LABEL_TRIAL,
     Network,
     Runtime,
+    RuntimeFault,
     SandboxSpec,
     VolumeMount,
 )
@@ -56,6 +57,7 @@ class Sandbox:
     static_tools: bool = False  # the verifier's static tools are mounted (verifier_tools)
     egress: EgressProxy | None = None  # the trial's way out under an allowlist
     host_ports: list[int] | None = None  # its gateway's ports open to it (None: no firewall)
+    oci_runtime: str | None = None  # every container of the trial runs under it (e.g. runsc)
     allowed_hosts: dict[str, list[str]] = field(default_factory=dict)  # phase -> allowlist
     named_volumes: list[str] = field(default_factory=list)  # compose volumes
     sidecars: dict[str, str] = field(default_factory=dict)  # compose service -> container
@@ -110,6 +112,7 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
            binds: dict[str, str]) -> None:
     environment = task.config.environment
     box.name = name
+    box.oci_runtime = oci_runtime
     # no-network and allowlist: no route out (an allowlist's one way out is the egress
     # proxy on this network's gateway)
     box.network = networks.acquire(internal=task.config.network_for("agent") in ("no-network", "allowlist"))
@@ -171,6 +174,17 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
     if box.loop_disk is None:
         runtime.put_archive(box.agent_container, "/", tar_files(
             {}, dirs=[p.lstrip("/") for p in (LOGS, AGENT_LOGS, ARTIFACTS)]))
+
+
+def require_runtime(runtime: Runtime, container: str, wanted: str | None, what: str) -> None:
+    """A container asked to run under `wanted` (gVisor) that the engine started under
+    another OCI runtime is a launch failure, never a silent downgrade."""
+    if wanted is None:
+        return
+    got = runtime.limits(container).oci_runtime
+    if got != wanted:
+        raise RuntimeFault(f"the {what} container runs under {got or 'the default runtime'}, "
+                           f"not {wanted} as asked")
 
 
 def gateway_ports(env: dict[str, str], gateway: str) -> list[int]:

@@ -76,7 +76,8 @@ def start_sidecars(runtime: Runtime, task: Task, box, name: str) -> dict[str, st
             env={**box.trust.env, **service.environment}, mounts=volume_mounts(compose, service, name),
             read_only_binds=dict(box.trust.binds),
             aliases=[service_name], healthcheck=_probe(service.healthcheck) if service.healthcheck else None,
-            entrypoint=[service.entrypoint] if isinstance(service.entrypoint, str) else service.entrypoint)
+            entrypoint=[service.entrypoint] if isinstance(service.entrypoint, str) else service.entrypoint,
+            runtime=box.oci_runtime)
         container = runtime.create(spec)
         box.containers.append(container)
         runtime.start(container)

@@ -39,6 +39,7 @@ from orchestrator.sandbox import (
     applied_limits,
     close_sandbox,
     open_sandbox,
+    require_runtime,
     resolve_workdir,
     wait_healthy,
 )
@@ -241,6 +242,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             box.egress, result.compose_services = egress, sorted(box.sidecars)
             box.allowed_hosts = {phase: task.config.allowed_hosts_for(phase) for phase in ("agent", "verifier")}
             result.limits = applied_limits(ctx.runtime, box, task)
+            require_runtime(ctx.runtime, box.agent_container, ctx.oci_runtime, "agent")
             ctx.watchdog.register(box.agent_container, task.config.environment.storage_mb)
             if task.config.environment.healthcheck is not None:
                 result.healthchecks = wait_healthy(ctx.runtime, box,

@@ -25,6 +25,7 @@ from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.sandbox import (
     Sandbox,
     read_limits,
+    require_runtime,
     reset_verifier_logs,
     switch_network,
     verifier_network,
@@ -251,7 +252,7 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         command=_command(box, bool(tools), staged), cpus=environment.cpus,
         memory_mb=environment.memory_mb, pids_limit=environment.pids_limit, network=network,
         workdir=None, env={**box.trust.env, **env}, user=verifier.user, mounts=mounts,
-        read_only_binds={**tools, **box.trust.binds},
+        read_only_binds={**tools, **box.trust.binds}, runtime=box.oci_runtime,
     )
     container = runtime.create(spec)
     box.containers.append(container)
@@ -273,6 +274,7 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         runtime.start(container)
         result.verifier_limits = read_limits(runtime, container, environment.storage_mb,
                                              "loop-volume+watchdog" if mounts else "watchdog")
+        require_runtime(runtime, container, box.oci_runtime, "verifier")
         exit_code = runtime.wait(container, verifier.timeout_sec)
     finally:
         if watchdog is not None:

@@ -33,6 +33,23 @@ if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2
   apt-get install -y -qq docker.io debootstrap bash-static busybox-static >/dev/null
 fi
 
+# gVisor, on an engine this script starts itself (an engine someone else runs keeps its
+# configuration: `orchestra tasks check` prints the lines to add). Debian's runsc works
+# here with the ptrace platform (KVM hangs); with Docker's networking it needs
+# --network=host (gVisor then uses the namespace Docker made for the container; its own
+# netstack refuses "to run with network enabled in root network namespace").
+if ! pgrep -x dockerd >/dev/null 2>&1 && [ ! -e /etc/docker/daemon.json ]; then
+  if command -v runsc >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runsc >/dev/null 2>&1; then
+    mkdir -p /etc/docker
+    cat > /etc/docker/daemon.json <<'JSON'
+{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=host"]}}}
+JSON
+    echo "orchestra: registered gVisor (runsc, ptrace platform) with the engine it starts" >&2
+  else
+    echo "orchestra: runsc could not be installed; the gVisor tests will be skipped" >&2
+  fi
+fi
+
 if ! pgrep -x dockerd >/dev/null 2>&1; then
   echo "orchestra: starting dockerd in the background (log: /var/log/orchestra-dockerd.log)" >&2
   nohup dockerd >/var/log/orchestra-dockerd.log 2>&1 &

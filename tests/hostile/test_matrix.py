@@ -265,10 +265,37 @@ def test_an_unreachable_engine_exits_3(tmp_path):
     assert proc.returncode == 3 and "Docker engine unreachable" in proc.stderr
 
 
-def test_runsc_is_an_option_where_installed(runtime, tmp_path):
-    if "runsc" not in (runtime.api.info().get("Runtimes") or {}):
-        pytest.skip("gVisor (runsc) is not installed on this engine; `--runtime runsc` is refused with exit 2")
-    make_task(tmp_path / "ds", "g", solve="touch /app/ok\n", toml=SMALL)
+def test_gvisor_runs_every_container_of_a_trial_and_shows_none_of_the_host_kernel(runtime, tmp_path):
+    """`--runtime runsc`: the agent container and the verifier in every mode run under
+    gVisor, read back from the engine; inside, the kernel is gVisor's (uname, /proc/version)
+    and the host's kernel interfaces show nothing (kallsyms, dmesg)."""
+    if "runsc" not in runtime.engine_facts().oci_runtimes:
+        pytest.skip("gVisor (runsc) is not registered with this engine (scripts/ensure-docker.sh "
+                    "registers it where it starts the engine itself)")
+    probe = ("uname -r > /logs/artifacts/uname.txt; cat /proc/version > /logs/artifacts/version.txt\n"
+             "(cat /proc/kallsyms 2>/dev/null | head -c 4096 | wc -c) > /logs/artifacts/kallsyms.txt\n"
+             "(dmesg 2>/dev/null | head -3) > /logs/artifacts/dmesg.txt\n"
+             "echo ok > /logs/artifacts/ok.txt; touch /app/ok\n")
+    artifact_test = ("mkdir -p /logs/verifier; if [ -f /logs/artifacts/ok.txt ]; then echo 1; else echo 0; fi"
+                     " > /logs/verifier/reward.txt\n")
+    for mode in ("shared", "snapshot", "separate"):
+        make_task(tmp_path / "ds", f"gvisor-{mode}", solve=probe, test=artifact_test if mode == "separate" else None,
+                  toml=SMALL + f'[verifier]\nenvironment_mode = "{mode}"\n')
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "--runtime", "runsc",
-                           "--jobs-dir", str(tmp_path / "j"), "-q"], capture_output=True, text=True)
-    assert proc.returncode == 0
+                           "--jobs-dir", str(tmp_path / "j"), "--job-name", "gvisor", "-q"],
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    host_release = os.uname().release
+    for folder in (tmp_path / "j/gvisor/trials").iterdir():
+        result = json.loads((folder / "result.json").read_text())
+        assert result["reward"] == {"reward": 1.0}, (folder.name, result["error"])
+        assert result["limits"]["oci_runtime"] == "runsc"
+        if "shared" not in folder.name:  # a verifier container of its own: gVisor too
+            assert result["verifier_limits"]["oci_runtime"] == "runsc", folder.name
+        artifacts = folder / "artifacts"
+        assert host_release not in (artifacts / "uname.txt").read_text()
+        assert host_release not in (artifacts / "version.txt").read_text()
+        assert (artifacts / "kallsyms.txt").read_text().strip() == "0"  # no host symbols
+        assert host_release not in (artifacts / "dmesg.txt").read_text()
+    assert orchestra_objects(runtime) == ([], [])
+
