@@ -23,6 +23,8 @@ Not a test: these machines are noisy, so nothing here asserts a time.
                         warm images (target <= 1.5 x floor_seconds_per_trial)
   run_vs_floor_1_trial  run_seconds_1_trial over the shared floor timed around those runs
   startup_seconds       process start to the first trial's first event (target <= 0.3)
+  overhead_ratio_gvisor per-trial wall time of the same one-trial jobs under runsc over
+                        under runc, in this run (where runsc is registered)
   startup_sdk_import_seconds  of that, importing docker-py (with requests and urllib3): a
                         Python that imports it over one that does not, medians of 5
   bystander_relay_p95_ratio  a relay client's p95 round trip beside a relay flood (the
@@ -60,7 +62,7 @@ import docker  # noqa: E402  (docker-py: the floor is measured with it)
 from conftest import make_task  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests/hostile"))
-from model_endpoint import model_endpoint  # noqa: E402
+from kit import model_endpoint  # noqa: E402
 from test_integrity import BYSTANDER, RELAY, RELAY_FLOOD  # noqa: E402  (the same agents)
 from test_round2 import MODEL_BYSTANDER, MODEL_FLOOD, SMALL  # noqa: E402
 
@@ -182,8 +184,9 @@ def bracketed(floor, measure):
     return statistics.median(before + after), value
 
 
-def job_seconds(runtime, path: Path, n: int, k: int, jobs: Path):
-    options = JobOptions(job_name=f"bench-{uuid.uuid4().hex[:8]}", jobs_dir=jobs, n_concurrent=n, k=k)
+def job_seconds(runtime, path: Path, n: int, k: int, jobs: Path, oci_runtime: str | None = None):
+    options = JobOptions(job_name=f"bench-{uuid.uuid4().hex[:8]}", jobs_dir=jobs, n_concurrent=n, k=k,
+                         oci_runtime=oci_runtime)
     started = time.perf_counter()
     job = run_job(runtime, [load_task(path)], default_manifest("oracle"), options)
     return time.perf_counter() - started, job
@@ -214,18 +217,16 @@ def whole_process(hello: Path, jobs: Path) -> tuple[float, float]:
     raise RuntimeError("no trial event")
 
 
-def relay_p95_ratio(runtime, tmp: Path, jobs: Path) -> None:
-    """The bystander's relay p95 with a relay flood beside it, over the same alone; each
+def bystander_ratio(runtime, jobs: Path, name: str, tasks: list, manifest, endpoints=None) -> None:
+    """A bystander's p95 (its latency.json) with a flood beside it, over the same alone; each
     measured twice, alternating, and the medians taken (the machine drifts)."""
-    bystander = make_task(tmp / "relay", "bystander", toml=RELAY, solve=BYSTANDER)
-    flood = make_task(tmp / "relay", "relay-flood", toml=RELAY, solve=RELAY_FLOOD)
-    tasks = [load_task(bystander), load_task(flood)]
     for task in tasks:
         ensure_task_images(runtime, task, "bench")
 
     def p95(with_flood: bool) -> float:
-        options = JobOptions(job_name=f"bench-relay-{uuid.uuid4().hex[:8]}", jobs_dir=jobs, n_concurrent=2)
-        job = run_job(runtime, tasks if with_flood else tasks[:1], default_manifest("oracle"), options)
+        options = JobOptions(job_name=f"bench-{name}-{uuid.uuid4().hex[:8]}", jobs_dir=jobs,
+                             n_concurrent=2, endpoints=endpoints)
+        job = run_job(runtime, tasks if with_flood else tasks[:1], manifest, options)
         for result in (jobs / job.job / "trials").glob("bystander*/artifacts/latency.json"):
             return json.loads(result.read_text())["p95"]
         raise RuntimeError(f"bench: the bystander wrote no latency.json in {job.job}")
@@ -234,37 +235,27 @@ def relay_p95_ratio(runtime, tmp: Path, jobs: Path) -> None:
     for _ in range(2):
         quiet.append(p95(False))
         loud.append(p95(True))
-    emit("bystander_relay_p95_quiet_s", round(statistics.median(quiet), 4))
-    emit("bystander_relay_p95_flood_s", round(statistics.median(loud), 4))
-    emit("bystander_relay_p95_ratio", round(statistics.median(loud) / statistics.median(quiet), 2))
+    emit(f"bystander_{name}_p95_quiet_s", round(statistics.median(quiet), 4))
+    emit(f"bystander_{name}_p95_flood_s", round(statistics.median(loud), 4))
+    emit(f"bystander_{name}_p95_ratio", round(statistics.median(loud) / statistics.median(quiet), 2))
+
+
+def relay_p95_ratio(runtime, tmp: Path, jobs: Path) -> None:
+    """The relay bystander beside the hostile suite's relay flood."""
+    bystander = make_task(tmp / "relay", "bystander", toml=RELAY, solve=BYSTANDER)
+    flood = make_task(tmp / "relay", "relay-flood", toml=RELAY, solve=RELAY_FLOOD)
+    bystander_ratio(runtime, jobs, "relay", [load_task(bystander), load_task(flood)], default_manifest("oracle"))
 
 
 def model_p95_ratio(runtime, tmp: Path, jobs: Path) -> None:
-    """The model bystander's p95 beside the model-call flood, over the same alone; twice
-    each, alternating, medians taken."""
+    """The model bystander beside round 2's model-call flood, through an endpoint in its
+    own process."""
     bystander = make_task(tmp / "model", "bystander-model", toml=SMALL, solve=MODEL_BYSTANDER)
     flood = make_task(tmp / "model", "model-flood", toml=SMALL, solve=MODEL_FLOOD)
-    tasks = [load_task(bystander), load_task(flood)]
-    for task in tasks:
-        ensure_task_images(runtime, task, "bench")
     manifest = Manifest.model_validate({"condition": "bench-model", "roster": [
         {"id": "lead", "kind": "orchestrator", "agent": "oracle", "endpoint": "upstream"}]})
     with model_endpoint() as endpoints:
-        def p95(with_flood: bool) -> float:
-            options = JobOptions(job_name=f"bench-model-{uuid.uuid4().hex[:8]}", jobs_dir=jobs,
-                                 n_concurrent=2, endpoints=endpoints)
-            job = run_job(runtime, tasks if with_flood else tasks[:1], manifest, options)
-            for result in (jobs / job.job / "trials").glob("bystander*/artifacts/latency.json"):
-                return json.loads(result.read_text())["p95"]
-            raise RuntimeError(f"bench: the model bystander wrote no latency.json in {job.job}")
-
-        quiet, loud = [], []
-        for _ in range(2):
-            quiet.append(p95(False))
-            loud.append(p95(True))
-    emit("bystander_model_p95_quiet_s", round(statistics.median(quiet), 4))
-    emit("bystander_model_p95_flood_s", round(statistics.median(loud), 4))
-    emit("bystander_model_p95_ratio", round(statistics.median(loud) / statistics.median(quiet), 2))
+        bystander_ratio(runtime, jobs, "model", [load_task(bystander), load_task(flood)], manifest, endpoints)
 
 
 def sdk_import_seconds() -> float:
@@ -390,6 +381,12 @@ def main() -> None:
             lambda: job_seconds(runtime, separate, 1, REPEATS, jobs)[0] / REPEATS)
         emit("floor_seconds_per_trial_separate", round(sep_floor, 3))
         emit("overhead_ratio_separate", round(sep / sep_floor, 2))
+        if "runsc" in runtime.engine_facts().oci_runtimes:
+            gvisor = statistics.median(job_seconds(runtime, hello, 1, 1, jobs, oci_runtime="runsc")[0]
+                                       for _ in range(REPEATS))
+            runc = statistics.median(job_seconds(runtime, hello, 1, 1, jobs)[0] for _ in range(REPEATS))
+            emit("gvisor_seconds_per_trial", round(gvisor, 3))
+            emit("overhead_ratio_gvisor", round(gvisor / runc, 2))
         emit("help_seconds", round(statistics.median(help_seconds() for _ in range(REPEATS)), 3))
         run_floor, runs = bracketed(lambda: shared_floor(floor_api, images.agent_image, hello),
                                     lambda: [whole_process(hello, jobs) for _ in range(REPEATS)])

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import make_leaky_task, make_task, nothing_left, wait_for
 from docker.errors import APIError
-from model_endpoint import model_endpoint
+from kit import model_endpoint, rss_mb, trials_by_task
 
 from orchestrator.job import JobOptions, run_job
 from orchestrator.models.manifest import Manifest, default_manifest
@@ -230,13 +230,6 @@ def cases(host_port: int) -> dict[str, dict]:
     }
 
 
-def _rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -251,14 +244,6 @@ def upstream():
     never calls it, the proxy-flood agent does."""
     with model_endpoint() as endpoints:
         yield endpoints
-
-
-def _trials(job_dir: Path) -> dict:
-    trials = {}
-    for folder in (job_dir / "trials").iterdir():
-        r = TrialResult.model_validate_json((folder / "result.json").read_text())
-        trials[r.task.split("/")[-1]] = (r, folder)
-    return trials
 
 
 @pytest.fixture(scope="module")
@@ -279,14 +264,14 @@ def integrity(runtime, upstream, tmp_path_factory):
     quiet = [t for t in tasks if t.name.split("/")[-1].startswith("bystander")]
     run_job(runtime, quiet, manifest, JobOptions(job_name="integrity-quiet", jobs_dir=root / "jobs",
                                                  n_concurrent=4, endpoints=endpoints))
-    samples = {"threads": threading.active_count(), "rss": _rss_mb(), "fds": _fds()}
+    samples = {"threads": threading.active_count(), "rss": rss_mb(), "fds": _fds()}
     baseline = dict(samples)
     stop = threading.Event()
 
     def sample():
         while not stop.wait(0.1):
             samples["threads"] = max(samples["threads"], threading.active_count())
-            samples["rss"] = max(samples["rss"], _rss_mb())
+            samples["rss"] = max(samples["rss"], rss_mb())
             samples["fds"] = max(samples["fds"], _fds())
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -306,8 +291,8 @@ def integrity(runtime, upstream, tmp_path_factory):
     FIGURES["orchestrator_threads_before"] = baseline["threads"]
     FIGURES["orchestrator_rss_growth_mb"] = round(samples["rss"] - baseline["rss"], 1)
     FIGURES["orchestrator_fds_peak"] = samples["fds"]
-    trials = _trials(root / "jobs/integrity")
-    for name, (r, folder) in _trials(root / "jobs/integrity-quiet").items():
+    trials = trials_by_task(root / "jobs/integrity")
+    for name, (r, folder) in trials_by_task(root / "jobs/integrity-quiet").items():
         trials[f"quiet-{name}"] = (r, folder)
     yield job, trials, root
     print("\nintegrity figures: " + json.dumps(FIGURES, sort_keys=True))
@@ -588,7 +573,7 @@ def test_a_transport_failure_mid_build_is_infra_and_retried_and_a_bad_dockerfile
         run_job(engine, tasks, default_manifest("oracle"), options)
     finally:
         proxy.close()
-    results = _trials(tmp_path / "jobs/cut-build")
+    results = trials_by_task(tmp_path / "jobs/cut-build")
     cut, bad = results["cut-build"][0], results["bad-dockerfile"][0]
     assert proxy.cut == 1, (cut, bad)
     assert cut.reward == {"reward": 1.0} and cut.failure_mode == "none"

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 from conftest import make_task, nothing_left, wait_for
-from model_endpoint import model_endpoint
+from kit import model_endpoint, rss_mb, trials_by_task
 
 from orchestrator import exchanges
 from orchestrator.job import JobOptions, run_job
 from orchestrator.models.manifest import Manifest, default_manifest
-from orchestrator.models.result import TrialResult
 from orchestrator.tasks import load_tasks
 
 SMALL = "[environment]\ncpus = 0.5\nmemory_mb = 256\nstorage_mb = 256\n"
@@ -136,13 +135,6 @@ def _nothing_left_after_this_module(runtime):
     assert nothing_left(runtime) == {}
 
 
-def _rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def _host_ip() -> str:
     """The host's own address on its main interface."""
     probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -151,14 +143,6 @@ def _host_ip() -> str:
         return probe.getsockname()[0]
     finally:
         probe.close()
-
-
-def _trials(job_dir: Path) -> dict:
-    trials = {}
-    for folder in (job_dir / "trials").iterdir():
-        r = TrialResult.model_validate_json((folder / "result.json").read_text())
-        trials[r.task.split("/")[-1]] = (r, folder)
-    return trials
 
 
 FIGURES: dict = {}
@@ -181,13 +165,13 @@ def round2(runtime, tmp_path_factory):
     for name, case in cases.items():
         make_task(root / "ds", name, toml=case.get("toml", SMALL), solve=case.get("solve", "touch /app/ok\n"),
                   test=case.get("test", REWARD_OK))
-    samples = {"rss": _rss_mb()}
+    samples = {"rss": rss_mb()}
     baseline = dict(samples)
     stop = threading.Event()
 
     def sample():
         while not stop.wait(0.05):
-            samples["rss"] = max(samples["rss"], _rss_mb())
+            samples["rss"] = max(samples["rss"], rss_mb())
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -199,7 +183,7 @@ def round2(runtime, tmp_path_factory):
         sampler.join()
         listener.close()
     FIGURES["orchestrator_rss_growth_mb"] = round(samples["rss"] - baseline["rss"], 1)
-    yield job, _trials(root / "jobs/round2"), cases
+    yield job, trials_by_task(root / "jobs/round2"), cases
     print("\nround2 figures: " + json.dumps(FIGURES, sort_keys=True))
 
 
@@ -284,7 +268,7 @@ def test_a_process_churning_the_verifier_logs_is_the_agents_doing_not_infra(roun
 
 
 # ---- one trial's model-call flood beside another trial's model calls ---------------------
-WINDOW_SEC = 8
+WINDOW_SEC = 5
 MODEL_BYSTANDER = r"""touch /app/ok
 python3 - <<'PY'
 import json, os, time, urllib.request
@@ -357,7 +341,7 @@ def model_load(runtime, tmp_path_factory):
             patch.setattr(exchanges, "MAX_TOTAL", 128 * 1024)
             run_job(runtime, tasks, manifest, JobOptions(job_name="model-loud", jobs_dir=root / "jobs",
                                                          n_concurrent=2, endpoints=endpoints))
-    return _trials(root / "jobs/model-quiet"), _trials(root / "jobs/model-loud")
+    return trials_by_task(root / "jobs/model-quiet"), trials_by_task(root / "jobs/model-loud")
 
 
 def test_a_model_call_flood_is_held_to_the_request_rate_and_leaves_a_bystander_alone(model_load):

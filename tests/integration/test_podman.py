@@ -41,7 +41,18 @@ def podman(tmp_path_factory):
     service.terminate()
     service.wait(timeout=30)
     subprocess.run([PODMAN, *storage, "system", "reset", "--force"], capture_output=True, timeout=120)
+    _unmount_under(root)  # its storage's overlay mount outlives the service
     shutil.rmtree(root, ignore_errors=True)
+    assert not [m for m in _mounts() if m.startswith(str(root))]
+
+
+def _mounts() -> list[str]:
+    return [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+
+
+def _unmount_under(root: Path) -> None:
+    for mount in sorted((m for m in _mounts() if m.startswith(str(root))), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mount], capture_output=True, timeout=60)
 
 
 def test_the_examples_run_on_podmans_socket_and_its_differences_are_recorded(podman, tmp_path):

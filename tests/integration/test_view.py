@@ -188,12 +188,12 @@ def as_a_browser_sends(base: str, raw: str) -> str:
 
 
 def test_every_link_on_every_page_opens(viewer):
-    """Crawl the viewer from its jobs page: HTML pages as Chromium parses them, every link
-    followed as a browser would send it. Every one answers 200 (file links once lacked
+    """Crawl the viewer from its jobs page: one page of each kind as Chromium parses it (the
+    rest as served), every link followed as a browser would send it. Every one answers 200 (file links once lacked
     their `trials/` segment and answered 404; names with a newline, `?` or `#` were not
     encoded)."""
     url, root = viewer
-    seen, queue, broken, rendered = set(), [url], [], 0
+    seen, queue, broken, rendered, kinds = set(), [url], [], 0, set()
     while queue and len(seen) < 400:
         page_url = queue.pop(0)
         if page_url in seen:
@@ -204,7 +204,10 @@ def test_every_link_on_every_page_opens(viewer):
             broken.append((page_url, status))
             continue
         path = urllib.parse.urlsplit(page_url)
-        if not path.query and not path.path.startswith("/file/"):
+        segments = path.path.strip("/").split("/")
+        kind = (segments[0], len(segments))  # jobs, a job, a trial, compare
+        if not path.query and segments[0] != "file" and kind not in kinds:
+            kinds.add(kind)
             body = browse(page_url, root, "crawl.png")  # the DOM Chromium built
             rendered += 1
         for raw in links_of(body):

@@ -120,3 +120,24 @@ def test_an_exception_from_orchestras_own_code_on_a_node_stops_the_job(cluster, 
     assert "infra_error" not in run.stdout + run.stderr and "ray.trial_lost" not in run.stderr
     assert (job_dir / "result.json").is_file()
     assert orchestra_objects(runtime) == ([], [])
+
+
+def test_gvisor_on_a_ray_node_shows_gvisors_kernel_inside_the_trial(cluster, runtime, tmp_path):
+    """`--backend ray --runtime runsc`: the node's containers run under gVisor (the payload
+    once dropped the OCI runtime); the trial sees gVisor's kernel, not the host's."""
+    import os
+
+    if "runsc" not in runtime.engine_facts().oci_runtimes:
+        pytest.skip("gVisor (runsc) is not registered with this engine (scripts/ensure-docker.sh registers it)")
+    make_task(tmp_path / "ds", "gvisor-on-ray", solve="uname -r > /logs/artifacts/uname.txt\n"
+              "(cat /proc/kallsyms 2>/dev/null | head -c 4096 | wc -c) > /logs/artifacts/kallsyms.txt\ntouch /app/ok\n")
+    run = orchestra("run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q", "--backend", "ray",
+                    "--ray-address", cluster.address, "--runtime", "runsc", "--jobs-dir", str(tmp_path / "jobs"),
+                    "--job-name", "gvisor-ray", timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    folder = next((tmp_path / "jobs/gvisor-ray/trials").iterdir())
+    result = json.loads((folder / "result.json").read_text())
+    assert result["reward"] == {"reward": 1.0} and result["node"] and result["limits"]["oci_runtime"] == "runsc"
+    assert os.uname().release not in (folder / "artifacts/uname.txt").read_text()
+    assert (folder / "artifacts/kallsyms.txt").read_text().strip() == "0"
+    assert orchestra_objects(runtime) == ([], [])

@@ -1,5 +1,6 @@
-"""A model endpoint in its own process, as a real one is (a replay server in-process would
-count its decoding against the orchestrator). Shared by the hostile suites and bench."""
+"""What the hostile suites (and bench) share: a model endpoint in its own process, as a real
+one is (a replay server in-process would count its decoding against the orchestrator), the
+orchestrator's RSS, and a job's trial results by task."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.models.endpoint import load_endpoints
+from orchestrator.models.result import TrialResult
 
 UPSTREAM = """
 import sys, time
@@ -36,3 +38,20 @@ def model_endpoint() -> Iterator[dict]:
     finally:
         server.kill()
         server.wait()
+
+
+def rss_mb() -> float:
+    """This process's resident memory, MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def trials_by_task(job_dir: Path) -> dict[str, tuple[TrialResult, Path]]:
+    """A job's trials: task short name -> (result, trial folder)."""
+    trials = {}
+    for folder in (job_dir / "trials").iterdir():
+        result = TrialResult.model_validate_json((folder / "result.json").read_text())
+        trials[result.task.split("/")[-1]] = (result, folder)
+    return trials
