@@ -1,7 +1,8 @@
 """The engine client: docker-py's low-level APIClient, the one thing that speaks to Docker.
 
 Everything docker-py reaches works: `DOCKER_HOST` as unix://, tcp:// (with TLS and client
-certificates from `DOCKER_TLS_VERIFY` / `DOCKER_CERT_PATH`) or ssh:// (the ssh binary), the
+certificates from `DOCKER_TLS_VERIFY` / `DOCKER_CERT_PATH`) or ssh:// (docker-py's SSH
+adapter over the ssh binary; it needs paramiko installed, and is untested here), the
 current Docker context when no `DOCKER_HOST` is set, registry credentials from
 `DOCKER_CONFIG`/`~/.docker/config.json` and its credential helpers on every pull, and
 Podman's Docker-compatible socket. The connection pool is sized to the job's concurrency.
@@ -30,13 +31,14 @@ import urllib3
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import IPAMConfig, IPAMPool
 
-__all__ = ["APIError", "DockerException", "EngineClient", "ImageNotFound", "NotFound",
-           "TRANSPORT_ERRORS"]
+__all__ = ["APIError", "BROKEN_STREAM", "DockerException", "EngineClient", "ImageNotFound",
+           "NotFound", "TRANSPORT_ERRORS"]
 
-# A broken connection to the engine: requests' errors are OSErrors, urllib3's (a streamed
-# body cut mid-chunk: ProtocolError, IncompleteRead) are not. docker-py's APIError is an
-# OSError too: callers catch it first.
-TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (OSError, urllib3.exceptions.HTTPError)
+# A broken connection to the engine: requests' errors are OSErrors; urllib3's (a streamed
+# body cut mid-chunk: ProtocolError, IncompleteRead) are not, and are BROKEN_STREAM.
+# docker-py's APIError is an OSError too: callers catch it first.
+BROKEN_STREAM: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError,)
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (OSError, *BROKEN_STREAM)
 
 API_VERSION = "1.41"  # Docker 20.10; newer engines serve it too
 CHUNK = 1024 * 1024
@@ -59,7 +61,7 @@ def _client_kwargs() -> dict:
             if tls:
                 kwargs["tls"] = tls
     if str(kwargs.get("base_url", "")).startswith("ssh://"):
-        kwargs["use_ssh_client"] = True  # the ssh binary and its config, not paramiko
+        kwargs["use_ssh_client"] = True  # the ssh binary and its config (docker-py still imports paramiko)
     return kwargs
 
 

@@ -40,6 +40,7 @@ from orchestrator.runtime.base import (
     SandboxSpec,
 )
 from orchestrator.runtime.client import (
+    BROKEN_STREAM,
     TRANSPORT_ERRORS,
     APIError,
     DockerException,
@@ -78,7 +79,7 @@ def _at_the_seam(method):
             raise
         except DockerException as exc:
             raise RuntimeFault(f"the engine failed: {exc}") from exc
-        except TRANSPORT_ERRORS[1:] as exc:  # urllib3's, which are not OSErrors
+        except BROKEN_STREAM as exc:  # urllib3's, which are not OSErrors
             raise RuntimeFault(f"the engine connection broke: {exc.__class__.__name__}: {exc}") from exc
     return call
 
