@@ -51,6 +51,7 @@ def run(
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: auto, i.e. RAY_ADDRESS or a local cluster).")] = None,
     oci_runtime: Annotated[str | None, typer.Option("--runtime", help="OCI runtime for agent containers, e.g. runsc (gVisor).")] = None,
     build_policy: Annotated[str, typer.Option("--build-policy", help="A task's docker_image: prefer-prebuilt (use it, else pull, else build environment/Dockerfile) | build (always the Dockerfile) | pull (pull fresh, no fallback).")] = "prefer-prebuilt",
+    registry: Annotated[str | None, typer.Option("--registry", envvar="ORCHESTRA_REGISTRY", help="HOST[:PORT]/PREFIX: push each task image the job builds there (credentials from the Docker config); Ray nodes pull them instead of building. Checked before any trial starts.")] = None,
     ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) that task image builds trust: pip, curl, node, git behind a TLS-intercepting proxy.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Also write the job result here ('-': stdout).")] = None,
     baseline: Annotated[Path | None, typer.Option(help="After the run, gate against this baseline job folder (as `orchestra report --baseline`).")] = None,
@@ -77,7 +78,7 @@ def run(
     from orchestrator.report.summary import render_job
     from orchestrator.runtime import open_runtime
     from orchestrator.tasks import load_tasks
-    from orchestrator.util import check_job_name, write_output
+    from orchestrator.util import check_job_name, registry_problem, write_output
 
     resumed_manifest_dir = None
     try:
@@ -121,6 +122,8 @@ def run(
             raise InputError("--retry-errors: only with --resume JOB_DIR")
         if build_policy not in ("prefer-prebuilt", "build", "pull"):
             raise InputError(f"--build-policy: {build_policy!r} is not prefer-prebuilt, build or pull")
+        if registry is not None and (problem := registry_problem(registry)) is not None:
+            raise InputError(f"--registry: {problem}")
         if policy not in ("memory-on", "memory-off"):
             raise InputError(f"--policy: {policy!r} is not memory-on or memory-off")
         if agent is not None and agent not in AGENT_NAMES:
@@ -181,7 +184,7 @@ def run(
             job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=attempts, policy=policy,
             manifest_dir=manifest_dir, max_retries=max_retries, max_cpus=max_cpus,
             max_memory_mb=max_memory_mb, resume=resume is not None, oci_runtime=oci_runtime,
-            retry_errors=retry_errors, ca_bundle=ca_bundle, build_policy=build_policy,
+            retry_errors=retry_errors, ca_bundle=ca_bundle, build_policy=build_policy, registry=registry,
             backend=backend, ray_address=ray_address, replay_from=replay_from,
             endpoints=load_endpoints(endpoint_files) if endpoint_files else None,
             source={"path": str(path.resolve()), "layer": layer,

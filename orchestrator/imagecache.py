@@ -1,36 +1,132 @@
-"""Task images per job (or per Ray node): each built at most once, one builder per image."""
+"""Task images per job (or per Ray node): each built at most once, one builder per image.
+
+With a registry (`--registry HOST/PREFIX`), the job builds each task's images once and
+pushes the ones it built to `HOST/PREFIX/<local name>`; a Ray node given that record
+(`adopt`) pulls them and tags them with their local names instead of building: its engine
+never needs the task's bases, stand-ins or build context. A task image orchestra did not
+build (Harbor's `docker_image`, used as it is) is not pushed: a node pulls it from where it
+lives, as without a registry.
+"""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import asdict, dataclass, field
 
 from orchestrator.cleanup import touch_images
 from orchestrator.images import TaskImages, ensure_task_images
+from orchestrator.log import get_logger
 from orchestrator.runtime.base import Runtime
+from orchestrator.standins import StandIn
 from orchestrator.tasks import Task
+
+log = get_logger()
+
+
+def registry_ref(registry: str, local: str) -> str:
+    """Where a local image lives in the registry: `HOST/PREFIX/orchestra/task/x:tag`."""
+    return f"{registry.rstrip('/')}/{local}"
+
+
+@dataclass
+class Published:
+    """What a node needs to run a task's trials from the registry: the job's TaskImages
+    and, per local name, the registry reference it was pushed to."""
+
+    images: dict
+    refs: dict[str, str] = field(default_factory=dict)
+
+    def task_images(self) -> TaskImages:
+        fields = dict(self.images)
+        fields["stand_ins"] = [StandIn(**s) for s in fields.get("stand_ins", [])]
+        return TaskImages(**{**fields, "built": 0})
 
 
 class ImageCache:
-    """Task images per job: built at most once, one builder per image."""
+    """Task images per job: built at most once, one builder per image; pushed once to the
+    registry when there is one; adopted from it on a node that was told where they are."""
 
     def __init__(self, runtime: Runtime, job: str, install: str | None = None,
-                 ca_bundle: bytes | None = None, build_policy: str = "prefer-prebuilt"):
+                 ca_bundle: bytes | None = None, build_policy: str = "prefer-prebuilt",
+                 registry: str | None = None):
         self.runtime, self.job, self.install = runtime, job, install
-        self.ca_bundle, self.build_policy = ca_bundle, build_policy
+        self.ca_bundle, self.build_policy, self.registry = ca_bundle, build_policy, registry
         self._done: dict[str, TaskImages] = {}
+        self._published: dict[str, Published] = {}
+        self._offered: dict[str, Published] = {}  # on a node: what the driver pushed
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self.built = 0
+        self.pushed = 0
+        self.pulled = 0
+
+    def _lock(self, task: Task) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(task.name, threading.Lock())
 
     def __call__(self, task: Task) -> TaskImages:
-        with self._guard:
-            lock = self._locks.setdefault(task.name, threading.Lock())
-        with lock:
+        with self._lock(task):
             if task.name not in self._done:
-                images = ensure_task_images(self.runtime, task, self.job, self.install,
-                                            self.ca_bundle, self.build_policy)
+                offered = self._offered.get(task.name)
+                images = self._adopt(offered) if offered else ensure_task_images(
+                    self.runtime, task, self.job, self.install, self.ca_bundle, self.build_policy)
                 with self._guard:
                     self.built += images.built
+                if self.registry and not offered:
+                    self._published[task.name] = self._push(images)
                 self._done[task.name] = images
                 touch_images([images.task_image, images.agent_image])
             return self._done[task.name]
+
+    # ---- with a registry -----------------------------------------------------------------
+    def publish(self, task: Task) -> Published:
+        """The task's images, built here if need be and pushed: the record a node adopts."""
+        self(task)
+        return self._published[task.name]
+
+    def offer(self, task_name: str, published: Published) -> None:
+        """On a node: this task's images are to be pulled from the registry, not built."""
+        with self._guard:
+            self._offered.setdefault(task_name, published)
+
+    def _push(self, images: TaskImages) -> Published:
+        """Push what this job built. The task image only when it is orchestra's (built from
+        the Dockerfile); the agent image always (it is made here)."""
+        assert self.registry is not None
+        local = [images.agent_image] + ([images.task_image] if images.source == "built" else [])
+        refs = {}
+        for name in local:
+            remote = registry_ref(self.registry, name)
+            self.runtime.tag_image(name, remote)
+            try:
+                self.runtime.push(remote)
+            finally:  # only the local name stays on this engine (cleanup knows those)
+                self.runtime.remove_image(remote)
+            refs[name] = remote
+            with self._guard:
+                self.pushed += 1
+            log.info("image.pushed", image=name, to=remote)
+        record = asdict(images)
+        return Published(images=record, refs=refs)
+
+    def _adopt(self, published: Published) -> TaskImages:
+        """Pull what the registry has under its local names; an image already here is kept."""
+        images = published.task_images()
+        pulled = []
+        for name in (images.agent_image, images.task_image):
+            if self.runtime.image_exists(name):
+                continue
+            remote = published.refs.get(name)
+            if remote is None:  # Harbor's docker_image: from where it lives
+                self.runtime.pull(name)
+            else:
+                self.runtime.pull(remote)
+                self.runtime.tag_image(remote, name)
+                self.runtime.remove_image(remote)  # an untag: the local name holds it
+            pulled.append(remote or name)
+        with self._guard:
+            self.pulled += len(pulled)
+        images.pulled = pulled
+        if pulled:
+            log.info("image.adopted", images=pulled)
+        return images

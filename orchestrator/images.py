@@ -55,6 +55,7 @@ class TaskImages:
     base_alias: dict[str, str] = field(default_factory=dict)  # reference -> stand-in
     stand_ins: list[StandIn] = field(default_factory=list)  # and why
     source: str = "built"  # prebuilt | pulled | built (Harbor's docker_image, or the Dockerfile)
+    pulled: list[str] = field(default_factory=list)  # on a Ray node: what came from --registry
 
 
 @contextmanager

@@ -73,6 +73,7 @@ class JobOptions:
     ca_bundle: Path | None = None  # trusted in image builds (a TLS-intercepting proxy)
     build_policy: str = "prefer-prebuilt"  # docker_image: prefer-prebuilt | build | pull
     oci_runtime: str | None = None  # --runtime, e.g. runsc
+    registry: str | None = None  # --registry HOST/PREFIX: built images pushed, Ray nodes pull
     replay_from: Path | None = None  # answer model calls from this job's recorded exchanges
     backend: str = "local"  # local | ray
     ray_address: str | None = None
@@ -160,6 +161,10 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         raise InputError(f"--runtime {options.oci_runtime}: the Docker engine has no such runtime "
                          f"(it has: {', '.join(engine.oci_runtimes)}); install it "
                          "(gVisor: https://gvisor.dev/docs/user_guide/install/) and register it in daemon.json")
+    if options.registry and (refused := runtime.registry_refusal(options.registry)):
+        raise InputError(f"--registry {options.registry}: the registry refused the Docker config's "
+                         f"credentials ({refused}); `docker login {options.registry.split('/')[0]}` "
+                         "or set DOCKER_CONFIG")
     lead = manifest.orchestrator
     agent = agent_for(lead, options.manifest_dir, options.ca_bundle)  # re-hashes the prompt
     agent.binds()  # an installed CLI is installed on this host now, not in a trial's phases
@@ -184,7 +189,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
     cancel = admission_cancel
     ca_bundle = options.ca_bundle.read_bytes() if options.ca_bundle else None
     images = ImageCache(runtime, options.job_name, lead.install if lead.agent == "command" else None,
-                        ca_bundle, options.build_policy)
+                        ca_bundle, options.build_policy, options.registry)
     watchdog = DiskWatchdog(runtime, options.job_name)
     networks = NetworkPool(runtime, options.job_name)
     ctx = TrialContext(
@@ -230,7 +235,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         # image builds on other nodes trust the same CA and follow the same build policy;
         # their containers run under the same OCI runtime (gVisor is never dropped on a node)
         "ca_bundle": ca_bundle, "build_policy": options.build_policy,
-        "oci_runtime": options.oci_runtime})
+        "oci_runtime": options.oci_runtime, "registry": options.registry})
     watchdog.start()
     interrupted = False
     try:
@@ -255,6 +260,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
                 results.append(cancelled_result(ctx, item.task, item.attempt, item.retries))
         left = _clean_up_job(runtime, options.job_name, watchdog, networks, upstreams, executor)
         job = summarize(options, manifest, lead.agent, results, images.built, started, admission)
+        job.images_pushed = images.pushed
         try:
             write_json_atomic(job_dir / "result.json", job)
         except OSError as exc:  # e.g. the disk is full: the trial results already written stay

@@ -231,6 +231,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             result.image, result.base_alias = images.agent_image, images.base_alias
             result.stand_ins = [s.as_dict() for s in images.stand_ins]
             result.image_source = images.source
+            result.image_pulled_from = list(images.pulled)
         roots = StateRoots.fresh()
         with phase(result, "start", ctx):
             workdir = resolve_workdir(ctx.runtime, task, images.agent_image)

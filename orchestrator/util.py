@@ -42,6 +42,23 @@ def check_job_name(name: str) -> str | None:
     return None
 
 
+_REGISTRY = re.compile(r"^(?P<host>[A-Za-z0-9.-]+(?::[0-9]{1,5})?)(?P<prefix>(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*)/?$")
+
+
+def registry_problem(registry: str) -> str | None:
+    """`--registry HOST[:PORT]/PREFIX`: why it is not one, or None. The host must read as a
+    registry's (a dot, a port or localhost), or Docker would take it for a Docker Hub user."""
+    match = _REGISTRY.match(registry)
+    if match is None:
+        return (f"{registry!r} is not HOST[:PORT]/PREFIX (a registry host, then lowercase path "
+                "segments of letters, digits, '.', '_', '-')")
+    host = match.group("host")
+    if "." not in host and ":" not in host and host != "localhost":
+        return (f"{registry!r}: {host!r} is not a registry host (it needs a dot, a port or to be "
+                "localhost; Docker would read it as a Docker Hub namespace)")
+    return None
+
+
 def write_output(path: Path | str, data: BaseModel | dict | list) -> None:
     """A user-named output (`--json`, `--markdown`): `-` means stdout; an existing path that
     is not a regular file (a device, a pipe, /dev/stdout) is written in place, never

@@ -71,7 +71,7 @@ def run_on_node(payload: dict, task_tar: bytes) -> dict:
     import ray
 
     from orchestrator.agents import agent_for
-    from orchestrator.imagecache import ImageCache
+    from orchestrator.imagecache import ImageCache, Published
     from orchestrator.models.manifest import Manifest
     from orchestrator.netpool import NetworkPool
     from orchestrator.proxy import Upstreams
@@ -89,6 +89,8 @@ def run_on_node(payload: dict, task_tar: bytes) -> dict:
         images = _node_state.setdefault(("images", job), ImageCache(
             runtime, job, lead.install if lead.agent == "command" else None,
             payload.get("ca_bundle"), payload.get("build_policy", "prefer-prebuilt")))
+    if payload.get("images"):  # --registry: the driver built and pushed them; pulled here
+        images.offer(task.name, Published(**payload["images"]))
     upstreams = Upstreams.resolved(payload["upstreams"]) if payload["upstreams"] else None
     ca_file = None
     if payload.get("ca_bundle"):  # installed agents' pip/npm on this node trust it too
@@ -162,14 +164,40 @@ class RayExecutor:
             tid = trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)
             fallback = new_result(ctx, item.task, item.attempt, tid)
             fallback.retries = list(item.retries)
-            result = self.run(item.task, item.attempt, item.retries, spec, ctx.job_dir,
-                              ctx.cancel, fallback)
+            published = self._publish(ctx, item.task, spec, fallback)
+            if published is False:  # the push failed: infrastructure, retried
+                result = fallback
+            else:
+                result = self.run(item.task, item.attempt, item.retries,
+                                  {**spec, "images": published}, ctx.job_dir, ctx.cancel, fallback)
             if result is fallback:  # lost on its node: the driver writes what it knows
                 fallback.finished_at = time.time()
                 write_json_atomic(trial_dir(ctx, item.task, tid).result, fallback)
             return result
 
         return run_remote
+
+    @staticmethod
+    def _publish(ctx, task: Task, spec: dict, fallback: TrialResult) -> dict | None | bool:
+        """With --registry, the driver builds the task's images once and pushes them; the
+        node is told where they are (and pulls them instead of building). A task that does
+        not build here is left to the node, which reports the build error as its result.
+        False: the push failed (the trial is an infrastructure error, retried)."""
+        if not spec.get("registry"):
+            return None
+        from dataclasses import asdict
+
+        from orchestrator.runtime.base import BuildFailed, RuntimeFault
+
+        try:
+            return asdict(ctx.images_for.publish(task))
+        except BuildFailed:
+            return None
+        except RuntimeFault as exc:
+            fallback.failure_mode = FailureMode.INFRA_ERROR
+            fallback.error = f"--registry: {exc}"[:1000]
+            log.warning("ray.publish_failed", task=task.name, error=fallback.error)
+            return False
 
     def run(self, task: Task, attempt: int, retries: list[str], base: dict, job_dir: Path,
             cancel: threading.Event, fallback: TrialResult) -> TrialResult:

@@ -118,6 +118,7 @@ class TrialResult(BaseModel):
     verifier_mode: str = "shared"
     image: str | None = None
     image_source: str | None = None  # prebuilt | pulled | built
+    image_pulled_from: list[str] = []  # a Ray node's images from --registry (not built there)
     healthchecks: int | None = None  # [environment] healthcheck runs before the agent
     base_alias: dict[str, str] = {}  # FROM reference -> the offline base that stood in
     stand_ins: list[dict] = []  # each: reference, stand_in, release, python, reason, warning
@@ -193,6 +194,7 @@ class JobResult(BaseModel):
     pass_at_k: float | None = None
     pass_hat_k: float | None = None
     images_built: int = 0
+    images_pushed: int = 0  # to --registry
     peak_cpus: float | None = None
     peak_memory_mb: int | None = None
     retried: int = 0

@@ -168,6 +168,15 @@ class Runtime(ABC):
     @abstractmethod
     def pull(self, ref: str, timeout_sec: float = 600) -> None: ...
     @abstractmethod
+    def push(self, ref: str, timeout_sec: float = 600) -> None:
+        """A local image to its registry (`--registry`), with the Docker config's
+        credentials; RuntimeFault with the registry's reason."""
+    @abstractmethod
+    def registry_refusal(self, registry: str) -> str | None:
+        """Pre-flight for `--registry`: None when the registry accepts the credentials the
+        Docker config holds for it (or none are configured: the push will tell), else its
+        reason."""
+    @abstractmethod
     def import_image(self, tarball: str, repository: str, tag: str, changes: list[str]) -> None:
         """A root filesystem tarball as an image (the offline base)."""
     @abstractmethod

@@ -167,6 +167,15 @@ class EngineClient:
     def remove_image(self, ref: str, force: bool = False) -> None:
         self.api.remove_image(ref, force=force)
 
+    def login(self, registry: str) -> bool:
+        """The engine checks the Docker config's credentials for `registry` against it
+        (raising APIError when refused); False when the config holds none."""
+        found = docker.auth.resolve_authconfig(docker.auth.load_config(), registry)
+        if not found or not found.get("username"):
+            return False
+        self.api.login(found["username"], found.get("password"), registry=registry, reauth=True)
+        return True
+
     def commit(self, container: str, repository: str, tag: str, conf: dict | None = None) -> dict:
         return self.api.commit(container, repository=repository, tag=tag, conf=conf or {})
 

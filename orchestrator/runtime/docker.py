@@ -161,6 +161,27 @@ class DockerRuntime(Runtime):
         if not self.image_exists(ref):
             raise BuildFailed(f"pull {ref}: the engine reported no image")
 
+    def push(self, ref: str, timeout_sec: float = 600) -> None:
+        repository, _, tag = ref.rpartition(":")
+        try:
+            for chunk in self.api.push(repository, tag):
+                if "error" in chunk:
+                    raise RuntimeFault(f"push {ref}: {chunk['error']}")
+        except APIError as exc:
+            raise RuntimeFault(f"push {ref}: {exc}") from exc
+        except TRANSPORT_ERRORS as exc:
+            raise RuntimeFault(f"the engine failed during the push of {ref}: {exc}") from exc
+
+    def registry_refusal(self, registry: str) -> str | None:
+        host = registry.split("/", 1)[0]
+        try:
+            self.api.login(host)
+        except APIError as exc:
+            return str(exc.explanation or exc)
+        except TRANSPORT_ERRORS as exc:
+            return f"{exc.__class__.__name__}: {exc}"
+        return None
+
     def tag_image(self, source: str, target: str) -> None:
         repository, _, tag = target.rpartition(":")
         self.api.tag(source, repository, tag)

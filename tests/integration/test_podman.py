@@ -8,51 +8,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from parts import PODMAN, podman_engine
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
-PODMAN = shutil.which("podman")
 
 
 @pytest.fixture(scope="module")
 def podman(tmp_path_factory):
-    if PODMAN is None or not os.path.exists("/usr/libexec/podman/catatonit"):
-        pytest.skip("podman and catatonit are not installed (make test installs them)")
-    root = tmp_path_factory.mktemp("podman")
-    storage = ["--root", str(root / "storage"), "--runroot", str(root / "run")]
-    sock = root / "podman.sock"
-    service = subprocess.Popen([PODMAN, *storage, "system", "service", "--time=0", f"unix://{sock}"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while not sock.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    # the offline base, from the Docker engine (what `orchestra images bootstrap` would make)
-    save = subprocess.Popen(["docker", "save", "orchestra/base:bookworm"], stdout=subprocess.PIPE)
-    subprocess.run([PODMAN, *storage, "load"], stdin=save.stdout, check=True, capture_output=True)
-    save.wait()
-    yield f"unix://{sock}", storage
-    service.terminate()
-    service.wait(timeout=30)
-    subprocess.run([PODMAN, *storage, "system", "reset", "--force"], capture_output=True, timeout=120)
-    _unmount_under(root)  # its storage's overlay mount outlives the service
-    shutil.rmtree(root, ignore_errors=True)
-    assert not [m for m in _mounts() if m.startswith(str(root))]
-
-
-def _mounts() -> list[str]:
-    return [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-
-
-def _unmount_under(root: Path) -> None:
-    for mount in sorted((m for m in _mounts() if m.startswith(str(root))), key=len, reverse=True):
-        subprocess.run(["umount", "-l", mount], capture_output=True, timeout=60)
+    with podman_engine(tmp_path_factory.mktemp("podman"), load=("orchestra/base:bookworm",)) as engine:
+        yield engine.url, engine.storage
 
 
 def test_the_examples_run_on_podmans_socket_and_its_differences_are_recorded(podman, tmp_path):

@@ -5,69 +5,25 @@ under every --build-policy; without the credentials the pull is refused and said
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import make_task
+from parts import private_registry
 
 from orchestrator.runtime.client import EngineClient
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
-REGISTRY = shutil.which("docker-registry") or "/usr/bin/docker-registry"
-HTPASSWD = shutil.which("htpasswd")
-
-CONFIG = """version: 0.1
-storage:
-  filesystem:
-    rootdirectory: {root}
-http:
-  addr: 127.0.0.1:{port}
-auth:
-  htpasswd:
-    realm: orchestra-test
-    path: {htpasswd}
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
-    if not os.path.exists(REGISTRY) or HTPASSWD is None:
-        pytest.skip("docker-registry / apache2-utils not installed (make test installs them)")
-    root = tmp_path_factory.mktemp("registry")
-    port = _free_port()
-    (root / "htpasswd").write_text(subprocess.run(
-        [HTPASSWD, "-Bbn", "orchestra", "s3cret-pass"], check=True, capture_output=True, text=True).stdout)
-    (root / "config.yml").write_text(CONFIG.format(root=root / "data", port=port, htpasswd=root / "htpasswd"))
-    server = subprocess.Popen([REGISTRY, "serve", str(root / "config.yml")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    credentials = root / "docker-config"
-    credentials.mkdir()
-    auth = base64.b64encode(b"orchestra:s3cret-pass").decode()
-    (credentials / "config.json").write_text(json.dumps({"auths": {f"127.0.0.1:{port}": {"auth": auth}}}))
-    yield f"127.0.0.1:{port}", credentials
-    server.terminate()
-    server.wait(timeout=10)
+    with private_registry(tmp_path_factory.mktemp("registry")) as reg:
+        yield reg.host, reg.credentials
 
 
 def test_a_private_image_is_pulled_with_the_configs_credentials_under_every_policy(

@@ -29,20 +29,21 @@ class Cluster:
         self.tmp = tmp
         self.nodes: dict[str, subprocess.Popen] = {}
 
-    def _start(self, name: str, args: list[str]) -> None:
+    def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         log = open(self.tmp / f"ray-{name}.log", "w")
         self.nodes[name] = subprocess.Popen(
             [RAY, "start", "--node-ip-address=127.0.0.1", "--disable-usage-stats", "--block", *args],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=loopback_env())
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**loopback_env(), **(env or {})})
 
-    def start_head(self, cpus: int = 2) -> None:
+    def start_head(self, cpus: int = 2, env: dict[str, str] | None = None) -> None:
+        """`env`: the node's own (e.g. DOCKER_HOST: the engine its trials run on)."""
         self._start("head", ["--head", f"--port={self.port}", f"--num-cpus={cpus}",
-                             "--include-dashboard=false", "--resources=" + json.dumps({"head": 1})])
+                             "--include-dashboard=false", "--resources=" + json.dumps({"head": 1})], env)
         self.wait_nodes(1)
 
-    def add_worker(self, name: str, cpus: int = 2) -> None:
+    def add_worker(self, name: str, cpus: int = 2, env: dict[str, str] | None = None) -> None:
         self._start(name, [f"--address={self.address}", f"--num-cpus={cpus}",
-                           "--resources=" + json.dumps({name: 1})])
+                           "--resources=" + json.dumps({name: 1})], env)
         self.wait_nodes(len(self.nodes))
 
     def addresses(self) -> list[str]:
