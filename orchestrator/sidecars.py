@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.archive import tar_directory
 from orchestrator.compose import Compose, Service
+from orchestrator.images import build_context, resolve_bases
 from orchestrator.log import get_logger
 from orchestrator.runtime.base import (
     LABEL_IMAGE_KIND,
@@ -48,9 +48,11 @@ def sidecar_image(runtime: Runtime, task: Task, name: str, service: Service) -> 
     context = task.path / "environment" / service.build.context
     tag = f"{image_repository(task).replace('orchestra/task/', 'orchestra/sidecar/')}-{name}:{hash_tree(context)}"
     if not runtime.image_exists(tag):
-        tar = tar_directory(context)
         if service.build.dockerfile != "Dockerfile":  # the engine reads the named file
             raise BuildFailed(f"services.{name}.build.dockerfile: only `Dockerfile` is supported")
+        # a FROM the engine lacks is built on its stand-in, as for the task image
+        text = (context / "Dockerfile").read_text()
+        tar = build_context(context, text, resolve_bases(runtime, text), None)
         runtime.build_image(tar, tag, {LABEL_IMAGE_KIND: "sidecar-image", "orchestra.image.task": task.name},
                             task.config.environment.build_timeout_sec)
     return tag

@@ -5,6 +5,7 @@ under every --build-policy; without the credentials the pull is refused and said
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -62,3 +63,33 @@ def test_a_private_image_is_pulled_with_the_configs_credentials_under_every_poli
     assert trial["failure_mode"] == "build_error" and "no basic auth credentials" in trial["error"], trial["error"]
     assert refused.returncode == 0  # a build error is the task's result, not a gate
     pusher.close()
+
+
+def test_registry_pushes_what_the_job_built_and_a_refused_login_stops_it_before_any_trial(
+        registry, tmp_path):
+    host, credentials = registry
+    make_task(tmp_path / "ds", "to-push", solve="touch /app/ok\n")
+    common = [ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q",
+              "--jobs-dir", str(tmp_path / "jobs"), "--registry", f"{host}/orchestra-test"]
+    env = {**os.environ, "DOCKER_CONFIG": str(credentials), "COLUMNS": "200"}
+    proc = subprocess.run([*common, "--job-name", "pushed", "--json", "-"], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    job = json.loads(proc.stdout)
+    assert job["mean_reward"] == 1.0 and job["images_pushed"] == 2, job
+    trial = json.loads(next((tmp_path / "jobs/pushed/trials").glob("*/result.json")).read_text())
+    repository, tag = trial["image"].rsplit(":", 1)
+    # the registry holds the agent image under HOST/PREFIX/<local name>
+    tags = subprocess.run(["curl", "-sf", "-u", "orchestra:s3cret-pass",
+                           f"http://{host}/v2/orchestra-test/{repository}/tags/list"],
+                          capture_output=True, text=True, timeout=30)
+    assert tag in json.loads(tags.stdout)["tags"], tags.stdout
+    # a wrong password: refused before any trial, exit 2, naming the option
+    bad = tmp_path / "bad-config"
+    bad.mkdir()
+    wrong = base64.b64encode(b"orchestra:wrong").decode()
+    (bad / "config.json").write_text(json.dumps({"auths": {host: {"auth": wrong}}}))
+    refused = subprocess.run([*common, "--job-name", "refused"], capture_output=True, text=True,
+                             env={**env, "DOCKER_CONFIG": str(bad)}, timeout=120)
+    assert refused.returncode == 2 and "--registry" in refused.stderr, refused.stderr[-2000:]
+    assert not (tmp_path / "jobs/refused/trials").exists()
