@@ -147,30 +147,30 @@ class DockerRuntime(Runtime):
             raise RuntimeFault(f"the engine failed during the build: {exc.__class__.__name__}: {exc}") from exc
 
     def pull(self, ref: str, timeout_sec: float = 600) -> None:
-        """Pull an image (only for a task's `docker_image`); BuildFailed with the engine's
-        reason when it cannot be had."""
+        """Pull an image (a task's `docker_image`, or --registry's on a node); BuildFailed
+        with the engine's reason when it cannot be had."""
         repository, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
-        try:
-            for chunk in self.api.pull(repository, tag):
-                if "error" in chunk:
-                    raise BuildFailed(f"pull {ref}: {chunk['error']}")
-        except APIError as exc:
-            raise BuildFailed(f"pull {ref}: {exc}") from exc
-        except TRANSPORT_ERRORS as exc:
-            raise RuntimeFault(f"the engine failed during the pull of {ref}: {exc}") from exc
+        self._transfer("pull", ref, self.api.pull, repository, tag, BuildFailed)
         if not self.image_exists(ref):
             raise BuildFailed(f"pull {ref}: the engine reported no image")
 
     def push(self, ref: str, timeout_sec: float = 600) -> None:
         repository, _, tag = ref.rpartition(":")
+        self._transfer("push", ref, self.api.push, repository, tag, RuntimeFault)
+
+    @staticmethod
+    def _transfer(verb: str, ref: str, call, repository: str, tag: str,
+                  refused: type[Exception]) -> None:
+        """A pull or push streamed to its end: the registry's refusal raises `refused`, a
+        broken engine connection RuntimeFault."""
         try:
-            for chunk in self.api.push(repository, tag):
+            for chunk in call(repository, tag):
                 if "error" in chunk:
-                    raise RuntimeFault(f"push {ref}: {chunk['error']}")
+                    raise refused(f"{verb} {ref}: {chunk['error']}")
         except APIError as exc:
-            raise RuntimeFault(f"push {ref}: {exc}") from exc
+            raise refused(f"{verb} {ref}: {exc}") from exc
         except TRANSPORT_ERRORS as exc:
-            raise RuntimeFault(f"the engine failed during the push of {ref}: {exc}") from exc
+            raise RuntimeFault(f"the engine failed during the {verb} of {ref}: {exc}") from exc
 
     def registry_refusal(self, registry: str) -> str | None:
         host = registry.split("/", 1)[0]
