@@ -24,8 +24,12 @@ log = get_logger()
 
 
 def registry_ref(registry: str, local: str) -> str:
-    """Where a local image lives in the registry: `HOST/PREFIX/orchestra/task/x:tag`."""
-    return f"{registry.rstrip('/')}/{local}"
+    """Where a local image lives in the registry: `HOST/PREFIX/orchestra__task__x:tag`.
+    Flat on purpose: Podman resolves a short name by suffix, so were the local name the
+    tail of the registry's (`HOST/PREFIX/orchestra/task/x:tag`), tagging the pulled image
+    with its local name would be a no-op there and the untag that follows would delete it."""
+    repository, _, tag = local.rpartition(":")
+    return f"{registry.rstrip('/')}/{repository.replace('/', '__')}:{tag}"
 
 
 @dataclass

@@ -79,9 +79,10 @@ def test_registry_pushes_what_the_job_built_and_a_refused_login_stops_it_before_
     assert job["mean_reward"] == 1.0 and job["images_pushed"] == 2, job
     trial = json.loads(next((tmp_path / "jobs/pushed/trials").glob("*/result.json")).read_text())
     repository, tag = trial["image"].rsplit(":", 1)
-    # the registry holds the agent image under HOST/PREFIX/<local name>
+    # the registry holds the agent image under HOST/PREFIX/<local name, flattened>
+    flat = repository.replace("/", "__")
     tags = subprocess.run(["curl", "-sf", "-u", "orchestra:s3cret-pass",
-                           f"http://{host}/v2/orchestra-test/{repository}/tags/list"],
+                           f"http://{host}/v2/orchestra-test/{flat}/tags/list"],
                           capture_output=True, text=True, timeout=30)
     assert tag in json.loads(tags.stdout)["tags"], tags.stdout
     # a wrong password: refused before any trial, exit 2, naming the option
