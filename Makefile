@@ -46,7 +46,7 @@ test-tools:
 	./scripts/ensure-test-tools.sh
 
 test: base-image test-tools
-	$(BIN)/pytest tests -q
+	$(BIN)/pytest tests -q --durations=40
 
 test-hostile: base-image
 	$(BIN)/pytest tests/hostile -q

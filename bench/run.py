@@ -25,6 +25,8 @@ Not a test: these machines are noisy, so nothing here asserts a time.
   startup_seconds       process start to the first trial's first event (target <= 0.3)
   overhead_ratio_gvisor per-trial wall time of the same one-trial jobs under runsc over
                         under runc, in this run (where runsc is registered)
+  concurrency16_gvisor_vs_runc  the 16 concurrent sleeping trials under runsc over the
+                        same 16 under runc
   startup_sdk_import_seconds  of that, importing docker-py (with requests and urllib3): a
                         Python that imports it over one that does not, medians of 5
   bystander_relay_p95_ratio  a relay client's p95 round trip beside a relay flood (the
@@ -418,6 +420,11 @@ def main() -> None:
         floor16 = time.perf_counter() - started
         emit("floor_seconds_16", round(floor16, 2))
         emit("concurrency16_vs_floor", round(many / floor16, 2))
+        if "runsc" in runtime.engine_facts().oci_runtimes:  # the same 16 at once under gVisor
+            many_gvisor, job = job_seconds(runtime, sleeper, 16, 16, jobs, oci_runtime="runsc")
+            assert job.mean_reward == 1.0, job.counts
+            emit("concurrency16_gvisor_seconds", round(many_gvisor, 2))
+            emit("concurrency16_gvisor_vs_runc", round(many_gvisor / many, 2))
         proc = subprocess.Popen([ORCHESTRA, "run", "--path", str(sleeper), "--agent", "oracle", "-k", "16",
                                  "-n", "16", "-q", "--jobs-dir", str(jobs), "--job-name", "rss16"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -17,7 +17,6 @@ import time
 
 from orchestrator.log import get_logger
 from orchestrator.paths import LOCK_DIR
-from orchestrator.runtime import disk
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, LABEL_JOB, LABEL_KIND, LABEL_PID, Runtime
 
 log = get_logger()
@@ -66,7 +65,8 @@ def reap(runtime: Runtime, label: str | list[str]) -> dict[str, int]:
     for kind, remove, names in (("container", runtime.remove, containers),
                                 ("volume", runtime.remove_volume, volumes)):
         failed += sum(not try_remove(kind, remove, name) for name in names)
-    disks = disk.reap_loop_disks(job, own=mine) if job or labels[0] == LABEL_KIND else 0
+    quotas = runtime.loop_disks()
+    disks = quotas.reap(job, own=mine) if quotas and (job or labels[0] == LABEL_KIND) else 0
     failed += sum(not try_remove("network", runtime.remove_network, n) for n in networks)
     return {"containers": len(containers), "networks": len(networks), "volumes": len(volumes),
             "disks": disks, "failed": failed}
@@ -87,8 +87,8 @@ def remaining(runtime: Runtime, label: str | list[str]) -> list[str]:
     containers, networks, volumes = runtime.labelled(*labels)
     left = ([f"container {c[:12]}" for c in containers] + [f"network {n}" for n in networks]
             + [f"volume {v}" for v in volumes])
-    if job is not None:
-        left += [f"loop disk {d}" for d in disk.mounted_disks(job, own=mine)]
+    if job is not None and (quotas := runtime.loop_disks()) is not None:
+        left += [f"loop disk {d}" for d in quotas.mounted(job, own=mine)]
     return left
 
 
@@ -123,7 +123,8 @@ def reap_orphans(runtime: Runtime) -> dict[str, int]:
     for job in sorted(jobs):
         for key, value in reap(runtime, f"{LABEL_JOB}={job}").items():
             totals[key] += value
-    totals["disks"] += disk.reap_dead_owner_disks(_alive)
+    if (quotas := runtime.loop_disks()) is not None:
+        totals["disks"] += quotas.reap_dead_owners(_alive)
     if any(totals.values()):
         log.warning("reaper.removed_orphans", jobs=sorted(jobs), **totals)
     return totals

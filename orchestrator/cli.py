@@ -49,8 +49,9 @@ def run(
     max_memory_mb: Annotated[int | None, typer.Option(help="Admission budget in MB (default: the engine's).")] = None,
     backend: Annotated[str, typer.Option(help="Where trials run: local | ray (each trial a Ray task).")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: auto, i.e. RAY_ADDRESS or a local cluster).")] = None,
-    oci_runtime: Annotated[str | None, typer.Option("--runtime", help="OCI runtime for agent containers, e.g. runsc (gVisor).")] = None,
+    oci_runtime: Annotated[str | None, typer.Option("--runtime", help="OCI runtime for every container of a trial (agent, verifier, workers, sidecars), e.g. runsc (gVisor); refused before any trial when the engine lacks it. A manifest's sandbox.oci_runtime sets it for a suite.")] = None,
     build_policy: Annotated[str, typer.Option("--build-policy", help="A task's docker_image: prefer-prebuilt (use it, else pull, else build environment/Dockerfile) | build (always the Dockerfile) | pull (pull fresh, no fallback).")] = "prefer-prebuilt",
+    require: Annotated[list[str] | None, typer.Option("--require", help="A capability the engine must enforce, else exit 2 before any trial (repeatable): disk-quota (a per-trial disk that fills at the task's storage_mb; needs root and an engine on this host) | host-isolation (a trial reaches only its own ports on this host; needs root and iptables). Without it, what is missing is said once and recorded in the result's `capabilities`.")] = None,
     registry: Annotated[str | None, typer.Option("--registry", envvar="ORCHESTRA_REGISTRY", help="HOST[:PORT]/PREFIX: push each task image the job builds there (credentials from the Docker config); Ray nodes pull them instead of building. Checked before any trial starts.")] = None,
     ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) that task image builds trust: pip, curl, node, git behind a TLS-intercepting proxy.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Also write the job result here ('-': stdout).")] = None,
@@ -124,6 +125,10 @@ def run(
             raise InputError(f"--build-policy: {build_policy!r} is not prefer-prebuilt, build or pull")
         if registry is not None and (problem := registry_problem(registry)) is not None:
             raise InputError(f"--registry: {problem}")
+        from orchestrator.job import REQUIRABLE
+
+        if unknown := [r for r in require or [] if r not in REQUIRABLE]:
+            raise InputError(f"--require {unknown[0]}: not a capability (choose from: {', '.join(REQUIRABLE)})")
         if policy not in ("memory-on", "memory-off"):
             raise InputError(f"--policy: {policy!r} is not memory-on or memory-off")
         if agent is not None and agent not in AGENT_NAMES:
@@ -185,6 +190,7 @@ def run(
             manifest_dir=manifest_dir, max_retries=max_retries, max_cpus=max_cpus,
             max_memory_mb=max_memory_mb, resume=resume is not None, oci_runtime=oci_runtime,
             retry_errors=retry_errors, ca_bundle=ca_bundle, build_policy=build_policy, registry=registry,
+            require=list(require or []),
             backend=backend, ray_address=ray_address, replay_from=replay_from,
             endpoints=load_endpoints(endpoint_files) if endpoint_files else None,
             source={"path": str(path.resolve()), "layer": layer,

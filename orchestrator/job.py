@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,7 @@ from orchestrator.models.result import (
     ERRORED,
     VOID,
     FailureMode,
+    JobCapabilities,
     JobResult,
     TrialResult,
     TrialSummary,
@@ -33,7 +34,7 @@ from orchestrator.models.result import (
 )
 from orchestrator.netpool import NetworkPool
 from orchestrator.report.shadow import memory_shadow
-from orchestrator.runtime.base import LABEL_JOB, Runtime
+from orchestrator.runtime.base import LABEL_JOB, Capabilities, Runtime
 from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.scheduler import Admission, Item, Scheduler
 from orchestrator.tasks import Task
@@ -74,6 +75,7 @@ class JobOptions:
     build_policy: str = "prefer-prebuilt"  # docker_image: prefer-prebuilt | build | pull
     oci_runtime: str | None = None  # --runtime, e.g. runsc
     registry: str | None = None  # --registry HOST/PREFIX: built images pushed, Ray nodes pull
+    require: list[str] = field(default_factory=list)  # --require: capabilities (REQUIRABLE) or exit 2
     replay_from: Path | None = None  # answer model calls from this job's recorded exchanges
     backend: str = "local"  # local | ray
     ray_address: str | None = None
@@ -144,12 +146,56 @@ def load_finished(job_dir: Path, tasks: list[Task],
     return finished
 
 
+REQUIRABLE = {"disk-quota": "disk_quota", "host-isolation": "host_isolation"}
+
+
+def with_sandbox_policy(options: JobOptions, manifest: Manifest) -> JobOptions:
+    """The manifest's `sandbox` joins the command line's: its OCI runtime is the default
+    (a different --runtime would weaken what the suite requires: refused), its `require`
+    adds to --require."""
+    policy = manifest.sandbox
+    if policy.oci_runtime and options.oci_runtime and options.oci_runtime != policy.oci_runtime:
+        raise InputError(f"--runtime {options.oci_runtime}: the manifest's sandbox.oci_runtime is "
+                         f"{policy.oci_runtime!r}, which its suite requires; drop --runtime or use that")
+    return replace(options, oci_runtime=options.oci_runtime or policy.oci_runtime,
+                   require=sorted(set(options.require) | set(policy.require)))
+
+
+def check_capabilities(runtime: Runtime, options: JobOptions) -> Capabilities:
+    """Pre-flight on what the runtime declares, before any spend: what the job asks for and
+    the engine lacks is exit 2 (every such problem at once); what it will enforce more
+    weakly than it could elsewhere is said once, here, and recorded in the job's result."""
+    caps = runtime.capabilities()
+    problems = []
+    if options.oci_runtime and options.oci_runtime not in caps.oci_runtimes:
+        problems.append(f"--runtime {options.oci_runtime}: the engine has no such runtime "
+                        f"(it has: {', '.join(caps.oci_runtimes)}); install it "
+                        "(gVisor: https://gvisor.dev/docs/user_guide/install/) and register it in "
+                        "daemon.json (`orchestra tasks check` prints the lines)")
+    for need in options.require:
+        held = REQUIRABLE[need]
+        if held in caps.why:
+            problems.append(f"--require {need}: this engine cannot enforce it ({caps.why[held]})")
+    if options.registry and (refused := runtime.registry_refusal(options.registry)):
+        problems.append(f"--registry {options.registry}: the registry refused the Docker config's "
+                        f"credentials ({refused}); `docker login {options.registry.split('/')[0]}` "
+                        "or set DOCKER_CONFIG")
+    if problems:
+        raise InputError(problems)
+    for held, why in sorted(caps.why.items()):
+        name = next(k for k, v in REQUIRABLE.items() if v == held)
+        log.warning("capability.missing", capability=name, why=why,
+                    message=f"{name}: not enforced on this engine ({why}); --require {name} makes this an error")
+    return caps
+
+
 def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
             options: JobOptions, on_trial_done=None, on_phase=None, on_plan=None,
             on_admission=None) -> JobResult:
     """Run every trial of `tasks` under `manifest`. Observers (all optional): on_plan(total)
     once the trials to run are known, on_phase(trial_id, label, phase), on_admission(task,
     why-waiting or None), on_trial_done(result, done, total)."""
+    options = with_sandbox_policy(options, manifest)
     engine = runtime.engine_facts()
     admission_cancel = threading.Event()
     executor = open_executor(options.backend, options.ray_address)
@@ -157,14 +203,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
     admission = Admission(options.max_cpus or capacity_cpus, options.max_memory_mb or capacity_mb,
                           admission_cancel)
     in_use = preflight(tasks, manifest, options.endpoints, admission)
-    if options.oci_runtime and options.oci_runtime not in engine.oci_runtimes:
-        raise InputError(f"--runtime {options.oci_runtime}: the Docker engine has no such runtime "
-                         f"(it has: {', '.join(engine.oci_runtimes)}); install it "
-                         "(gVisor: https://gvisor.dev/docs/user_guide/install/) and register it in daemon.json")
-    if options.registry and (refused := runtime.registry_refusal(options.registry)):
-        raise InputError(f"--registry {options.registry}: the registry refused the Docker config's "
-                         f"credentials ({refused}); `docker login {options.registry.split('/')[0]}` "
-                         "or set DOCKER_CONFIG")
+    capabilities = check_capabilities(runtime, options)
     lead = manifest.orchestrator
     agent = agent_for(lead, options.manifest_dir, options.ca_bundle)  # re-hashes the prompt
     agent.binds()  # an installed CLI is installed on this host now, not in a trial's phases
@@ -261,6 +300,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         left = _clean_up_job(runtime, options.job_name, watchdog, networks, upstreams, executor)
         job = summarize(options, manifest, lead.agent, results, images.built, started, admission)
         job.images_pushed = images.pushed
+        job.capabilities = JobCapabilities(**asdict(capabilities))
         try:
             write_json_atomic(job_dir / "result.json", job)
         except OSError as exc:  # e.g. the disk is full: the trial results already written stay

@@ -24,11 +24,12 @@ from orchestrator.log import get_logger
 from orchestrator.models.result import AppliedLimits
 from orchestrator.netpool import NetworkPool
 from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, LOGS, VERIFIER_LOGS
-from orchestrator.runtime import disk
 from orchestrator.runtime.base import (
     LABEL_JOB,
     LABEL_KIND,
     LABEL_TRIAL,
+    DiskQuotas,
+    LoopDisk,
     Network,
     Runtime,
     RuntimeFault,
@@ -52,12 +53,14 @@ class Sandbox:
     job: str
     workdir: str
     network: Network | None = None
-    loop_disk: disk.LoopDisk | None = None
+    loop_disk: LoopDisk | None = None
+    disks: DiskQuotas | None = None  # the runtime's, which made loop_disk
     volumes: list[VolumeMount] = field(default_factory=list)
     static_tools: bool = False  # the verifier's static tools are mounted (verifier_tools)
     egress: EgressProxy | None = None  # the trial's way out under an allowlist
     host_ports: list[int] | None = None  # its gateway's ports open to it (None: no firewall)
     oci_runtime: str | None = None  # every container of the trial runs under it (e.g. runsc)
+    runtimes: dict[str, str] = field(default_factory=dict)  # role -> OCI runtime, read back
     allowed_hosts: dict[str, list[str]] = field(default_factory=dict)  # phase -> allowlist
     named_volumes: list[str] = field(default_factory=list)  # compose volumes
     sidecars: dict[str, str] = field(default_factory=dict)  # compose service -> container
@@ -125,8 +128,9 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
         env = {**env, **{k: v for k, v in wired.items() if k not in SECRET_VARS}}
         # on the host, the trial reaches the services it was just told of and nothing else
         box.host_ports = runtime.open_host_ports(box.network, gateway_ports(wired, box.network.gateway))
-    if disk.loop_disks_available():
-        box.loop_disk = disk.create_loop_disk(box.job, name, environment.storage_mb)
+    if (disks := runtime.loop_disks()) is not None:
+        box.disks = disks
+        box.loop_disk = disks.create(box.job, name, environment.storage_mb)
         box.storage_enforcement = "loop-volume+watchdog"
         # Named volumes over the disk's folders, not bind mounts: the engine fills an empty
         # named volume with what the image has at its path (a task image's /app files), a
@@ -176,15 +180,20 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
             {}, dirs=[p.lstrip("/") for p in (LOGS, AGENT_LOGS, ARTIFACTS)]))
 
 
-def require_runtime(runtime: Runtime, container: str, wanted: str | None, what: str) -> None:
-    """A container asked to run under `wanted` (gVisor) that the engine started under
-    another OCI runtime is a launch failure, never a silent downgrade."""
-    if wanted is None:
-        return
-    got = runtime.limits(container).oci_runtime
-    if got != wanted:
-        raise RuntimeFault(f"the {what} container runs under {got or 'the default runtime'}, "
-                           f"not {wanted} as asked")
+_READ = object()
+
+
+def require_runtime(runtime: Runtime, box: Sandbox, container: str, role: str, got=_READ) -> None:
+    """Record the OCI runtime `container` runs under, read back from the engine (`got` when
+    the caller has just read it), as box.runtimes[role]. A container asked to run under the
+    trial's runtime (gVisor) that the engine started under another is a launch failure,
+    never a silent downgrade."""
+    if got is _READ:
+        got = runtime.limits(container).oci_runtime
+    box.runtimes[role] = got or "default"
+    if box.oci_runtime is not None and got != box.oci_runtime:
+        raise RuntimeFault(f"the {role} container runs under {got or 'the default runtime'}, "
+                           f"not {box.oci_runtime} as asked")
 
 
 def gateway_ports(env: dict[str, str], gateway: str) -> list[int]:
@@ -316,8 +325,8 @@ def close_sandbox(runtime: Runtime, box: Sandbox) -> float:
         _quietly(runtime.remove_image, image)
     for volume in [v.source for v in box.volumes] + box.named_volumes:
         _quietly(runtime.remove_volume, volume)
-    if box.loop_disk is not None:
-        _quietly(disk.remove_loop_disk, box.loop_disk)
+    if box.loop_disk is not None and box.disks is not None:
+        _quietly(box.disks.remove, box.loop_disk)
     if box.networks is not None:
         for network in ([box.network] if box.network else []) + box.extra_networks:
             box.networks.release(network)

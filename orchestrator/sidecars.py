@@ -60,6 +60,7 @@ def sidecar_image(runtime: Runtime, task: Task, name: str, service: Service) -> 
 
 def start_sidecars(runtime: Runtime, task: Task, box, name: str) -> dict[str, str]:
     """Volumes, then every sidecar in dependency order; returns service -> container id."""
+    from orchestrator.sandbox import require_runtime  # sandbox starts sidecars: not at import
     compose = task.compose
     assert compose is not None and box.network is not None
     env = task.config.environment
@@ -83,6 +84,7 @@ def start_sidecars(runtime: Runtime, task: Task, box, name: str) -> dict[str, st
         container = runtime.create(spec)
         box.containers.append(container)
         runtime.start(container)
+        require_runtime(runtime, box, container, f"sidecar:{service_name}")
         started[service_name] = container
     return started
 

@@ -243,7 +243,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             box.egress, result.compose_services = egress, sorted(box.sidecars)
             box.allowed_hosts = {phase: task.config.allowed_hosts_for(phase) for phase in ("agent", "verifier")}
             result.limits = applied_limits(ctx.runtime, box, task)
-            require_runtime(ctx.runtime, box.agent_container, ctx.oci_runtime, "agent")
+            require_runtime(ctx.runtime, box, box.agent_container, "agent", result.limits.oci_runtime)
             ctx.watchdog.register(box.agent_container, task.config.environment.storage_mb)
             if task.config.environment.healthcheck is not None:
                 result.healthchecks = wait_healthy(ctx.runtime, box,
@@ -344,6 +344,7 @@ def _finish(ctx: TrialContext, result: TrialResult, paths: TrialDir, box: Sandbo
         result.egress = egress.summary()
     if box is not None:
         ctx.watchdog.unregister(box.agent_container)
+        result.container_runtimes = dict(box.runtimes)
         result.timings.cleanup = round(close_sandbox(ctx.runtime, box), 3)
     result.finished_at = time.time()
     if result.error:

@@ -274,7 +274,7 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         runtime.start(container)
         result.verifier_limits = read_limits(runtime, container, environment.storage_mb,
                                              "loop-volume+watchdog" if mounts else "watchdog")
-        require_runtime(runtime, container, box.oci_runtime, "verifier")
+        require_runtime(runtime, box, container, "verifier", result.verifier_limits.oci_runtime)
         exit_code = runtime.wait(container, verifier.timeout_sec)
     finally:
         if watchdog is not None:

@@ -19,7 +19,7 @@ from orchestrator.memory import StateRoots, file_seed_archive
 from orchestrator.models.manifest import flag_env
 from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, INSTRUCTION, LOGS, TrialDir
 from orchestrator.runtime.base import SandboxSpec
-from orchestrator.sandbox import Sandbox
+from orchestrator.sandbox import Sandbox, require_runtime
 
 if TYPE_CHECKING:
     from orchestrator.proxy import ModelProxy
@@ -65,6 +65,7 @@ def start_workers(ctx, task, box: Sandbox, relay, image: str, deadline: float,
             box.containers.append(container)
             ctx.watchdog.register(container, environment.storage_mb)
             ctx.runtime.start(container)
+            require_runtime(ctx.runtime, box, container, f"worker:{name}")
             worker = Worker(member=member.id, name=name, container=container)
             workers.append(worker)
             files = {INSTRUCTION: task.instruction.encode(), **agent.files(task)}

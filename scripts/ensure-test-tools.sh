@@ -3,7 +3,8 @@
 # apt call when missing and this machine allows it (root, apt-get): headless Chromium (the
 # viewer and report tests), docker-registry with apache2-utils' htpasswd (a private
 # registry with authentication), podman with catatonit (Podman's Docker-compatible socket as
-# the engine). A test whose part is missing is skipped with the reason.
+# the engine), openssh-server (an engine reached over ssh://). A test whose part is missing
+# is skipped with the reason.
 set -u
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
@@ -11,6 +12,7 @@ command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || missing+=(apache2-utils)
 command -v podman >/dev/null 2>&1 || missing+=(podman)
 [ -e /usr/libexec/podman/catatonit ] || missing+=(catatonit)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "orchestra: installing ${missing[*]} (for the tests)..." >&2

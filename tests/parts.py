@@ -1,6 +1,7 @@
 """Real parts the tests start on loopback and stop again: a private registry with
-authentication (Debian's docker-registry, distribution 2.8, htpasswd) and a Podman engine
-(Debian's podman, `podman system service`) with its storage under the test's folder."""
+authentication (Debian's docker-registry, distribution 2.8, htpasswd), a Podman engine
+(Debian's podman, `podman system service`) with its storage under the test's folder, and
+an ssh server (Debian's openssh-server) through which the engine is reached as ssh://."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 REGISTRY = shutil.which("docker-registry") or "/usr/bin/docker-registry"
 HTPASSWD = shutil.which("htpasswd")
 PODMAN = shutil.which("podman")
+SSHD = "/usr/sbin/sshd"
 USER, PASSWORD = "orchestra", "s3cret-pass"
 
 CONFIG = """version: 0.1
@@ -93,6 +95,31 @@ def _mounts() -> list[str]:
     return [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
 
 
+def _processes_under(root: Path) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if str(root).encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _end_processes_under(root: Path, timeout: float = 20) -> None:
+    """Processes whose command line names `root` (conmon, podman cleanup): given until
+    `timeout` to end, then killed."""
+    deadline = time.monotonic() + timeout
+    while _processes_under(root) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in _processes_under(root):
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+
+
 def _unmount_under(root: Path) -> None:
     for mount in sorted((m for m in _mounts() if m.startswith(str(root))), key=len, reverse=True):
         subprocess.run(["umount", "-l", mount], capture_output=True, timeout=60)
@@ -131,6 +158,9 @@ def podman_engine(root: Path, insecure_registries: tuple[str, ...] = (), load: t
         service.terminate()
         service.wait(timeout=30)
         subprocess.run([PODMAN, *storage, "system", "reset", "--force"], capture_output=True, timeout=120)
+        # conmon runs `podman container cleanup` as its containers exit, which mounts the
+        # store's overlay again: wait those out before unmounting what they left
+        _end_processes_under(root)
         _unmount_under(root)  # its storage's overlay mount outlives the service
         shutil.rmtree(root, ignore_errors=True)
     assert not [m for m in _mounts() if m.startswith(str(root))]
@@ -140,3 +170,66 @@ def podman_images(podman: Podman) -> list[str]:
     out = subprocess.run([PODMAN, *podman.storage, "images", "--format", "{{.Repository}}:{{.Tag}}"],
                          capture_output=True, text=True, timeout=60)
     return out.stdout.split()
+
+
+SSHD_CONFIG = """Port {port}
+ListenAddress 127.0.0.1
+HostKey {root}/host_key
+PidFile {root}/sshd.pid
+AuthorizedKeysFile {root}/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+"""
+
+CLIENT_CONFIG = """Host 127.0.0.1
+  Port {port}
+  User root
+  IdentityFile {root}/client_key
+  IdentitiesOnly yes
+  UserKnownHostsFile {root}/known_hosts
+  StrictHostKeyChecking yes
+  BatchMode yes
+"""
+
+
+@dataclass
+class SshEngine:
+    url: str  # ssh://root@127.0.0.1:PORT, for DOCKER_HOST
+    env: dict[str, str]  # PATH with an `ssh` that uses the test's keys and known host
+    log: Path
+
+
+@contextmanager
+def ssh_engine(root: Path):
+    """The local engine behind an sshd on loopback that knows only a key made here; the
+    client's `ssh` (first on PATH in `env`) trusts only this server's host key. OpenSSH reads
+    the passwd entry's ~/.ssh, not $HOME's, so the test's settings go in with -F."""
+    if not os.path.exists(SSHD):
+        pytest.skip("openssh-server is not installed (make test installs it)")
+    root.mkdir(parents=True, exist_ok=True)
+    for key in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(root / key)], check=True)
+    (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
+    port = free_port()
+    host_pub = (root / "host_key.pub").read_text().split()
+    (root / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
+    (root / "sshd_config").write_text(SSHD_CONFIG.format(port=port, root=root))
+    (root / "ssh_config").write_text(CLIENT_CONFIG.format(port=port, root=root))
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {root}/ssh_config "$@"\n')
+    (bin_dir / "ssh").chmod(0o755)
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation folder
+    log = root / "sshd.log"
+    server = subprocess.Popen([SSHD, "-D", "-e", "-f", str(root / "sshd_config")],
+                              stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    try:
+        _wait_port(port)
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+        yield SshEngine(f"ssh://root@127.0.0.1:{port}", env, log)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

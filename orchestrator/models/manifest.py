@@ -52,11 +52,20 @@ class TrialBudget(_Strict):
     timeout_seconds: float | None = Field(default=None, gt=0)
 
 
+class SandboxPolicy(_Strict):
+    """What every trial of a job run under this manifest must get (a suite that requires
+    gVisor says so here): the job refuses to start, exit 2, on an engine that cannot."""
+
+    oci_runtime: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    require: list[Literal["disk-quota", "host-isolation"]] = []
+
+
 class Manifest(_Strict):
     schema_version: int = 1
     condition: str = "default"
     roster: list[RosterMember]
     trial_budget: TrialBudget = TrialBudget()
+    sandbox: SandboxPolicy = SandboxPolicy()
     prices: dict[str, dict[str, float]] = {}
     metadata: dict = {}
 

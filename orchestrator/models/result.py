@@ -124,6 +124,9 @@ class TrialResult(BaseModel):
     stand_ins: list[dict] = []  # each: reference, stand_in, release, python, reason, warning
     limits: AppliedLimits = AppliedLimits()
     verifier_limits: AppliedLimits | None = None  # the verifier container's, read back
+    # every container of the trial -> the OCI runtime it ran under, read back from the engine:
+    # agent, verifier (separate/snapshot), worker:NAME, sidecar:SERVICE ("default": the engine's)
+    container_runtimes: dict[str, str] = {}
     # shared mode grades in the agent's own environment: the agent could influence grading
     verifier_forgeable: bool = False
     verifier_note: str | None = None
@@ -179,6 +182,17 @@ class TrialSummary(BaseModel):
     node: str | None = None
 
 
+class JobCapabilities(BaseModel):
+    """What the runtime declared it could enforce for this job (runtime.base.Capabilities)."""
+
+    disk_quota: str  # loop-volume | watchdog
+    host_isolation: str  # iptables | none
+    oci_runtimes: list[str] = []
+    local_engine: bool = True
+    registry_push: bool = True
+    why: dict[str, str] = {}  # per capability not held: the reason
+
+
 class JobResult(BaseModel):
     job: str
     condition: str
@@ -195,6 +209,7 @@ class JobResult(BaseModel):
     pass_hat_k: float | None = None
     images_built: int = 0
     images_pushed: int = 0  # to --registry
+    capabilities: JobCapabilities | None = None  # what the engine could enforce (pre-flight)
     peak_cpus: float | None = None
     peak_memory_mb: int | None = None
     retried: int = 0

@@ -10,6 +10,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import BinaryIO
 
 LABEL_JOB = "orchestra.job"
@@ -93,6 +94,55 @@ class EngineFacts:
 
 
 @dataclass
+class LoopDisk:
+    """One trial's disk quota: an ext4 image mounted on this host (runtime/disk.py)."""
+
+    image: Path
+    mountpoint: Path
+
+    @property
+    def work(self) -> Path:
+        return self.mountpoint / "work"
+
+    @property
+    def logs(self) -> Path:
+        return self.mountpoint / "logs"
+
+
+class DiskQuotas(ABC):
+    """Per-trial disk quotas, as a runtime offers them (runtime/disk.py: loop disks on this
+    host). Disks are grouped by job and by the process that made them."""
+
+    @abstractmethod
+    def create(self, job: str, name: str, size_mb: int) -> LoopDisk: ...
+    @abstractmethod
+    def remove(self, disk: LoopDisk) -> None: ...
+    @abstractmethod
+    def mounted(self, job: str, own: bool = True) -> list[str]:
+        """A job's disks still mounted: this process's, or with own=False every process's."""
+    @abstractmethod
+    def reap(self, job: str | None = None, own: bool = False) -> int:
+        """Unmount and delete a job's disks (None: every job's); how many."""
+    @abstractmethod
+    def reap_dead_owners(self, alive) -> int:
+        """Disks whose making process is gone (`alive(pid)` says)."""
+
+
+@dataclass
+class Capabilities:
+    """What this runtime can enforce, declared before any spend: the job's pre-flight reads
+    it (a job that needs what is missing stops with exit 2; a weaker enforcement is said
+    once, before the first trial) and the job's result records it."""
+
+    disk_quota: str  # "loop-volume": ENOSPC at the quota, plus the watchdog; "watchdog" alone
+    host_isolation: str  # "iptables": a trial's network reaches only its own ports here; "none"
+    oci_runtimes: list[str]
+    local_engine: bool  # the engine shares this host (its bind mounts and cgroups are ours)
+    registry_push: bool = True  # `--registry` can push (registry_refusal checks a registry)
+    why: dict[str, str] = field(default_factory=dict)  # per capability not held: the reason
+
+
+@dataclass
 class ImageFacts:
     """One image, read back."""
 
@@ -155,6 +205,13 @@ class Runtime(ABC):
     @abstractmethod
     def engine_facts(self) -> EngineFacts:
         """CPUs, memory, the OCI runtimes it can start containers under, its kind."""
+    @abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What it can enforce (disk quota, host isolation, OCI runtimes), with reasons."""
+    @abstractmethod
+    def loop_disks(self) -> DiskQuotas | None:
+        """Per-trial disk quotas on this host; None where the engine cannot use them (not
+        root, no mkfs.ext4 or loop devices, or an engine on another host)."""
 
     # ---- images --------------------------------------------------------------------
     @abstractmethod

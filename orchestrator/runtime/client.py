@@ -2,7 +2,8 @@
 
 Everything docker-py reaches works: `DOCKER_HOST` as unix://, tcp:// (with TLS and client
 certificates from `DOCKER_TLS_VERIFY` / `DOCKER_CERT_PATH`) or ssh:// (docker-py's SSH
-adapter over the ssh binary; it needs paramiko installed, and is untested here), the
+adapter over the ssh binary and its config; docker-py imports paramiko for it, so it needs
+`pip install 'orchestra[ssh]'`), the
 current Docker context when no `DOCKER_HOST` is set, registry credentials from
 `DOCKER_CONFIG`/`~/.docker/config.json` and its credential helpers on every pull, and
 Podman's Docker-compatible socket. The connection pool is sized to the job's concurrency.
@@ -23,13 +24,38 @@ import io
 import json
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from typing import BinaryIO
 
-import docker
-import urllib3
-from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import IPAMConfig, IPAMPool
+
+def _may_need_ssh() -> bool:
+    """DOCKER_HOST is ssh://, or a Docker context (which may be ssh) is chosen."""
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"].startswith("ssh://")
+    if os.environ.get("DOCKER_CONTEXT", "default") != "default":
+        return True
+    config = os.path.join(os.environ.get("DOCKER_CONFIG") or os.path.expanduser("~/.docker"), "config.json")
+    try:
+        with open(config) as handle:
+            return json.load(handle).get("currentContext", "default") not in ("", "default")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+# docker-py imports paramiko (0.2-0.3 s, measured) whenever it is installed, for ssh:// alone.
+# Where the engine cannot be ssh, it is hidden while docker-py loads (docker-py then simply
+# has no SSH adapter, as without paramiko), and visible again after.
+if "paramiko" not in sys.modules and not _may_need_ssh():
+    sys.modules["paramiko"] = None  # type: ignore[assignment]
+    try:
+        import docker
+    finally:
+        del sys.modules["paramiko"]
+import docker  # noqa: E402
+import urllib3  # noqa: E402
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound  # noqa: E402
+from docker.types import IPAMConfig, IPAMPool  # noqa: E402
 
 __all__ = ["APIError", "BROKEN_STREAM", "DockerException", "EngineClient", "ImageNotFound",
            "NotFound", "TRANSPORT_ERRORS"]

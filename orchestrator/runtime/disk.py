@@ -6,8 +6,10 @@ workdir content into the empty volume on first mount). Writes there stop with EN
 the quota. The rest of the container filesystem is held by the writable-layer watchdog
 (job.py), which kills a trial whose layer passes the same quota.
 
-Needs root (mount). Without it trials fall back to the watchdog alone, and the result
-records which enforcement was used.
+Needs root (mount) and an engine on this host (its bind mounts are this host's paths).
+Without them trials fall back to the watchdog alone, and the result records which
+enforcement was used. Phases reach these disks only through the runtime
+(`Runtime.loop_disks()`, a `LoopDisks` or None), never by importing this module.
 """
 
 from __future__ import annotations
@@ -16,28 +18,16 @@ import hashlib
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.log import get_logger
+from orchestrator.runtime.base import DiskQuotas, LoopDisk
 
 log = get_logger()
 
 DISK_ROOT = Path(os.environ.get("ORCHESTRA_DISK_ROOT", "/var/tmp/orchestra-disks"))
 
 
-@dataclass
-class LoopDisk:
-    image: Path
-    mountpoint: Path
-
-    @property
-    def work(self) -> Path:
-        return self.mountpoint / "work"
-
-    @property
-    def logs(self) -> Path:
-        return self.mountpoint / "logs"
 
 
 def loop_disks_available() -> bool:
@@ -144,3 +134,22 @@ def reap_dead_owner_disks(alive) -> int:
         if not alive(pid):
             removed += _remove_group(group)
     return removed
+
+
+class LoopDisks(DiskQuotas):
+    """This host's loop disks, as a runtime whose engine shares the host offers them."""
+
+    def create(self, job: str, name: str, size_mb: int) -> LoopDisk:
+        return create_loop_disk(job, name, size_mb)
+
+    def remove(self, disk: LoopDisk) -> None:
+        remove_loop_disk(disk)
+
+    def mounted(self, job: str, own: bool = True) -> list[str]:
+        return mounted_disks(job, own)
+
+    def reap(self, job: str | None = None, own: bool = False) -> int:
+        return reap_loop_disks(job, own)
+
+    def reap_dead_owners(self, alive) -> int:
+        return reap_dead_owner_disks(alive)

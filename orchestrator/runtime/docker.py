@@ -30,6 +30,7 @@ from orchestrator.runtime.base import (
     LABEL_PID,
     TRIMMED_CAPABILITIES,
     BuildFailed,
+    Capabilities,
     ContainerLimits,
     EngineFacts,
     ExecResult,
@@ -48,6 +49,7 @@ from orchestrator.runtime.client import (
     ImageNotFound,
     NotFound,
 )
+from orchestrator.runtime.disk import LoopDisks, loop_disks_available
 from orchestrator.runtime.subnets import SubnetPool, host_routes
 
 __all__ = ["BuildFailed", "DockerRuntime", "RuntimeFault", "connect"]
@@ -105,6 +107,33 @@ class DockerRuntime(Runtime):
                            oci_runtimes=sorted(info.get("Runtimes") or {}),
                            version=str(info.get("ServerVersion") or ""),
                            kind="podman" if self.podman else "docker")
+
+    @property
+    def local_engine(self) -> bool:
+        """The engine shares this host: its socket is here, or its TCP address is loopback."""
+        scheme, _, rest = self.api.base_url.partition("://")
+        host = rest.rsplit("@", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+        return scheme in ("unix", "npipe", "") or (scheme in ("tcp", "http", "https")
+                                                   and host in ("localhost", "127.0.0.1", "::1"))
+
+    def loop_disks(self) -> LoopDisks | None:
+        return LoopDisks() if self.local_engine and loop_disks_available() else None
+
+    def capabilities(self) -> Capabilities:
+        why = {}
+        if not self.local_engine:
+            why["disk_quota"] = why["host_isolation"] = (
+                f"the engine is on another host ({self.api.base_url}): this host's loop disks "
+                "and firewall do not reach its containers")
+        else:
+            if not loop_disks_available():
+                why["disk_quota"] = "loop disks need root, mkfs.ext4 and /dev/loop-control"
+            if not firewall.available():
+                why["host_isolation"] = "host isolation needs root and iptables"
+        return Capabilities(
+            disk_quota="watchdog" if "disk_quota" in why else "loop-volume",
+            host_isolation="none" if "host_isolation" in why else "iptables",
+            oci_runtimes=self.engine_facts().oci_runtimes, local_engine=self.local_engine, why=why)
 
     # ---- images -------------------------------------------------------------------
     def image_facts(self, ref: str) -> ImageFacts:
@@ -239,7 +268,7 @@ class DockerRuntime(Runtime):
                 raise RuntimeFault(f"network create failed: {exc}") from exc
             with self._lock:
                 self._network_blocks[name] = block
-            isolated = firewall.isolate(name, gateway)
+            isolated = self.local_engine and firewall.isolate(name, gateway)
             return Network(name=name, gateway=gateway, subnet=str(block), internal=internal,
                            host_isolation="iptables" if isolated else "none")
         raise RuntimeFault("network create failed: every candidate subnet overlapped")
@@ -265,7 +294,7 @@ class DockerRuntime(Runtime):
             return None
         if self.api.containers(all=True, filters={"network": name}):  # running, created, stopped
             return None
-        isolated = firewall.ensure(name, config["Gateway"])
+        isolated = self.local_engine and firewall.ensure(name, config["Gateway"])
         return Network(name=name, gateway=config["Gateway"], subnet=config["Subnet"],
                        internal=bool(info.get("Internal")),
                        host_isolation="iptables" if isolated else "none")

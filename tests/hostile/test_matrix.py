@@ -281,6 +281,10 @@ def test_gvisor_runs_every_container_of_a_trial_and_shows_none_of_the_host_kerne
     for mode in ("shared", "snapshot", "separate"):
         make_task(tmp_path / "ds", f"gvisor-{mode}", solve=probe, test=artifact_test if mode == "separate" else None,
                   toml=SMALL + f'[verifier]\nenvironment_mode = "{mode}"\n')
+    make_task(tmp_path / "ds", "gvisor-sidecar", solve=probe, toml=SMALL, files={  # a compose sidecar
+        "environment/docker-compose.yaml": "services:\n  main: {}\n  side:\n    build:\n      context: ./side\n"
+                                           "    command: [\"sleep\", \"3600\"]\n",
+        "environment/side/Dockerfile": "FROM python:3.12-slim-bookworm\n"})
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "--runtime", "runsc",
                            "--jobs-dir", str(tmp_path / "j"), "--job-name", "gvisor", "-q"],
                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, timeout=600)
@@ -290,8 +294,13 @@ def test_gvisor_runs_every_container_of_a_trial_and_shows_none_of_the_host_kerne
         result = json.loads((folder / "result.json").read_text())
         assert result["reward"] == {"reward": 1.0}, (folder.name, result["error"])
         assert result["limits"]["oci_runtime"] == "runsc"
-        if "shared" not in folder.name:  # a verifier container of its own: gVisor too
+        expected = {"agent": "runsc"}
+        if "snapshot" in folder.name or "separate" in folder.name:  # a verifier container of its own
             assert result["verifier_limits"]["oci_runtime"] == "runsc", folder.name
+            expected["verifier"] = "runsc"
+        if "sidecar" in folder.name:
+            expected["sidecar:side"] = "runsc"
+        assert result["container_runtimes"] == expected, folder.name
         artifacts = folder / "artifacts"
         assert host_release not in (artifacts / "uname.txt").read_text()
         assert host_release not in (artifacts / "version.txt").read_text()

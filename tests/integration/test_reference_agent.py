@@ -198,6 +198,9 @@ def test_roster_workers_run_in_their_own_containers_with_their_own_identities(ru
     result, folder = trials["team"]
     assert result.reward == {"reward": 1.0}
     assert sorted((w["name"], w["exit_code"]) for w in result.workers) == [("helper-1", 0), ("helper-2", 0)]
+    # each container's OCI runtime, read back (the engine's default here: no --runtime)
+    assert set(result.container_runtimes) == {"agent", "worker:helper-1", "worker:helper-2"}
+    assert len(set(result.container_runtimes.values())) == 1, result.container_runtimes
     evidence = json.loads((folder / "artifacts/relay-evidence.json").read_text())
     posts = sorted((m["author"], m["author_role"], m["content"]) for m in evidence["messages"] if m["author"] != "user")
     assert posts == [("helper-1", "worker", "helper-1 reporting"), ("helper-2", "worker", "helper-2 reporting")]

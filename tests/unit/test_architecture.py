@@ -109,3 +109,14 @@ def test_no_module_outside_the_runtime_reads_engine_json():
     assert [hit for p in outside for hit in engine_json_reads(p)] == []
     # the check sees what it checks: the Docker runtime itself reads them
     assert engine_json_reads(MODULES["orchestrator.runtime.docker"])
+
+
+def test_host_side_enforcement_is_reached_only_through_the_runtime():
+    """Loop disks and the firewall act on this host: only the runtime knows whether its
+    engine shares the host, so no phase imports them itself."""
+    host_side = {"orchestrator.runtime.disk", "orchestrator.runtime.firewall"}
+    users = sorted(name for name, path in MODULES.items()
+                   if not name.startswith("orchestrator.runtime")
+                   and (imported_anywhere(path) | top_level_imports(path)) & host_side)
+    assert users == []
+    assert "orchestrator.runtime.disk" in top_level_imports(MODULES["orchestrator.runtime.docker"])
