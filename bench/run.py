@@ -7,6 +7,8 @@ Not a test: these machines are noisy, so nothing here asserts a time.
                         container), _snapshot (a verifier container from a commit) and
                         _separate (a clean verifier container given the agent's artifacts;
                         a hello-artifact task, since hello-file's test needs the agent's /app)
+  start_ms_*            a container's start on no network, the default bridge and a
+                        user-defined bridge (the floor's and every trial's)
   engine_calls_per_trial  engine API requests orchestra makes per trial (beside the floor's
                         and Harbor's 21-35 docker CLI calls)
   concurrency16_vs_floor  16 concurrent sleeping trials over the floor doing the same 16
@@ -100,10 +102,35 @@ class CallCounter:
             self.count += 1
 
 
+# The floor's containers are on a user-defined bridge network, as a trial's are (orchestra's
+# come from a pool; this one is made once, outside any timing): a container starts about
+# 0.1 s slower on one than on none or the default bridge (network_start_ms), a cost of the
+# trial's network isolation, not of orchestration. Until 2026-12-04 the floor's agent was on
+# the default bridge and its verifier on none.
+FLOOR_NETWORK = "orchestra-bench-floor"
+
+
+def network_start_ms(api, image: str) -> dict[str, float]:
+    """Median container start on each kind of network, milliseconds."""
+    out = {}
+    for mode in ("none", "bridge", FLOOR_NETWORK):
+        times = []
+        for _ in range(REPEATS):
+            container = api.create_container(image, ["true"], host_config=api.create_host_config(
+                network_mode=mode))["Id"]
+            started = time.perf_counter()
+            api.start(container)
+            times.append(time.perf_counter() - started)
+            api.wait(container)
+            api.remove_container(container, force=True)
+        out[mode] = round(statistics.median(times) * 1000, 1)
+    return out
+
+
 def solved_agent(api, image: str, task_dir: Path) -> str:
     """The floor's agent: a started container that has run solution/solve.sh."""
     agent = api.create_container(image, ["sleep", "infinity"], working_dir="/app", host_config=api.create_host_config(
-        init=True, mem_limit="512m", nano_cpus=10**9))["Id"]
+        init=True, mem_limit="512m", nano_cpus=10**9, network_mode=FLOOR_NETWORK))["Id"]
     api.start(agent)
     api.put_archive(agent, "/", tar_directory(task_dir / "solution", "solution"))
     api.exec_start(api.exec_create(agent, ["bash", "/solution/solve.sh"])["Id"])
@@ -133,7 +160,7 @@ def raw_floor(api, image: str, task_dir: Path) -> float:
     snapshot = api.commit(agent, repository="bench/snap", tag=uuid.uuid4().hex[:8])["Id"]
     api.remove_container(agent, force=True)
     verifier = api.create_container(snapshot, ["bash", "/tests/test.sh"],
-                                    host_config=api.create_host_config(network_mode="none"))["Id"]
+                                    host_config=api.create_host_config(network_mode=FLOOR_NETWORK))["Id"]
     api.put_archive(verifier, "/", tar_directory(task_dir / "tests", "tests"))
     api.put_archive(verifier, "/", tar_files({}, dirs=["logs", "logs/verifier"]))
     api.start(verifier)
@@ -156,7 +183,7 @@ def separate_floor(api, agent_image: str, task_image: str, task_dir: Path) -> fl
     artifacts = b"".join(stream)
     api.remove_container(agent, force=True)
     verifier = api.create_container(task_image, ["bash", "/tests/test.sh"],
-                                    host_config=api.create_host_config(network_mode="none"))["Id"]
+                                    host_config=api.create_host_config(network_mode=FLOOR_NETWORK))["Id"]
     api.put_archive(verifier, "/", tar_directory(task_dir / "tests", "tests"))
     api.put_archive(verifier, "/", tar_files({}, dirs=["logs", "logs/verifier"]))
     api.put_archive(verifier, "/logs", artifacts)
@@ -266,8 +293,10 @@ def sdk_import_seconds() -> float:
         subprocess.run([sys.executable, "-c", code], check=True)
         return time.perf_counter() - started
 
-    bare = statistics.median(timed("pass") for _ in range(5))
-    return statistics.median(timed("import docker") for _ in range(5)) - bare
+    # as orchestra imports it: through the engine client, which keeps paramiko (installed for
+    # ssh://) out of docker-py's import when the engine cannot be ssh
+    bare = statistics.median(timed("import orchestrator.runtime") for _ in range(5))
+    return statistics.median(timed("import orchestrator.runtime.client") for _ in range(5)) - bare
 
 
 def help_seconds() -> float:
@@ -347,6 +376,12 @@ def main() -> None:
     floor_api = docker.from_env(max_pool_size=64, timeout=120).api
     hello = ROOT / "tasks/examples/hello-file"
     images = ensure_task_images(runtime, load_task(hello), "bench")
+    if not floor_api.networks(names=[FLOOR_NETWORK]):
+        floor_api.create_network(FLOOR_NETWORK, driver="bridge")
+    starts = network_start_ms(floor_api, images.agent_image)
+    emit("start_ms_network_none", starts["none"])
+    emit("start_ms_default_bridge", starts["bridge"])
+    emit("start_ms_user_bridge", starts[FLOOR_NETWORK])
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         jobs = tmp / "jobs"
@@ -434,6 +469,7 @@ def main() -> None:
         model_p95_ratio(runtime, tmp, jobs)
         report_10k(tmp)
         viewer_10k(tmp)
+    floor_api.remove_network(FLOOR_NETWORK)
     emit("bench_rss_mb", round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
 
 

@@ -34,7 +34,7 @@ from orchestrator.models.result import (
 )
 from orchestrator.netpool import NetworkPool
 from orchestrator.report.shadow import memory_shadow
-from orchestrator.runtime.base import LABEL_JOB, Capabilities, Runtime
+from orchestrator.runtime.base import LABEL_JOB, Capabilities, EngineFacts, Runtime
 from orchestrator.runtime.watchdog import DiskWatchdog
 from orchestrator.scheduler import Admission, Item, Scheduler
 from orchestrator.tasks import Task
@@ -161,11 +161,12 @@ def with_sandbox_policy(options: JobOptions, manifest: Manifest) -> JobOptions:
                    require=sorted(set(options.require) | set(policy.require)))
 
 
-def check_capabilities(runtime: Runtime, options: JobOptions) -> Capabilities:
+def check_capabilities(runtime: Runtime, options: JobOptions,
+                       engine: EngineFacts | None = None) -> Capabilities:
     """Pre-flight on what the runtime declares, before any spend: what the job asks for and
     the engine lacks is exit 2 (every such problem at once); what it will enforce more
     weakly than it could elsewhere is said once, here, and recorded in the job's result."""
-    caps = runtime.capabilities()
+    caps = runtime.capabilities(engine)
     problems = []
     if options.oci_runtime and options.oci_runtime not in caps.oci_runtimes:
         problems.append(f"--runtime {options.oci_runtime}: the engine has no such runtime "
@@ -203,7 +204,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
     admission = Admission(options.max_cpus or capacity_cpus, options.max_memory_mb or capacity_mb,
                           admission_cancel)
     in_use = preflight(tasks, manifest, options.endpoints, admission)
-    capabilities = check_capabilities(runtime, options)
+    capabilities = check_capabilities(runtime, options, engine)
     lead = manifest.orchestrator
     agent = agent_for(lead, options.manifest_dir, options.ca_bundle)  # re-hashes the prompt
     agent.binds()  # an installed CLI is installed on this host now, not in a trial's phases

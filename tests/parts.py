@@ -107,17 +107,18 @@ def _processes_under(root: Path) -> list[int]:
     return found
 
 
-def _end_processes_under(root: Path, timeout: float = 20) -> None:
-    """Processes whose command line names `root` (conmon, podman cleanup): given until
-    `timeout` to end, then killed."""
+def _end_processes_under(root: Path, timeout: float = 10) -> None:
+    """Processes whose command line names `root`: killed (conmons of exec sessions linger
+    past the reset, and one that exits later runs `podman container cleanup`, which mounts
+    the store again), then waited for until `timeout`."""
     deadline = time.monotonic() + timeout
-    while _processes_under(root) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for pid in _processes_under(root):
-        try:
-            os.kill(pid, 9)
-        except OSError:
-            pass
+    while (pids := _processes_under(root)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        time.sleep(0.1)
 
 
 def _unmount_under(root: Path) -> None:
@@ -159,7 +160,7 @@ def podman_engine(root: Path, insecure_registries: tuple[str, ...] = (), load: t
         service.wait(timeout=30)
         subprocess.run([PODMAN, *storage, "system", "reset", "--force"], capture_output=True, timeout=120)
         # conmon runs `podman container cleanup` as its containers exit, which mounts the
-        # store's overlay again: wait those out before unmounting what they left
+        # store's overlay again: end those before unmounting what they left
         _end_processes_under(root)
         _unmount_under(root)  # its storage's overlay mount outlives the service
         shutil.rmtree(root, ignore_errors=True)

@@ -206,8 +206,9 @@ class Runtime(ABC):
     def engine_facts(self) -> EngineFacts:
         """CPUs, memory, the OCI runtimes it can start containers under, its kind."""
     @abstractmethod
-    def capabilities(self) -> Capabilities:
-        """What it can enforce (disk quota, host isolation, OCI runtimes), with reasons."""
+    def capabilities(self, facts: EngineFacts | None = None) -> Capabilities:
+        """What it can enforce (disk quota, host isolation, OCI runtimes), with reasons;
+        `facts`: engine_facts() when the caller has them (one engine call fewer)."""
     @abstractmethod
     def loop_disks(self) -> DiskQuotas | None:
         """Per-trial disk quotas on this host; None where the engine cannot use them (not

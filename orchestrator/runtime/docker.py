@@ -119,7 +119,7 @@ class DockerRuntime(Runtime):
     def loop_disks(self) -> LoopDisks | None:
         return LoopDisks() if self.local_engine and loop_disks_available() else None
 
-    def capabilities(self) -> Capabilities:
+    def capabilities(self, facts: EngineFacts | None = None) -> Capabilities:
         why = {}
         if not self.local_engine:
             why["disk_quota"] = why["host_isolation"] = (
@@ -133,7 +133,8 @@ class DockerRuntime(Runtime):
         return Capabilities(
             disk_quota="watchdog" if "disk_quota" in why else "loop-volume",
             host_isolation="none" if "host_isolation" in why else "iptables",
-            oci_runtimes=self.engine_facts().oci_runtimes, local_engine=self.local_engine, why=why)
+            oci_runtimes=(facts or self.engine_facts()).oci_runtimes, local_engine=self.local_engine,
+            why=why)
 
     # ---- images -------------------------------------------------------------------
     def image_facts(self, ref: str) -> ImageFacts:
