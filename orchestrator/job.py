@@ -18,6 +18,7 @@ from orchestrator.agents import agent_for
 from orchestrator.cleanup import own, reap, reap_orphans, remaining
 from orchestrator.errors import InfraError, InputError
 from orchestrator.executors import Executor, open_executor
+from orchestrator.executors.spec import TrialSpec
 from orchestrator.imagecache import ImageCache
 from orchestrator.log import get_logger
 from orchestrator.models.endpoint import EndpointConfig
@@ -45,7 +46,6 @@ from orchestrator.trial import (
     trial_dir,
     trial_id,
 )
-from orchestrator.trust import trust_for
 from orchestrator.util import write_json_atomic
 from orchestrator.verify import EnvTemplateError, resolve_env
 
@@ -149,6 +149,19 @@ def load_finished(job_dir: Path, tasks: list[Task],
 REQUIRABLE = {"disk-quota": "disk_quota", "host-isolation": "host_isolation"}
 
 
+def trial_spec(options: JobOptions, manifest: Manifest, upstreams: Upstreams | None,
+               ca_bundle: bytes | None) -> TrialSpec:
+    """Every option of this job a trial depends on, as executors carry it."""
+    return TrialSpec(
+        job=options.job_name,
+        # only what was set: read back, it gives the same condition hash, byte for byte
+        manifest=manifest.model_dump(mode="json", exclude_unset=True),
+        manifest_dir=str(options.manifest_dir) if options.manifest_dir else None,
+        policy=options.policy, upstreams=upstreams.by_name if upstreams else {},
+        ca_bundle=ca_bundle, build_policy=options.build_policy, oci_runtime=options.oci_runtime,
+        registry=options.registry)
+
+
 def with_sandbox_policy(options: JobOptions, manifest: Manifest) -> JobOptions:
     """The manifest's `sandbox` joins the command line's: its OCI runtime is the default
     (a different --runtime would weaken what the suite requires: refused), its `require`
@@ -232,14 +245,10 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
                         ca_bundle, options.build_policy, options.registry)
     watchdog = DiskWatchdog(runtime, options.job_name)
     networks = NetworkPool(runtime, options.job_name)
-    ctx = TrialContext(
-        runtime=runtime, job=options.job_name, job_dir=job_dir, condition=manifest.condition,
-        condition_hash=manifest.condition_hash(), agent_id=lead.id, agent=agent,
-        policy=options.policy, images_for=images, cancel=cancel, watchdog=watchdog,
-        networks=networks, manifest=manifest, upstreams=upstreams, on_phase=on_phase,
-        timeout_override=manifest.trial_budget.timeout_seconds, oci_runtime=options.oci_runtime,
-        manifest_dir=options.manifest_dir, trust=trust_for(options.ca_bundle),
-    )
+    spec = trial_spec(options, manifest, upstreams, ca_bundle)
+    ctx = spec.context(runtime=runtime, job_dir=job_dir, images_for=images, watchdog=watchdog,
+                       networks=networks, cancel=cancel, upstreams=upstreams,
+                       ca_file=options.ca_bundle, agent=agent, on_phase=on_phase)
     items = [Item(task, attempt) for task in tasks for attempt in range(attempts_for(task, options.k))]
     todo = [i for i in items if trial_id(ctx.job, i.task, ctx.agent_id, i.attempt) not in finished]
     # A trial that can never fit fails alone, with the numbers; the rest of the job runs.
@@ -268,14 +277,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
 
     scheduler = Scheduler(options.n_concurrent, admission, cancel, options.max_retries,
                           options.backoff_multiplier)
-    run_one = executor.runner(ctx, {
-        "job": options.job_name, "manifest": manifest.model_dump(mode="json"),
-        "manifest_dir": str(options.manifest_dir) if options.manifest_dir else None,
-        "policy": options.policy, "upstreams": upstreams.by_name if upstreams else {},
-        # image builds on other nodes trust the same CA and follow the same build policy;
-        # their containers run under the same OCI runtime (gVisor is never dropped on a node)
-        "ca_bundle": ca_bundle, "build_policy": options.build_policy,
-        "oci_runtime": options.oci_runtime, "registry": options.registry})
+    run_one = executor.runner(ctx, spec)
     watchdog.start()
     interrupted = False
     try:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from orchestrator.executors.spec import TrialSpec
     from orchestrator.models.result import TrialResult
     from orchestrator.scheduler import Item
     from orchestrator.trial import TrialContext
@@ -25,9 +26,10 @@ class Executor(Protocol):
         """(CPUs, memory MB) trials may use at once, or None: the local engine's."""
         ...
 
-    def runner(self, ctx: TrialContext, spec: dict) -> Callable[[Item], TrialResult]:
-        """How one scheduler item becomes a TrialResult. `spec` is what a remote node needs
-        to rebuild the job's context (manifest, policy, endpoints, CA bundle, build policy)."""
+    def runner(self, ctx: TrialContext, spec: TrialSpec) -> Callable[[Item], TrialResult]:
+        """How one scheduler item becomes a TrialResult. `spec` is every job option a trial
+        depends on: a remote node makes its context from it (TrialSpec.context), as `ctx`
+        was made here."""
         ...
 
     def reap(self, label: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from orchestrator.executors.spec import TrialSpec
 from orchestrator.models.result import TrialResult
 from orchestrator.scheduler import Item
 from orchestrator.trial import TrialContext, run_trial
@@ -15,7 +16,7 @@ class LocalExecutor:
     def capacity(self) -> tuple[float, int] | None:
         return None
 
-    def runner(self, ctx: TrialContext, spec: dict) -> Callable[[Item], TrialResult]:
+    def runner(self, ctx: TrialContext, spec: TrialSpec) -> Callable[[Item], TrialResult]:
         return lambda item: run_trial(ctx, item.task, item.attempt, item.retries)
 
     def reap(self, label: str) -> None:

@@ -70,47 +70,41 @@ def run_on_node(payload: dict, task_tar: bytes) -> dict:
     folder arrives as a top-level argument, so Ray resolves it from the object store."""
     import ray
 
-    from orchestrator.agents import agent_for
+    from orchestrator.executors.spec import TrialSpec
     from orchestrator.imagecache import ImageCache, Published
     from orchestrator.models.manifest import Manifest
     from orchestrator.netpool import NetworkPool
     from orchestrator.proxy import Upstreams
     from orchestrator.runtime.watchdog import DiskWatchdog
     from orchestrator.tasks import load_task
-    from orchestrator.trial import TrialContext, run_trial, trial_dir
+    from orchestrator.trial import run_trial, trial_dir
 
     NODE_CACHE.mkdir(parents=True, exist_ok=True)
     task = load_task(_unpack_task(payload, task_tar))
     runtime = _node_runtime()
-    manifest = Manifest.model_validate(payload["manifest"])
-    lead = manifest.orchestrator
-    job = payload["job"]
+    spec = TrialSpec.from_payload(payload)
+    lead = Manifest.model_validate(spec.manifest).orchestrator
+    job = spec.job
     with _node_lock:
         images = _node_state.setdefault(("images", job), ImageCache(
             runtime, job, lead.install if lead.agent == "command" else None,
-            payload.get("ca_bundle"), payload.get("build_policy", "prefer-prebuilt")))
+            spec.ca_bundle, spec.build_policy))
     if payload.get("images"):  # --registry: the driver built and pushed them; pulled here
         images.offer(task.name, Published(**payload["images"]))
-    upstreams = Upstreams.resolved(payload["upstreams"]) if payload["upstreams"] else None
+    upstreams = Upstreams.resolved(spec.upstreams) if spec.upstreams else None
     ca_file = None
-    if payload.get("ca_bundle"):  # installed agents' pip/npm on this node trust it too
-        ca_file = NODE_CACHE / f"ca-{hashlib.sha256(payload['ca_bundle']).hexdigest()[:16]}.pem"
+    if spec.ca_bundle:  # this node's containers and installed agents trust it too
+        ca_file = NODE_CACHE / f"ca-{hashlib.sha256(spec.ca_bundle).hexdigest()[:16]}.pem"
         if not ca_file.is_file():
-            ca_file.write_bytes(payload["ca_bundle"])
+            ca_file.write_bytes(spec.ca_bundle)
     work = Path(tempfile.mkdtemp(dir=NODE_CACHE, prefix="job-"))
     watchdog = DiskWatchdog(runtime, job)
     networks = NetworkPool(runtime, job)
     watchdog.start()
     try:
-        ctx = TrialContext(
-            runtime=runtime, job=job, job_dir=work, condition=manifest.condition,
-            condition_hash=manifest.condition_hash(), agent_id=lead.id,
-            agent=agent_for(lead, Path(payload["manifest_dir"]) if payload["manifest_dir"] else None,
-                            ca_file),
-            policy=payload["policy"], images_for=images, cancel=threading.Event(),
-            watchdog=watchdog, networks=networks, manifest=manifest, upstreams=upstreams,
-            timeout_override=manifest.trial_budget.timeout_seconds,
-            oci_runtime=payload.get("oci_runtime"))
+        ctx = spec.context(runtime=runtime, job_dir=work, images_for=images, watchdog=watchdog,
+                           networks=networks, cancel=threading.Event(), upstreams=upstreams,
+                           ca_file=ca_file)
         result = run_trial(ctx, task, payload["attempt"], payload["retries"])
         result.node = ray.get_runtime_context().get_node_id()
         folder = trial_dir(ctx, task, result.trial_id).root
@@ -155,7 +149,7 @@ class RayExecutor:
                 self._task_refs[task.content_hash] = self.ray.put(tar_directory(task.path, "."))
             return self._task_refs[task.content_hash]
 
-    def runner(self, ctx, spec: dict):
+    def runner(self, ctx, spec):
         """Each item becomes a Ray task; a trial lost on its node gets the result the
         driver can write (infrastructure, retried by the scheduler)."""
         from orchestrator.trial import new_result, trial_dir, trial_id
@@ -164,12 +158,13 @@ class RayExecutor:
             tid = trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)
             fallback = new_result(ctx, item.task, item.attempt, tid)
             fallback.retries = list(item.retries)
-            published = self._publish(ctx, item.task, spec, fallback)
+            published = self._publish(ctx, item.task, spec.registry, fallback)
             if published is False:  # the push failed: infrastructure, retried
                 result = fallback
             else:
                 result = self.run(item.task, item.attempt, item.retries,
-                                  {**spec, "images": published}, ctx.job_dir, ctx.cancel, fallback)
+                                  {**spec.model_dump(), "images": published}, ctx.job_dir, ctx.cancel,
+                                  fallback)
             if result is fallback:  # lost on its node: the driver writes what it knows
                 fallback.finished_at = time.time()
                 write_json_atomic(trial_dir(ctx, item.task, tid).result, fallback)
@@ -178,12 +173,12 @@ class RayExecutor:
         return run_remote
 
     @staticmethod
-    def _publish(ctx, task: Task, spec: dict, fallback: TrialResult) -> dict | None | bool:
+    def _publish(ctx, task: Task, registry: str | None, fallback: TrialResult) -> dict | None | bool:
         """With --registry, the driver builds the task's images once and pushes them; the
         node is told where they are (and pulls them instead of building). A task that does
         not build here is left to the node, which reports the build error as its result.
         False: the push failed (the trial is an infrastructure error, retried)."""
-        if not spec.get("registry"):
+        if not registry:
             return None
         from dataclasses import asdict
 

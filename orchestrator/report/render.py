@@ -119,7 +119,7 @@ def _trial_rows(trials) -> str:
 def to_html(job: JobResult, t: JobTables, compare: dict | None = None, trials=None) -> str:
     body = [f"<h1>Job {html.escape(job.job)}</h1>",
             f"<p>agent <code>{html.escape(job.agent)}</code>, condition <code>{html.escape(job.condition)}</code>, "
-            f"policy <code>{job.policy}</code>, k = {t.k}; {job.n_trials} trials, mean reward "
+            f"policy <code>{html.escape(job.policy)}</code>, k = {t.k}; {job.n_trials} trials, mean reward "
             f"<b>{job.mean_reward:.3f}</b>; tokens {t.tokens}, cost {t.cost:.4f}</p>",
             _bars("Mean reward per task", [g.name for g in t.by_task], [g.mean_reward for g in t.by_task], 1.0),
             _stacked("Mean phase time per trial", t.phase_means)]

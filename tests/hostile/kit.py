@@ -1,11 +1,13 @@
 """What the hostile suites (and bench) share: a model endpoint in its own process, as a real
 one is (a replay server in-process would count its decoding against the orchestrator), the
-orchestrator's RSS, and a job's trial results by task."""
+orchestrator's RSS, a job's trial results by task, and the OCI runtime the matrices run
+under (`make test-gvisor` sets ORCHESTRA_TEST_RUNTIME=runsc: the same cases under gVisor)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -14,6 +16,8 @@ from pathlib import Path
 
 from orchestrator.models.endpoint import load_endpoints
 from orchestrator.models.result import TrialResult
+
+OCI_RUNTIME = os.environ.get("ORCHESTRA_TEST_RUNTIME") or None  # None: the engine's default
 
 UPSTREAM = """
 import sys, time

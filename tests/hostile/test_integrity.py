@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import make_leaky_task, make_task, nothing_left, wait_for
 from docker.errors import APIError
-from kit import model_endpoint, rss_mb, trials_by_task
+from kit import OCI_RUNTIME, model_endpoint, rss_mb, trials_by_task
 
 from orchestrator.job import JobOptions, run_job
 from orchestrator.models.manifest import Manifest, default_manifest
@@ -277,7 +277,7 @@ def integrity(runtime, upstream, tmp_path_factory):
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     options = JobOptions(job_name="integrity", jobs_dir=root / "jobs", n_concurrent=4, max_retries=2,
-                         endpoints=endpoints)
+                         endpoints=endpoints, oci_runtime=OCI_RUNTIME)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(FD_LIMIT, hard), hard))
     try:

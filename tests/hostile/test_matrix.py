@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_task, nothing_left, orchestra_objects
+from kit import OCI_RUNTIME
 
 from orchestrator.job import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
@@ -98,7 +99,8 @@ def matrix(runtime, tmp_path_factory):
                   test=case.get("test", REWARD_OK), dockerfile=case.get("dockerfile"))
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.monotonic()
-    options = JobOptions(job_name="hostile", jobs_dir=root / "jobs", n_concurrent=4, max_retries=0)
+    options = JobOptions(job_name="hostile", jobs_dir=root / "jobs", n_concurrent=4, max_retries=0,
+                         oci_runtime=OCI_RUNTIME)
     job = run_job(runtime, load_tasks(root / "ds"), default_manifest("oracle"), options)
     FIGURES["job_seconds"] = round(time.monotonic() - started, 1)
     FIGURES["orchestrator_rss_growth_mb"] = round((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024, 1)
@@ -114,6 +116,9 @@ def test_every_case_has_a_result_and_nothing_is_left_behind(matrix, runtime):
     job, trials, _ = matrix
     assert sorted(trials) == sorted(CASES) and job.n_trials == len(CASES)
     assert orchestra_objects(runtime) == ([], [])
+    if OCI_RUNTIME:  # `make test-gvisor`: every case's agent really ran under it
+        launched = [r for r, _ in trials.values() if r.failure_mode != "launch_error"]
+        assert {r.container_runtimes.get("agent") for r in launched} == {OCI_RUNTIME}
 
 
 def test_bystanders_are_unaffected(matrix):

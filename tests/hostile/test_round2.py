@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_task, nothing_left, wait_for
-from kit import model_endpoint, rss_mb, trials_by_task
+from kit import OCI_RUNTIME, model_endpoint, rss_mb, trials_by_task
 
 from orchestrator import exchanges
 from orchestrator.job import JobOptions, run_job
@@ -177,7 +177,8 @@ def round2(runtime, tmp_path_factory):
     sampler.start()
     try:
         job = run_job(runtime, load_tasks(root / "ds"), default_manifest("oracle"),
-                      JobOptions(job_name="round2", jobs_dir=root / "jobs", n_concurrent=3, max_retries=2))
+                      JobOptions(job_name="round2", jobs_dir=root / "jobs", n_concurrent=3, max_retries=2,
+                                 oci_runtime=OCI_RUNTIME))
     finally:
         stop.set()
         sampler.join()

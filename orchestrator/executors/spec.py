@@ -1,0 +1,72 @@
+"""What an executor carries to where a trial runs: every option of the job that shapes a
+trial, as one typed object. The local executor and a Ray node both make their
+TrialContext with `TrialSpec.context()`, so an option added here reaches the trial on
+both or on neither (the Ray payload once dropped the OCI runtime, running agents without
+gVisor, and the CA bundle and the manifest's folder, silently).
+
+What is bound to a place stays out: the runtime (each node's own engine), the job folder
+(the driver's, or a node's scratch folder), the image cache, watchdog, network pool and
+cancel event (per process), and the CA bundle's path (the bytes travel; each side writes
+them where its containers can bind them).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from orchestrator.agents.base import Agent
+    from orchestrator.netpool import NetworkPool
+    from orchestrator.proxy import Upstreams
+    from orchestrator.runtime.base import Runtime
+    from orchestrator.runtime.watchdog import DiskWatchdog
+    from orchestrator.trial import TrialContext
+
+
+class TrialSpec(BaseModel):
+    """Every job option a trial depends on (JSON-able but for the CA bundle's bytes)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job: str
+    manifest: dict[str, Any]  # Manifest, as model_dump(mode="json")
+    manifest_dir: str | None = None  # where the manifest's prompt paths are relative to
+    policy: str = "memory-on"
+    upstreams: dict[str, Any] = {}  # Upstreams.by_name: the endpoints the model proxies reach
+    ca_bundle: bytes | None = None  # trusted by image builds and every container
+    build_policy: str = "prefer-prebuilt"
+    oci_runtime: str | None = None  # every container of the trial (gVisor: runsc)
+    registry: str | None = None  # --registry: the driver pushed the images; nodes pull
+
+    def context(self, *, runtime: Runtime, job_dir: Path, images_for: Callable, watchdog: DiskWatchdog,
+                networks: NetworkPool, cancel: threading.Event, upstreams: Upstreams | None,
+                ca_file: Path | None, agent: Agent | None = None,
+                on_phase: Callable[[str, str, str], None] | None = None) -> TrialContext:
+        """The trial's context on this side; `ca_file` holds `ca_bundle` here, `agent` is
+        the orchestrator's agent when the caller made it already."""
+        from orchestrator.agents import agent_for
+        from orchestrator.models.manifest import Manifest
+        from orchestrator.trial import TrialContext
+        from orchestrator.trust import trust_for
+
+        manifest = Manifest.model_validate(self.manifest)
+        lead = manifest.orchestrator
+        manifest_dir = Path(self.manifest_dir) if self.manifest_dir else None
+        return TrialContext(
+            runtime=runtime, job=self.job, job_dir=job_dir, condition=manifest.condition,
+            condition_hash=manifest.condition_hash(), agent_id=lead.id,
+            agent=agent or agent_for(lead, manifest_dir, ca_file), policy=self.policy,
+            images_for=images_for, cancel=cancel, watchdog=watchdog, networks=networks,
+            manifest=manifest, upstreams=upstreams, on_phase=on_phase,
+            timeout_override=manifest.trial_budget.timeout_seconds, oci_runtime=self.oci_runtime,
+            manifest_dir=manifest_dir, trust=trust_for(ca_file))
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> TrialSpec:
+        """The spec inside an executor's payload (which carries per-trial keys too)."""
+        return cls.model_validate({k: payload[k] for k in cls.model_fields if k in payload})
