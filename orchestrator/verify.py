@@ -144,8 +144,13 @@ def _command(box: Sandbox, static: bool, staged: str, timeout: float | None = No
     elif timeout is not None:
         run = (f"if command -v timeout >/dev/null 2>&1; then timeout -k 5 {timeout:g} {run}; "
                f"else {run}; fi")
-    return [*shell, f"{util}rm -rf {TESTS} {VERIFIER_LOGS} && {util}mv {staged} {TESTS} && "
-                    f"{util}mkdir -p {VERIFIER_LOGS} && cd {shlex.quote(box.workdir)} 2>/dev/null; "
+    # /logs/verifier is renamed away, not removed in place: a process the agent left writing
+    # there makes `rm -rf` fail ("Directory not empty"), which once kept the tests from
+    # being moved in at all (test.sh: No such file). The tests' move never depends on it.
+    old = f"{LOGS}/.orchestra-old-verifier-$$"
+    return [*shell, f"{util}rm -rf {TESTS} && {util}mv {staged} {TESTS}; "
+                    f"{util}mv {VERIFIER_LOGS} {old} 2>/dev/null; {util}rm -rf {old} 2>/dev/null; "
+                    f"{util}mkdir -p {VERIFIER_LOGS}; cd {shlex.quote(box.workdir)} 2>/dev/null; "
                     f"{run} >{VERIFIER_LOGS}/test-stdout.txt 2>&1"]
 
 

@@ -265,6 +265,8 @@ def test_a_process_churning_the_verifier_logs_is_the_agents_doing_not_infra(roun
     _, t, _ = round2
     result, _folder = t["verifier-churn"]
     assert result.retries == [] and result.failure_mode in ("none", "verifier_error"), result.error
+    # the tests are moved in whatever the churner does (its churn once made `rm -rf
+    # /logs/verifier` fail, and with it the move: "test.sh: No such file"), so test.sh runs
     assert result.reward == {"reward": 1.0}, result.error
 
 
