@@ -9,7 +9,7 @@ the quota. The rest of the container filesystem is held by the writable-layer wa
 Needs root (mount) and an engine on this host (its bind mounts are this host's paths).
 Without them trials fall back to the watchdog alone, and the result records which
 enforcement was used. Phases reach these disks only through the runtime
-(`Runtime.loop_disks()`, a `LoopDisks` or None), never by importing this module.
+(`Runtime.loop_disks()`: a `LoopDisks`, or None), never by importing this module.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from orchestrator.runtime.base import DiskQuotas, LoopDisk
 log = get_logger()
 
 DISK_ROOT = Path(os.environ.get("ORCHESTRA_DISK_ROOT", "/var/tmp/orchestra-disks"))
-
-
 
 
 def loop_disks_available() -> bool:
