@@ -44,7 +44,8 @@ def run(
         "--endpoints", "--endpoint-config", help="Endpoint config JSON (repeatable; default: every endpoints/*.json).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Run the reference agent (or --agent) on this endpoint (a name in the endpoint config) without writing a manifest.")] = None,
     replay_from: Annotated[Path | None, typer.Option("--replay-from", help="Answer every model call from this job folder's recorded exchanges (trial/model/exchanges.jsonl): a re-run with exactly the same model outputs.")] = None,
-    max_retries: Annotated[int, typer.Option(min=0, help="Retries of infrastructure failures per trial.")] = 2,
+    max_retries: Annotated[int, typer.Option(min=0, help="Retries of infrastructure failures per trial (an engine outage's do not count).")] = 2,
+    engine_wait: Annotated[float, typer.Option("--engine-wait", min=0, help="Seconds trials wait for an engine that stopped answering (restarting, or answering errors) before the job stops as infrastructure (exit 3; --resume goes on). The outages are in the job result's engine_outages.")] = 300.0,
     max_cpus: Annotated[float | None, typer.Option(help="Admission budget in cpus (default: the engine's).")] = None,
     max_memory_mb: Annotated[int | None, typer.Option(help="Admission budget in MB (default: the engine's).")] = None,
     backend: Annotated[str, typer.Option(help="Where trials run: local | ray (each trial a Ray task).")] = "local",
@@ -187,7 +188,7 @@ def run(
             manifest_dir = manifest.parent.resolve() if manifest else None
         options = JobOptions(
             job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=attempts, policy=policy,
-            manifest_dir=manifest_dir, max_retries=max_retries, max_cpus=max_cpus,
+            manifest_dir=manifest_dir, max_retries=max_retries, engine_wait=engine_wait, max_cpus=max_cpus,
             max_memory_mb=max_memory_mb, resume=resume is not None, oci_runtime=oci_runtime,
             retry_errors=retry_errors, ca_bundle=ca_bundle, build_policy=build_policy, registry=registry,
             require=list(require or []),

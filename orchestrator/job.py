@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from orchestrator.agents import agent_for
 from orchestrator.cleanup import own, reap, reap_orphans, remaining
+from orchestrator.enginewatch import EngineWatch
 from orchestrator.errors import InfraError, InputError
 from orchestrator.executors import Executor, open_executor
 from orchestrator.executors.spec import TrialSpec
@@ -26,6 +27,7 @@ from orchestrator.models.manifest import Manifest
 from orchestrator.models.result import (
     ERRORED,
     VOID,
+    EngineOutage,
     FailureMode,
     JobCapabilities,
     JobResult,
@@ -77,6 +79,7 @@ class JobOptions:
     registry: str | None = None  # --registry HOST/PREFIX: built images pushed, Ray nodes pull
     require: list[str] = field(default_factory=list)  # --require: capabilities (REQUIRABLE) or exit 2
     replay_from: Path | None = None  # answer model calls from this job's recorded exchanges
+    engine_wait: float = 300.0  # seconds trials wait for an engine that stopped answering
     backend: str = "local"  # local | ray
     ray_address: str | None = None
     source: dict = field(default_factory=dict)  # how to rebuild this job (for --resume)
@@ -275,8 +278,9 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         if on_trial_done:
             on_trial_done(result, len(results), total)
 
+    engine_watch = EngineWatch(runtime.unanswered, options.engine_wait, cancel)
     scheduler = Scheduler(options.n_concurrent, admission, cancel, options.max_retries,
-                          options.backoff_multiplier)
+                          options.backoff_multiplier, engine_watch)
     run_one = executor.runner(ctx, spec)
     watchdog.start()
     interrupted = False
@@ -303,6 +307,9 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         left = _clean_up_job(runtime, options.job_name, watchdog, networks, upstreams, executor)
         job = summarize(options, manifest, lead.agent, results, images.built, started, admission)
         job.images_pushed = images.pushed
+        job.engine_outages = [EngineOutage(gone_at=gone, seconds=round(back - gone, 1))
+                              for gone, back in engine_watch.outages]
+        job.engine_down_seconds = engine_watch.down_seconds
         job.capabilities = JobCapabilities(**asdict(capabilities))
         try:
             write_json_atomic(job_dir / "result.json", job)

@@ -226,7 +226,7 @@ def read_limits(runtime: Runtime, container: str, storage_mb: int,
     got = runtime.limits(container)
     return AppliedLimits(
         nano_cpus=got.nano_cpus, memory_bytes=got.memory_bytes, memswap_bytes=got.memswap_bytes,
-        pids_limit=got.pids_limit, cap_drop=got.cap_drop, cap_add=got.cap_add,
+        pids_limit=got.pids_limit, host_pids_limit=got.host_pids_limit, cap_drop=got.cap_drop, cap_add=got.cap_add,
         security_opt=got.security_opt, init=got.init, network=got.network,
         storage_mb=storage_mb, storage_enforcement=storage_enforcement,
         log_max_size=got.log_max_size, oci_runtime=got.oci_runtime)

@@ -6,6 +6,9 @@ retries with backoff that never hold a slot, and prompt cancellation.
 - Retries: infra_error and launch_error results are retried up to max_retries times after
   a tenacity exponential-with-jitter wait, spent on a timer thread, not in a pool slot.
   Agent failures (timeouts, OOM, low reward) never are.
+- The engine gone (enginewatch): an attempt waits for the engine before it starts; a
+  retryable result while the engine was gone is retried free (up to MAX_OUTAGE_RETRIES) once
+  it answers, so an outage never spends a trial's own retries.
 - Cancel: `cancel` set -> nothing new starts, waiting trials give up, running ones stop at
   their next phase.
 """
@@ -16,10 +19,12 @@ import concurrent.futures
 import errno
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from orchestrator.enginewatch import EngineGone, EngineWatch
 from orchestrator.errors import InfraError
 from orchestrator.log import get_logger
 from orchestrator.models.result import FailureMode, TrialResult
@@ -27,6 +32,7 @@ from orchestrator.tasks import Task
 
 log = get_logger()
 RETRYABLE = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.ENDPOINT_ERROR}
+MAX_OUTAGE_RETRIES = 10  # retries an engine outage may cost one trial (an engine that flaps)
 
 
 class AdmissionCancelled(Exception):
@@ -96,6 +102,7 @@ class Item:
     task: Task
     attempt: int
     retries: list[str] = field(default_factory=list)
+    outage_retries: int = 0  # of those, the ones an engine outage caused (free)
 
 
 def backoff_seconds(retry_number: int, multiplier: float = 1.0, maximum: float = 30.0) -> float:
@@ -109,7 +116,9 @@ def backoff_seconds(retry_number: int, multiplier: float = 1.0, maximum: float =
 
 class Scheduler:
     def __init__(self, n_concurrent: int, admission: Admission, cancel: threading.Event,
-                 max_retries: int = 2, backoff_multiplier: float = 1.0):
+                 max_retries: int = 2, backoff_multiplier: float = 1.0,
+                 engine: EngineWatch | None = None):
+        self.engine = engine
         self.pool = ThreadPoolExecutor(max_workers=n_concurrent, thread_name_prefix="trial")
         self.admission, self.cancel = admission, cancel
         self.max_retries, self.backoff_multiplier = max_retries, backoff_multiplier
@@ -126,6 +135,8 @@ class Scheduler:
         run() can never wait for an attempt that died."""
         try:
             if self.cancel.is_set():
+                raise AdmissionCancelled()
+            if self.engine is not None and not self.engine.wait():
                 raise AdmissionCancelled()
             self.admission.acquire(item.task)
         except AdmissionCancelled:
@@ -173,18 +184,27 @@ class Scheduler:
                 continue
             if isinstance(result, BaseException):
                 self.cancel.set()  # nothing new starts; the job stops cleanly
+                if isinstance(result, EngineGone):
+                    raise result
                 if isinstance(result, OSError) and result.errno == errno.ENOSPC:
                     raise JobDiskFull(
                         f"no space left where the job writes ({result.filename or 'job folder'}); "
                         "the job stopped. Results already written are intact: free space and "
                         "resume with `orchestra run --resume JOB_DIR`.") from result
                 raise InfraError(f"orchestra failed running {item.task.name}: {result}") from result
-            if (result.failure_mode in RETRYABLE and len(item.retries) < self.max_retries
-                    and not self.cancel.is_set()):
-                item.retries.append(f"{result.failure_mode.value}: {result.error}")
-                delay = backoff_seconds(len(item.retries), self.backoff_multiplier)
+            retryable = result.failure_mode in RETRYABLE and not self.cancel.is_set()
+            outage = (retryable and self.engine is not None and item.outage_retries < MAX_OUTAGE_RETRIES
+                      and self.engine.blamed(result.started_at, result.finished_at or time.time()))
+            if outage or (retryable and len(item.retries) - item.outage_retries < self.max_retries):
+                item.retries.append(f"{result.failure_mode.value}: {result.error}"
+                                    + (" (the engine was gone: a free retry)" if outage else ""))
+                item.outage_retries += int(outage)
+                # an outage's retry waits for the engine in _attempt, not on a backoff
+                delay = 0.0 if outage else backoff_seconds(len(item.retries) - item.outage_retries,
+                                                           self.backoff_multiplier)
                 log.warning("trial.retry", task=item.task.name, attempt=item.attempt,
-                            retry=len(item.retries), delay=round(delay, 2), error=result.error)
+                            retry=len(item.retries), delay=round(delay, 2), engine_gone=outage,
+                            error=result.error)
                 timer = threading.Timer(delay, self._submit, (item, run_one, on_cancelled))
                 timer.daemon = True
                 with self._lock:

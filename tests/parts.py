@@ -234,3 +234,113 @@ def ssh_engine(root: Path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+class EngineFront:
+    """A unix socket in front of the real engine's, passing bytes both ways (exec streams
+    and archives included), that can be made to fail like a sick engine: while failing it
+    drops every open connection and answers each new request with HTTP 500."""
+
+    def __init__(self, path: Path, engine: str = "/var/run/docker.sock"):
+        import threading
+
+        self.path, self.engine = path, engine
+        self.failing = threading.Event()
+        self.answered_500 = 0
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(str(path))
+        self._server.listen(128)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.path}"
+
+    def fail(self) -> None:
+        self.failing.set()
+        with self._lock:
+            for sock in list(self._open):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def heal(self) -> None:
+        self.failing.clear()
+
+    def close(self) -> None:
+        self._server.close()
+        self.fail()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        import threading
+
+        if self.failing.is_set():
+            head = b""
+            try:
+                client.settimeout(5)
+                while b"\r\n\r\n" not in head and len(head) < 65536:
+                    chunk = client.recv(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+                body = b'{"message":"injected: the engine is failing"}'
+                client.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                               b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+                with self._lock:
+                    self.answered_500 += 1
+            except OSError:
+                pass
+            client.close()
+            return
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(self.engine)
+        except OSError:
+            client.close()
+            return
+        with self._lock:
+            self._open.update((client, upstream))
+
+        def pipe(src: socket.socket, dst: socket.socket) -> None:
+            how = socket.SHUT_WR  # an end of input passes on as one (an exec's stdin closing)
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            except OSError:
+                how = socket.SHUT_RDWR
+            for sock in (dst,) if how == socket.SHUT_WR else (src, dst):
+                try:
+                    sock.shutdown(how)
+                except OSError:
+                    pass
+
+        other = threading.Thread(target=pipe, args=(upstream, client), daemon=True)
+        other.start()
+        pipe(client, upstream)
+        other.join()
+        with self._lock:
+            self._open.difference_update((client, upstream))
+        client.close()
+        upstream.close()
+
+
+def dockerd_command() -> list[str] | None:
+    """The running dockerd's command line, when this host runs exactly one we may restart
+    (started by scripts/ensure-docker.sh, not a service manager's): else None."""
+    out = subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True, text=True).stdout.split()
+    if len(out) != 1 or Path("/run/systemd/system").is_dir():
+        return None
+    return Path(f"/proc/{out[0]}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")

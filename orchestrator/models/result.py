@@ -47,7 +47,8 @@ class AppliedLimits(BaseModel):
     nano_cpus: int | None = None
     memory_bytes: int | None = None
     memswap_bytes: int | None = None
-    pids_limit: int | None = None
+    pids_limit: int | None = None  # processes the container may have (gVisor: RLIMIT_NPROC in its kernel)
+    host_pids_limit: int | None = None  # the host cgroup's pids.max (gVisor: a backstop for its threads)
     cap_drop: list[str] = []
     cap_add: list[str] = []
     security_opt: list[str] = []
@@ -193,6 +194,14 @@ class JobCapabilities(BaseModel):
     why: dict[str, str] = {}  # per capability not held: the reason
 
 
+class EngineOutage(BaseModel):
+    """A time the engine did not answer (enginewatch): from the first probe that failed to
+    the first that answered."""
+
+    gone_at: float
+    seconds: float
+
+
 class JobResult(BaseModel):
     job: str
     condition: str
@@ -213,6 +222,8 @@ class JobResult(BaseModel):
     peak_cpus: float | None = None
     peak_memory_mb: int | None = None
     retried: int = 0
+    engine_outages: list[EngineOutage] = []  # the engine gone and back while the job ran
+    engine_down_seconds: float = 0.0  # their total
     started_at: float = 0.0
     finished_at: float = 0.0
     memory_shadow: dict | None = None  # report/shadow.py's MemoryShadow, when memory was in play

@@ -41,6 +41,11 @@ def render_job(job: JobResult, trials: list[TrialResult], console: Console | Non
                   f"(reward below 1: {failed - errors}, no reward: {errors})   mean reward: "
                   f"{job.mean_reward:.3f}   images built: {job.images_built}   ({counts})",
                   markup=False, soft_wrap=True)
+    if job.engine_outages:
+        console.print(f"note: the engine was gone {job.engine_down_seconds:g} s in "
+                      f"{len(job.engine_outages)} outage(s); trials waited for it and those it "
+                      f"interrupted were retried without spending their retries ({job.retried} "
+                      "trial(s) retried in all)", markup=False, soft_wrap=True)
     if job.memory_shadow:
         console.print(MemoryShadow.model_validate(job.memory_shadow).line(), markup=False, soft_wrap=True)
     forgeable = sum(1 for r in trials if r.verifier_forgeable)

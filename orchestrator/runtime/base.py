@@ -162,7 +162,8 @@ class ContainerLimits:
     nano_cpus: int | None = None
     memory_bytes: int | None = None
     memswap_bytes: int | None = None
-    pids_limit: int | None = None
+    pids_limit: int | None = None  # the container's processes (under gVisor: its RLIMIT_NPROC)
+    host_pids_limit: int | None = None  # the host cgroup's (under gVisor it counts gVisor's threads)
     cap_drop: list[str] = field(default_factory=list)
     cap_add: list[str] = field(default_factory=list)
     security_opt: list[str] = field(default_factory=list)
@@ -205,6 +206,10 @@ class Runtime(ABC):
     @abstractmethod
     def engine_facts(self) -> EngineFacts:
         """CPUs, memory, the OCI runtimes it can start containers under, its kind."""
+    @abstractmethod
+    def unanswered(self, timeout_sec: float = 5.0) -> str | None:
+        """None when the engine answers a ping within the timeout, else why not (never
+        raises: the job's engine watch asks it while the engine may be gone)."""
     @abstractmethod
     def capabilities(self, facts: EngineFacts | None = None) -> Capabilities:
         """What it can enforce (disk quota, host isolation, OCI runtimes), with reasons;

@@ -171,8 +171,10 @@ class EngineClient:
         self.api.close()
 
     # ---- system, images ----------------------------------------------------------------
-    def ping(self) -> bool:
-        return bool(self.api.ping())
+    def ping(self, timeout: float | None = None) -> bool:
+        """The engine's /_ping, within `timeout` seconds (default: the client's)."""
+        api = self.api
+        return api._result(api._get(api._url("/_ping"), timeout=timeout or self.timeout)) == "OK"
 
     def info(self) -> dict:
         return self.api.info()

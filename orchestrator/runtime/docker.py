@@ -56,6 +56,14 @@ __all__ = ["BuildFailed", "DockerRuntime", "RuntimeFault", "connect"]
 
 log = get_logger()
 POLL_SEC = 0.25  # how often a waiting exec checks its deadline and stop event
+# Under gVisor the container's pids cgroup counts the sandbox's own host threads (its kernel
+# and file proxy: 39-42 idle here, more per mount) and, with the ptrace platform, about 7 per
+# process inside: `pids_limit = 64` in the cgroup killed the sandbox before the agent ran
+# (exit 2). So under gVisor the task's limit goes to gVisor's kernel as RLIMIT_NPROC, which
+# it enforces per sandbox, for root too (fork fails with EAGAIN at the limit, as the cgroup
+# makes it under runc), and the cgroup keeps a backstop sized for the sandbox's threads.
+GVISOR_PIDS_BASE = 128
+GVISOR_PIDS_PER_PROCESS = 16
 SUBNET_LOCK = LOCK_DIR / "subnets.lock"
 
 
@@ -95,6 +103,7 @@ class DockerRuntime(Runtime):
         self.api = engine or connect(max_pool_size)  # the Engine API client: tests read back from it
         self.subnets = SubnetPool()
         self._network_blocks: dict[str, object] = {}
+        self._runtime_paths: dict[str, str] | None = None  # OCI runtime name -> its binary
         self._lock = threading.Lock()
         # Podman's Docker-compatible API, where some calls differ (README "Engines")
         self.podman = any("podman" in name.lower() for name in getattr(self.api, "components", []))
@@ -108,6 +117,14 @@ class DockerRuntime(Runtime):
                            version=str(info.get("ServerVersion") or ""),
                            kind="podman" if self.podman else "docker")
 
+    def unanswered(self, timeout_sec: float = 5.0) -> str | None:
+        try:
+            return None if self.api.ping(timeout=timeout_sec) else "its ping was not OK"
+        except APIError as exc:  # it answers, with an error: as good as gone for a trial
+            return f"it answers {exc.status_code}: {str(exc.explanation or exc)[:200]}"
+        except Exception as exc:  # refused, reset, timed out: gone
+            return f"{exc.__class__.__name__}: {str(exc)[:200]}"
+
     @property
     def local_engine(self) -> bool:
         """The engine shares this host: its socket is here, or its TCP address is loopback."""
@@ -115,6 +132,19 @@ class DockerRuntime(Runtime):
         host = rest.rsplit("@", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
         return scheme in ("unix", "npipe", "") or (scheme in ("tcp", "http", "https")
                                                    and host in ("localhost", "127.0.0.1", "::1"))
+
+    def _is_gvisor(self, oci_runtime: str | None) -> bool:
+        """Whether containers of this OCI runtime run in gVisor: its name, or the binary the
+        engine runs for it (daemon.json may register runsc under any name)."""
+        if not oci_runtime or oci_runtime in ("runc", "io.containerd.runc.v2", "crun"):
+            return False
+        if oci_runtime == "runsc":
+            return True
+        if self._runtime_paths is None:
+            runtimes = self.api.info().get("Runtimes") or {}
+            self._runtime_paths = {name: str((entry or {}).get("path") or name)
+                                   for name, entry in runtimes.items()}
+        return Path(self._runtime_paths.get(oci_runtime, oci_runtime)).name == "runsc"
 
     def loop_disks(self) -> LoopDisks | None:
         return LoopDisks() if self.local_engine and loop_disks_available() else None
@@ -368,7 +398,10 @@ class DockerRuntime(Runtime):
         }
         if spec.runtime:
             host_config["Runtime"] = spec.runtime
-        if self.podman:  # its default nofile and nproc fail where the host's hard limits are lower
+        if spec.pids_limit and self._is_gvisor(spec.runtime):
+            host_config["Ulimits"] = [{"Name": "nproc", "Soft": spec.pids_limit, "Hard": spec.pids_limit}]
+            host_config["PidsLimit"] = GVISOR_PIDS_BASE + GVISOR_PIDS_PER_PROCESS * spec.pids_limit
+        elif self.podman:  # its default nofile and nproc fail where the host's hard limits are lower
             # (the service's own limits are not ours to read: nproc, which pids_limit bounds
             # anyway, gets a value below common hard limits)
             host_config["Ulimits"] = [_ulimit("nofile", resource.RLIMIT_NOFILE, 1 << 20),
@@ -424,7 +457,7 @@ class DockerRuntime(Runtime):
                     if stop is not None and stop.is_set():
                         return ExecResult(None, False, bytes(output))
                     waits += 1
-                    if waits % 8 == 0 and not self.api.exec_inspect(exec_id)["Running"]:
+                    if waits % 8 == 0 and not self._exec_state(exec_id).get("Running"):
                         break  # it ended, but something it started still holds the stream
                     raw.settimeout(max(0.05, min(POLL_SEC, deadline - time.time())))
                     continue
@@ -435,14 +468,34 @@ class DockerRuntime(Runtime):
         finally:
             raw.close()
         for _ in range(100):  # the stream closes as the process ends; its state follows
-            state = self.api.exec_inspect(exec_id)
-            if not state["Running"]:
-                code = state["ExitCode"]
-                if (code is None or code >= 128) and not self.is_running(container):
+            state = self._exec_state(exec_id)
+            if not state.get("Running"):
+                code = state.get("ExitCode")
+                if (code is None or code >= 128) and self._going_down(container):
                     return ExecResult(None, False, bytes(output))  # the container was killed
                 return ExecResult(code, False, bytes(output))
             time.sleep(0.02)
         return ExecResult(None, False, bytes(output))
+
+    def _exec_state(self, exec_id: str) -> dict:
+        """The exec's state; {} once the engine has forgotten it (under gVisor an exec's
+        instance goes when the watchdog kills its container: that is the container killed,
+        not the engine failing)."""
+        try:
+            return self.api.exec_inspect(exec_id)
+        except NotFound:
+            return {}
+
+    def _going_down(self, container: str, settle: float = 0.3) -> bool:
+        """After an exec ended by a signal: whether its container is stopping. Under gVisor
+        an agent may kill PID 1 (runc's kernel protects it); the exec then ends 0.1 s before
+        the engine reports the container stopped, and test.sh must not be run in it."""
+        until = time.monotonic() + settle
+        while self.is_running(container):
+            if time.monotonic() >= until:
+                return False
+            time.sleep(0.03)
+        return True
 
     def spawn(self, container: str, command: list[str], env: dict[str, str] | None = None,
               workdir: str | None = None, user: str | None = None) -> str:
@@ -516,11 +569,19 @@ class DockerRuntime(Runtime):
         return chunks()
 
     def limits(self, container: str) -> ContainerLimits:
+        """Under gVisor `pids_limit` is the RLIMIT_NPROC its kernel enforces (see
+        GVISOR_PIDS_BASE) and `host_pids_limit` the cgroup's backstop; under runc both are
+        the cgroup's."""
         host = self.api.inspect_container(container).get("HostConfig") or {}
         log_config = (host.get("LogConfig") or {}).get("Config") or {}  # Podman: null
+        pids = host.get("PidsLimit")
+        if self._is_gvisor(host.get("Runtime")):
+            pids = next((u.get("Hard") for u in host.get("Ulimits") or [] if u.get("Name") == "nproc"),
+                        pids)
         return ContainerLimits(
             nano_cpus=host.get("NanoCpus"), memory_bytes=host.get("Memory"),
-            memswap_bytes=host.get("MemorySwap"), pids_limit=host.get("PidsLimit"),
+            memswap_bytes=host.get("MemorySwap"), pids_limit=pids,
+            host_pids_limit=host.get("PidsLimit"),
             cap_drop=list(host.get("CapDrop") or []), cap_add=list(host.get("CapAdd") or []),
             security_opt=list(host.get("SecurityOpt") or []), init=host.get("Init"),
             network=host.get("NetworkMode"), log_max_size=log_config.get("max-size"),
