@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_task, nothing_left, wait_for
+from kit import OCI_RUNTIME
 from parts import EngineFront, dockerd_command
 
 from orchestrator.job import JobOptions, run_job
@@ -45,7 +46,7 @@ def _run_with_fault(runtime: DockerRuntime, root: Path, fault, name: str):
                 threading.Thread(target=fault, daemon=True).start()
 
     options = JobOptions(job_name=name, jobs_dir=root / "jobs", n_concurrent=3, max_retries=0,
-                         engine_wait=120)
+                         engine_wait=120, oci_runtime=OCI_RUNTIME)
     job = run_job(runtime, load_tasks(_dataset(root)), default_manifest("oracle"), options,
                   on_phase=on_phase)
     assert fired.is_set()

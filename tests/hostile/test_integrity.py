@@ -379,7 +379,11 @@ def test_a_posted_private_key_is_scrubbed_everywhere_and_recorded(integrity):
 def test_an_unwritable_artifact_name_is_rejected_alone(integrity):
     _, t, _ = integrity
     result, folder = t["long-name"]
-    assert result.failure_mode == "none" and result.reward == {"reward": 1.0}
+    # under gVisor bash's getcwd aborts past PATH_MAX (its kernel answers ERANGE where Linux
+    # does not), so the agent's own script dies before `touch /app/ok`: reward 0, no failure
+    assert result.failure_mode == "none" and result.reward == {"reward": 0.0 if OCI_RUNTIME == "runsc" else 1.0}
+    if OCI_RUNTIME == "runsc":
+        assert "__getcwd" in (folder / "agent/stderr.txt").read_text()
     assert result.collected["/logs/artifacts"]["rejected"] >= 1
     assert (folder / "artifacts/normal.txt").read_text() == "fine\n"
 
