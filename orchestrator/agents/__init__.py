@@ -4,33 +4,45 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from orchestrator.agents.base import Agent
-from orchestrator.agents.command import CommandAgent
-from orchestrator.agents.installed import INSTALLED
-from orchestrator.agents.nop import NopAgent
-from orchestrator.agents.oracle import OracleAgent
-from orchestrator.agents.reference import ReferenceAgent
 from orchestrator.errors import InputError
 from orchestrator.models.manifest import AGENT_NAMES, RosterMember
+
+if TYPE_CHECKING:
+    from orchestrator.agents.base import Agent
+
+BUILT_IN = ("oracle", "nop", "reference", "command")
 
 
 def agent_for(member: RosterMember, manifest_dir: Path | None = None,
               ca_bundle: Path | None = None) -> Agent:
-    if member.agent in INSTALLED:
+    """The adapter for a roster member; only its own module is imported (start-up: an
+    oracle run never loads the installed CLIs' recipes and trajectory parsers)."""
+    if member.agent not in AGENT_NAMES:
+        raise InputError(f"agent {member.agent!r}: unknown (use {', '.join(AGENT_NAMES)})")
+    if member.agent not in BUILT_IN:  # an installed agent CLI
+        from orchestrator.agents.installed import INSTALLED
+
         if not member.endpoint:
             raise InputError(f"roster.{member.id}.endpoint: agent {member.agent} calls a model; name "
                              "an endpoint (`endpoint:` in the manifest, or -m ENDPOINT)")
         return INSTALLED[member.agent](member, ca_bundle)
     if member.agent == "reference":
+        from orchestrator.agents.reference import ReferenceAgent
+
         return ReferenceAgent(member, load_prompt(member, manifest_dir))
     if member.agent == "oracle":
+        from orchestrator.agents.oracle import OracleAgent
+
         return OracleAgent()
     if member.agent == "nop":
+        from orchestrator.agents.nop import NopAgent
+
         return NopAgent()
-    if member.agent == "command":
-        return CommandAgent(member.command or "")
-    raise InputError(f"agent {member.agent!r}: unknown (use {', '.join(AGENT_NAMES)})")
+    from orchestrator.agents.command import CommandAgent
+
+    return CommandAgent(member.command or "")
 
 
 def load_prompt(member: RosterMember, manifest_dir: Path | None) -> bytes | None:
