@@ -278,7 +278,9 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         if on_trial_done:
             on_trial_done(result, len(results), total)
 
-    engine_watch = EngineWatch(runtime.unanswered, options.engine_wait, cancel)
+    # the engine this process talks to: on Ray each node's engine is its own (a node's
+    # outage is its trials' infra errors, retried as such)
+    engine_watch = EngineWatch(runtime.unanswered, options.engine_wait, cancel) if options.backend == "local" else None
     scheduler = Scheduler(options.n_concurrent, admission, cancel, options.max_retries,
                           options.backoff_multiplier, engine_watch)
     run_one = executor.runner(ctx, spec)
@@ -307,9 +309,10 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         left = _clean_up_job(runtime, options.job_name, watchdog, networks, upstreams, executor)
         job = summarize(options, manifest, lead.agent, results, images.built, started, admission)
         job.images_pushed = images.pushed
-        job.engine_outages = [EngineOutage(gone_at=gone, seconds=round(back - gone, 1))
-                              for gone, back in engine_watch.outages]
-        job.engine_down_seconds = engine_watch.down_seconds
+        if engine_watch is not None:
+            job.engine_outages = [EngineOutage(gone_at=gone, seconds=round(back - gone, 1))
+                                  for gone, back in engine_watch.outages]
+            job.engine_down_seconds = engine_watch.down_seconds
         job.capabilities = JobCapabilities(**asdict(capabilities))
         try:
             write_json_atomic(job_dir / "result.json", job)

@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -236,14 +237,45 @@ def ssh_engine(root: Path):
         server.wait(timeout=30)
 
 
+def accept_forever(listener: socket.socket, serve) -> None:
+    """Each connection to `listener` served on a thread of its own, until it is closed."""
+    while True:
+        try:
+            client, _ = listener.accept()
+        except OSError:
+            return
+        threading.Thread(target=serve, args=(client,), daemon=True).start()
+
+
+def pipe(src: socket.socket, dst: socket.socket) -> None:
+    """Bytes from src to dst; the end of src's input passes on as one (an exec's stdin
+    closing), a broken connection breaks both."""
+    how = socket.SHUT_WR
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        how = socket.SHUT_RDWR
+    for sock in (dst,) if how == socket.SHUT_WR else (src, dst):
+        try:
+            sock.shutdown(how)
+        except OSError:
+            pass
+
+
+def pipe_both_ways(client: socket.socket, upstream: socket.socket) -> None:
+    back = threading.Thread(target=pipe, args=(upstream, client), daemon=True)
+    back.start()
+    pipe(client, upstream)
+    back.join()
+
+
 class EngineFront:
     """A unix socket in front of the real engine's, passing bytes both ways (exec streams
     and archives included), that can be made to fail like a sick engine: while failing it
     drops every open connection and answers each new request with HTTP 500."""
 
     def __init__(self, path: Path, engine: str = "/var/run/docker.sock"):
-        import threading
-
         self.path, self.engine = path, engine
         self.failing = threading.Event()
         self.answered_500 = 0
@@ -252,7 +284,7 @@ class EngineFront:
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(str(path))
         self._server.listen(128)
-        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=accept_forever, args=(self._server, self._serve), daemon=True).start()
 
     @property
     def url(self) -> str:
@@ -274,19 +306,8 @@ class EngineFront:
         self._server.close()
         self.fail()
 
-    def _accept(self) -> None:
-        import threading
-
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
-        import threading
-
         if self.failing.is_set():
             head = b""
             try:
@@ -314,23 +335,7 @@ class EngineFront:
         with self._lock:
             self._open.update((client, upstream))
 
-        def pipe(src: socket.socket, dst: socket.socket) -> None:
-            how = socket.SHUT_WR  # an end of input passes on as one (an exec's stdin closing)
-            try:
-                while data := src.recv(65536):
-                    dst.sendall(data)
-            except OSError:
-                how = socket.SHUT_RDWR
-            for sock in (dst,) if how == socket.SHUT_WR else (src, dst):
-                try:
-                    sock.shutdown(how)
-                except OSError:
-                    pass
-
-        other = threading.Thread(target=pipe, args=(upstream, client), daemon=True)
-        other.start()
-        pipe(client, upstream)
-        other.join()
+        pipe_both_ways(client, upstream)
         with self._lock:
             self._open.difference_update((client, upstream))
         client.close()

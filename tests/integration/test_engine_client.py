@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, wait_for
+from parts import accept_forever, pipe_both_ways
 
 from orchestrator.errors import InfraError
 from orchestrator.runtime.base import RuntimeFault, SandboxSpec
@@ -156,15 +157,7 @@ class TlsFront:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.refused = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                raw, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
+        threading.Thread(target=accept_forever, args=(self.listener, self._serve), daemon=True).start()
 
     def _serve(self, raw: socket.socket) -> None:
         try:
@@ -175,25 +168,10 @@ class TlsFront:
             return
         engine = socket.socket(socket.AF_UNIX)
         engine.connect("/var/run/docker.sock")
-        threading.Thread(target=_pipe, args=(engine, client), daemon=True).start()
-        _pipe(client, engine)
+        pipe_both_ways(client, engine)
 
     def close(self) -> None:
         self.listener.close()
-
-
-def _pipe(src, dst) -> None:
-    try:
-        while data := src.recv(65536):
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def test_an_engine_over_tcp_with_tls_and_client_certificates_runs_a_job(runtime, tmp_path):
