@@ -72,15 +72,15 @@ from test_round2 import MODEL_BYSTANDER, MODEL_FLOOD, SMALL  # noqa: E402
 
 from orchestrator import log as logsetup  # noqa: E402
 from orchestrator.archive import tar_directory, tar_files  # noqa: E402
-from orchestrator.images import ensure_task_images  # noqa: E402
-from orchestrator.job import JobOptions, run_job, summarize  # noqa: E402
+from orchestrator.job.runner import JobOptions, run_job, summarize  # noqa: E402
 from orchestrator.models.manifest import Manifest, default_manifest  # noqa: E402
 from orchestrator.models.result import FailureMode, TrialResult  # noqa: E402
 from orchestrator.report.junit import write_junit  # noqa: E402
 from orchestrator.report.render import to_html, to_markdown  # noqa: E402
 from orchestrator.report.tables import tables  # noqa: E402
 from orchestrator.runtime.docker import DockerRuntime  # noqa: E402
-from orchestrator.tasks import load_task  # noqa: E402
+from orchestrator.tasks.load import load_task  # noqa: E402
+from orchestrator.trial.images import ensure_task_images  # noqa: E402
 
 REPEATS = 5
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
@@ -325,7 +325,7 @@ def report_10k(tmp: Path) -> None:
     trials = synthetic_trials("synthetic")
     tracemalloc.start()
     started = time.perf_counter()
-    from orchestrator.job import JobOptions as Options
+    from orchestrator.job.runner import JobOptions as Options
     job = summarize(Options(job_name="synthetic", jobs_dir=tmp, k=20), default_manifest("oracle"), "oracle",
                     trials, 0, 0.0)
     aggregate = tables(trials)
@@ -343,7 +343,7 @@ def viewer_10k(tmp: Path) -> None:
     """`orchestra view` on a synthetic job of 10,000 trials: one job page, one trial page."""
     import urllib.request
 
-    from orchestrator.job import JobOptions as Options
+    from orchestrator.job.runner import JobOptions as Options
     from orchestrator.util import write_json_atomic
     from orchestrator.view.server import ViewServer
 

@@ -1,3 +1,44 @@
-"""orchestra: a containerized evaluation orchestrator for AI agents."""
+"""orchestra: a containerized evaluation orchestrator for AI agents.
+
+The package is laid out by layer; a layer imports only the layers below it (the
+architecture test holds this):
+
+    cli/          the typer app: parse, call one function, render
+    view/ report/ pages and reports over results already written
+    job/          many trials: plan, scheduler, engine watch, pre-flight, summary, doctor
+    executors/    where trials run: local threads, Ray
+    trial/        one trial, phase by phase (lifecycle, images, sandbox, agent + workers,
+                  collect, verify, steps, audit)
+    agents/       host-side agent adapters
+    services/     per-trial servers on the host: HTTP layer, relay, model proxy, replay,
+                  egress proxy, exchange records
+    host/         state shared by jobs on this host: network pool, watchdog, clean-up
+    runtime/      the engine seam (base.py) and its Docker implementation
+    tasks/        inputs: Harbor task folders, compose files, memory seeds, stand-ins
+    models/       pydantic schemas at every boundary
+    errors log paths archive scrub util   the kernel every layer may use
+
+Each package's `__init__` is its public face: the names other layers use, loaded lazily
+(`public_face`) so importing a package costs nothing until a name is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
 
 __version__ = "0.1.0"
+
+
+def public_face(package: str, exports: dict[str, str]) -> tuple[Callable, Callable]:
+    """`__getattr__` and `__dir__` for a package that exports `name -> module` lazily."""
+
+    def __getattr__(name: str):
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+
+    def __dir__() -> list[str]:
+        return sorted(exports)
+
+    return __getattr__, __dir__

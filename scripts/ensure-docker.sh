@@ -7,7 +7,7 @@ set -euo pipefail
 docker_answers() { timeout 10 docker info >/dev/null 2>&1; }
 
 # bash-static and busybox-static: the verifier's read-only interpreter in shared and
-# snapshot modes (orchestrator/verifier_tools.py); without them the image's own is used.
+# snapshot modes (orchestrator/trial/verifier_tools.py); without them the image's own is used.
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1 \
    && { [ ! -x /bin/bash-static ] || ! dpkg -s busybox-static >/dev/null 2>&1; }; then
   echo "orchestra: installing bash-static and busybox-static (the verifier's own interpreter)..." >&2

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.job import JobOptions, run_job
+from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import JobResult, TrialResult
-from orchestrator.tasks import load_tasks
+from orchestrator.tasks.load import load_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Protocol
 
 from orchestrator.paths import INSTRUCTION
-from orchestrator.tasks import Task
+from orchestrator.tasks.load import Task
 
 # Exit codes of the agents orchestra ships (the reference agent, the installed agents' run
 # scripts): how the agent stopped, read back into `agent_outcome`. Any other non-zero code

@@ -21,10 +21,14 @@ from pathlib import Path
 
 from orchestrator.agents.base import EXIT_STEP_LIMIT
 from orchestrator.agents.install import PYTHON, Recipe, ensure_installed, install_dir, installed
-from orchestrator.exchanges import dispatch_event, read_exchanges, trajectory_from_exchanges
 from orchestrator.models.manifest import RosterMember
 from orchestrator.paths import AGENT_LOGS
-from orchestrator.tasks import Task
+from orchestrator.services.exchanges import (
+    dispatch_event,
+    read_exchanges,
+    trajectory_from_exchanges,
+)
+from orchestrator.tasks.load import Task
 
 MOUNT = "/opt/orchestra-agents"
 RUN_SCRIPT = "/opt/orchestra-agent-run/run.sh"

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from orchestrator.executors.spec import TrialSpec
+    from orchestrator.executors.spec import Item, TrialSpec
     from orchestrator.models.result import TrialResult
-    from orchestrator.scheduler import Item
-    from orchestrator.trial import TrialContext
+    from orchestrator.trial.lifecycle import TrialContext
 
 
 class Executor(Protocol):

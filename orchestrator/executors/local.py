@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from orchestrator.executors.spec import TrialSpec
+from orchestrator.executors.spec import Item, TrialSpec
 from orchestrator.models.result import TrialResult
-from orchestrator.scheduler import Item
-from orchestrator.trial import TrialContext, run_trial
+from orchestrator.trial.lifecycle import TrialContext, run_trial
 
 
 class LocalExecutor:

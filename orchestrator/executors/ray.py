@@ -27,7 +27,7 @@ from orchestrator.archive import safe_extract, tar_directory
 from orchestrator.log import get_logger
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import TrialDir
-from orchestrator.tasks import Task
+from orchestrator.tasks.load import Task
 from orchestrator.util import write_json_atomic
 
 log = get_logger()
@@ -71,13 +71,13 @@ def run_on_node(payload: dict, task_tar: bytes) -> dict:
     import ray
 
     from orchestrator.executors.spec import TrialSpec
-    from orchestrator.imagecache import ImageCache, Published
+    from orchestrator.host.netpool import NetworkPool
+    from orchestrator.host.watchdog import DiskWatchdog
     from orchestrator.models.manifest import Manifest
-    from orchestrator.netpool import NetworkPool
-    from orchestrator.proxy import Upstreams
-    from orchestrator.runtime.watchdog import DiskWatchdog
-    from orchestrator.tasks import load_task
-    from orchestrator.trial import run_trial, trial_dir
+    from orchestrator.services.proxy import Upstreams
+    from orchestrator.tasks.load import load_task
+    from orchestrator.trial.imagecache import ImageCache, Published
+    from orchestrator.trial.lifecycle import run_trial, trial_dir
 
     NODE_CACHE.mkdir(parents=True, exist_ok=True)
     task = load_task(_unpack_task(payload, task_tar))
@@ -117,7 +117,7 @@ def run_on_node(payload: dict, task_tar: bytes) -> dict:
 
 
 def reap_on_node(label: str) -> dict:
-    from orchestrator.cleanup import reap
+    from orchestrator.host.cleanup import reap
 
     return reap(_node_runtime(), label)
 
@@ -152,7 +152,7 @@ class RayExecutor:
     def runner(self, ctx, spec):
         """Each item becomes a Ray task; a trial lost on its node gets the result the
         driver can write (infrastructure, retried by the scheduler)."""
-        from orchestrator.trial import new_result, trial_dir, trial_id
+        from orchestrator.trial.lifecycle import new_result, trial_dir, trial_id
 
         def run_remote(item) -> TrialResult:
             tid = trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)

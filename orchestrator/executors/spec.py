@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,11 +22,23 @@ from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
     from orchestrator.agents.base import Agent
-    from orchestrator.netpool import NetworkPool
-    from orchestrator.proxy import Upstreams
+    from orchestrator.host.netpool import NetworkPool
+    from orchestrator.host.watchdog import DiskWatchdog
     from orchestrator.runtime.base import Runtime
-    from orchestrator.runtime.watchdog import DiskWatchdog
-    from orchestrator.trial import TrialContext
+    from orchestrator.services.proxy import Upstreams
+    from orchestrator.tasks.load import Task
+    from orchestrator.trial.lifecycle import TrialContext
+
+
+@dataclass
+class Item:
+    """One trial as the scheduler hands it to an executor: the task, the attempt, and the
+    tries before this one."""
+
+    task: Task
+    attempt: int
+    retries: list[str] = field(default_factory=list)
+    outage_retries: int = 0  # of those, the ones an engine outage caused (free)
 
 
 class TrialSpec(BaseModel):
@@ -51,8 +64,8 @@ class TrialSpec(BaseModel):
         the orchestrator's agent when the caller made it already."""
         from orchestrator.agents import agent_for
         from orchestrator.models.manifest import Manifest
-        from orchestrator.trial import TrialContext
-        from orchestrator.trust import trust_for
+        from orchestrator.trial.lifecycle import TrialContext
+        from orchestrator.trial.trust import trust_for
 
         manifest = Manifest.model_validate(self.manifest)
         lead = manifest.orchestrator

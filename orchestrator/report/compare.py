@@ -13,8 +13,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from orchestrator.errors import InputError
+from orchestrator.job.shadow import MemoryShadow, memory_shadow
 from orchestrator.models.result import VOID, JobResult, TrialSummary
-from orchestrator.report.shadow import MemoryShadow, memory_shadow
 
 BOOTSTRAP_SAMPLES = 2000
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import html
 
+from orchestrator.job.shadow import MemoryShadow
 from orchestrator.models.result import JobResult, headline_of
-from orchestrator.report.shadow import MemoryShadow
 from orchestrator.report.tables import PHASES, JobTables
 
 COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1"]

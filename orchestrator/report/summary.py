@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.job.shadow import MemoryShadow
 from orchestrator.models.result import JobResult, TrialResult, headline_of
-from orchestrator.report.shadow import MemoryShadow
 
 COLUMNS = ("task", "attempt", "reward", "failure mode", "agent s", "verify s", "total s")
 TIMINGS = ("agent s", "verify s", "total s")

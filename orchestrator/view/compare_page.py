@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.errors import InputError
+from orchestrator.job.shadow import MemoryShadow
 from orchestrator.report.compare import compare, verdict
-from orchestrator.report.shadow import MemoryShadow
 from orchestrator.view.pages import esc, href, link, load_job, page
 
 

@@ -15,8 +15,8 @@ import re
 import urllib.parse
 from pathlib import Path
 
+from orchestrator.job.shadow import MemoryShadow
 from orchestrator.models.result import ERRORED, VOID, JobResult, TrialResult, headline_of
-from orchestrator.report.shadow import MemoryShadow
 
 PAGE_ROWS = 100
 FILE_PAGE_BYTES = 64 * 1024

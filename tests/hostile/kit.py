@@ -21,7 +21,7 @@ OCI_RUNTIME = os.environ.get("ORCHESTRA_TEST_RUNTIME") or None  # None: the engi
 
 UPSTREAM = """
 import sys, time
-from orchestrator.replay import ReplayServer
+from orchestrator.services.replay import ReplayServer
 server = ReplayServer({"rules": [{"when": {}, "reply": {"content": "ok"}}]}).start()
 print(server.url, flush=True)
 time.sleep(3600)

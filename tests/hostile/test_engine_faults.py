@@ -15,12 +15,12 @@ from conftest import make_task, nothing_left, wait_for
 from kit import OCI_RUNTIME
 from parts import EngineFront, dockerd_command
 
-from orchestrator.job import JobOptions, run_job
+from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import TrialResult
 from orchestrator.runtime.client import EngineClient
 from orchestrator.runtime.docker import DockerRuntime
-from orchestrator.tasks import load_tasks
+from orchestrator.tasks.load import load_tasks
 
 SOLVE = "sleep 3\ntouch /app/ok\n"
 TOML = "[agent]\ntimeout_sec = 60\n[environment]\ncpus = 0.25\nmemory_mb = 256\n"

@@ -26,13 +26,13 @@ from conftest import make_leaky_task, make_task, nothing_left, wait_for
 from docker.errors import APIError
 from kit import OCI_RUNTIME, model_endpoint, rss_mb, trials_by_task
 
-from orchestrator.job import JobOptions, run_job
+from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.manifest import Manifest, default_manifest
 from orchestrator.models.result import TrialResult
 from orchestrator.runtime.client import EngineClient
 from orchestrator.runtime.docker import DockerRuntime
 from orchestrator.scrub import REDACTED
-from orchestrator.tasks import load_tasks
+from orchestrator.tasks.load import load_tasks
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 FIGURES: dict[str, object] = {}
@@ -607,7 +607,7 @@ def test_a_forged_bash_and_sh_cannot_grade_a_shared_or_snapshot_trial(runtime, t
     bash and busybox, mounted read-only: reward 0. Without them (the old way) the forger wins."""
     make_task(tmp_path / "ds", "forge", solve=FORGE_TOOLS, test=REWARD_OK.split("; ", 1)[1],
               toml=f'[verifier]\nenvironment_mode = "{mode}"\n[environment]\ncpus = 0.5\n')
-    from orchestrator import verifier_tools
+    from orchestrator.trial import verifier_tools
     assert verifier_tools.host_tools(), "make test installs bash-static and busybox-static"
     rewards = {}
     for label, tools in (("static", verifier_tools.host_tools()), ("image", {})):

@@ -17,10 +17,10 @@ import pytest
 from conftest import make_task, nothing_left, orchestra_objects
 from kit import OCI_RUNTIME
 
-from orchestrator.job import JobOptions, run_job
+from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import TrialResult
-from orchestrator.tasks import load_tasks
+from orchestrator.tasks.load import load_tasks
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 FIGURES: dict[str, object] = {}  # printed at the end, copied into README.md

@@ -20,10 +20,10 @@ import pytest
 from conftest import make_task, nothing_left, wait_for
 from kit import OCI_RUNTIME, model_endpoint, rss_mb, trials_by_task
 
-from orchestrator import exchanges
-from orchestrator.job import JobOptions, run_job
+from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.manifest import Manifest, default_manifest
-from orchestrator.tasks import load_tasks
+from orchestrator.services import exchanges
+from orchestrator.tasks.load import load_tasks
 
 SMALL = "[environment]\ncpus = 0.5\nmemory_mb = 256\nstorage_mb = 256\n"
 REWARD_OK = "mkdir -p /logs/verifier; if [ -e /app/ok ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"

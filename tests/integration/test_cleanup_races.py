@@ -13,8 +13,8 @@ import uuid
 from conftest import make_task
 from typer.testing import CliRunner
 
-from orchestrator import cli
-from orchestrator.cleanup import owner_labels
+from orchestrator.cli import commands as cli
+from orchestrator.host.cleanup import owner_labels
 from orchestrator.models.result import TrialResult
 from orchestrator.runtime import docker as docker_runtime
 from orchestrator.runtime.base import SandboxSpec

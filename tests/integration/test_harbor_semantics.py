@@ -10,9 +10,9 @@ from pathlib import Path
 
 from conftest import by_task, make_task, run
 
-from orchestrator.job import JobOptions, run_job
+from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
-from orchestrator.tasks import load_tasks
+from orchestrator.tasks.load import load_tasks
 
 SERVICE = """
     mkdir -p /srv/www && echo served > /srv/www/index.html
@@ -140,9 +140,9 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends python3
 def test_pip_install_in_a_build_works_through_the_ca_bundle(runtime, tmp_path):
     """This machine reaches PyPI only through a TLS-intercepting proxy whose CA is in the
     host's bundle: without --ca-bundle the build fails on the certificate, with it pip works."""
-    from orchestrator.job import JobOptions, run_job
+    from orchestrator.job.runner import JobOptions, run_job
     from orchestrator.models.manifest import default_manifest
-    from orchestrator.tasks import load_tasks
+    from orchestrator.tasks.load import load_tasks
 
     make_task(tmp_path / "ds", "pip", solve="python3 -c 'import six' && touch /app/ok\n",
               dockerfile=PIP_DOCKERFILE)
@@ -358,7 +358,7 @@ def test_a_compose_sidecar_built_from_the_task_answers_by_name_and_is_removed_af
 
 def test_compose_fields_orchestra_cannot_run_are_refused_by_name(tmp_path):
     from orchestrator.errors import InputError
-    from orchestrator.tasks import load_task
+    from orchestrator.tasks.load import load_task
 
     bad = "services:\n  db:\n    image: postgres\n    ports: ['5432:5432']\n    privileged: true\n"
     task = make_task(tmp_path / "ds", "bad-compose", files={"environment/docker-compose.yaml": bad})
@@ -397,7 +397,7 @@ def test_a_stand_in_never_moves_an_existing_tag_and_a_task_image_is_never_the_ba
     (no stand-in, no tag made or moved), and an image that inherited the base's labels (a
     task image) is never taken for the base. A reference the engine lacks is built on a
     stand-in without any tag being made for it."""
-    from orchestrator.images import BASE_IMAGE, _orchestra_base, resolve_bases
+    from orchestrator.trial.images import BASE_IMAGE, _orchestra_base, resolve_bases
 
     alias = "python:3.11-slim-bookworm"
     before = runtime.api.inspect_image(alias)["Id"] if runtime.image_exists(alias) else None

@@ -16,11 +16,11 @@ import pytest
 from conftest import ROOT, make_task, orchestra_objects
 from docker.errors import APIError
 
-from orchestrator.job import JobOptions, run_job
+from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import TrialResult
 from orchestrator.runtime.docker import DockerRuntime
-from orchestrator.tasks import load_tasks
+from orchestrator.tasks.load import load_tasks
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 

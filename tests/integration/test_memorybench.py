@@ -11,10 +11,10 @@ from pathlib import Path
 
 from conftest import ROOT, make_leaky_task, make_task
 
-from orchestrator.job import JobOptions, run_job
+from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import TrialResult
-from orchestrator.tasks import load_tasks
+from orchestrator.tasks.load import load_tasks
 
 SUITE = ROOT / "tasks" / "memorybench"
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")

@@ -13,8 +13,9 @@ import pytest
 from conftest import make_task, run
 from typer.testing import CliRunner
 
-from orchestrator import cli, netpool
-from orchestrator.netpool import NetworkPool
+from orchestrator.cli import commands as cli
+from orchestrator.host import netpool
+from orchestrator.host.netpool import NetworkPool
 from orchestrator.runtime import firewall
 
 
@@ -88,7 +89,7 @@ def test_a_claimed_network_whose_firewall_rule_is_gone_gets_it_back(runtime, poo
 
 
 def test_a_parked_network_a_container_still_holds_is_not_claimed(runtime, pool_dir):
-    from orchestrator.cleanup import owner_labels
+    from orchestrator.host.cleanup import owner_labels
     from orchestrator.runtime.base import SandboxSpec
 
     maker = NetworkPool(runtime, "busy-a")

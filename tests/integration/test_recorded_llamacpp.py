@@ -11,11 +11,11 @@ import uuid
 import pytest
 from conftest import ROOT
 
-from orchestrator.job import JobOptions, run_job
+from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.endpoint import load_endpoints
 from orchestrator.models.manifest import load_manifest
 from orchestrator.models.result import TrialResult
-from orchestrator.tasks import load_tasks
+from orchestrator.tasks.load import load_tasks
 
 FIXTURES = ROOT / "tests/fixtures/llamacpp"
 # Nothing listens there: every answer comes from the recording.

@@ -14,12 +14,12 @@ import pytest
 import yaml
 from conftest import ROOT, make_task
 
-from orchestrator.job import JobOptions, run_job
+from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.endpoint import load_endpoints
 from orchestrator.models.manifest import Manifest, load_manifest
 from orchestrator.models.result import TrialResult
-from orchestrator.replay import ReplayServer
-from orchestrator.tasks import load_tasks
+from orchestrator.services.replay import ReplayServer
+from orchestrator.tasks.load import load_tasks
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 ENDPOINTS = [ROOT / "endpoints/replay.json", ROOT / "endpoints/openai-live.json"]

@@ -34,7 +34,7 @@ def _watch_agent_env(runtime, seen: dict, stop: threading.Event, job: str) -> No
 
 
 def test_memory_retrieval_runs_with_the_no_memory_flag_and_seeds_written_by_mem_set(runtime, tmp_path, monkeypatch):
-    from orchestrator.relay import auth
+    from orchestrator.services.relay import auth
 
     keys: list[str] = []
     real_new_key = auth.new_private_key
@@ -75,10 +75,10 @@ def test_memory_retrieval_runs_with_the_no_memory_flag_and_seeds_written_by_mem_
 
 
 def test_memory_off_seeds_nothing_and_the_oracle_scores_zero(runtime, tmp_path):
-    from orchestrator.job import JobOptions, run_job
+    from orchestrator.job.runner import JobOptions, run_job
     from orchestrator.models.manifest import default_manifest
     from orchestrator.models.result import TrialResult
-    from orchestrator.tasks import load_tasks
+    from orchestrator.tasks.load import load_tasks
 
     ds = tmp_path / "ds"
     make_task(ds, "listing", toml="""

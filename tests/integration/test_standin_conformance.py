@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from orchestrator.images import BOOTSTRAP_RELEASES, bootstrap_base
 from orchestrator.runtime.base import SandboxSpec
-from orchestrator.standins import RELEASES, base_image
+from orchestrator.tasks.standins import RELEASES, base_image
+from orchestrator.trial.images import BOOTSTRAP_RELEASES, bootstrap_base
 
 PROBE = r"""
 set -e

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from conftest import make_task
 
-from orchestrator.job import JobOptions, run_job
+from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import TrialResult
-from orchestrator.tasks import load_tasks
+from orchestrator.tasks.load import load_tasks
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")  # the proxy's CA is in the host's bundle

@@ -1,6 +1,7 @@
 """The seams hold: docker-py (and requests, urllib3 under it) only in the engine client,
-the engine client only behind the Docker runtime, and no import cycles between orchestra's
-modules (module-level imports; imports inside functions are deliberate and lazy)."""
+the engine client only behind the Docker runtime, imports flow down the layers of DESIGN 1
+(any import, lazy ones too), no package imports another's private names, and no import
+cycles between orchestra's modules (module-level imports)."""
 
 from __future__ import annotations
 
@@ -75,10 +76,10 @@ def test_no_import_cycles_between_orchestra_modules():
 
 
 def test_the_checks_see_what_they_check():
-    assert "orchestrator.runtime.docker" in MODULES and "orchestrator.job" in MODULES
+    assert "orchestrator.runtime.docker" in MODULES and "orchestrator.job.runner" in MODULES
     assert "orchestrator.runtime.client" in top_level_imports(MODULES["orchestrator.runtime.docker"])
     assert "docker" in imported_anywhere(MODULES["orchestrator.runtime.client"])
-    assert "orchestrator.trial" in top_level_imports(MODULES["orchestrator.job"])
+    assert "orchestrator.trial.lifecycle" in top_level_imports(MODULES["orchestrator.job.runner"])
 
 
 # Keys of the Engine API's JSON (inspect, info, images): read only inside the runtime, which
@@ -120,3 +121,71 @@ def test_host_side_enforcement_is_reached_only_through_the_runtime():
                    and (imported_anywhere(path) | top_level_imports(path)) & host_side)
     assert users == []
     assert "orchestrator.runtime.disk" in top_level_imports(MODULES["orchestrator.runtime.docker"])
+
+
+# DESIGN 1, top to bottom: a module may import its own layer and the layers below it.
+LAYERS = ["cli", "view", "report", "job", "executors", "trial", "agents", "services", "host",
+          "runtime", "tasks", "models", "kernel"]
+KERNEL = {"archive", "errors", "log", "paths", "scrub", "util"}
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:  # orchestrator itself (its public_face helper): the kernel
+        return "kernel"
+    return "kernel" if parts[1] in KERNEL else parts[1]
+
+
+def imports_by_line(path: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, module, names) of every orchestra import in the file, lazy ones too."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, []) for alias in node.names
+                      if alias.name.startswith("orchestrator")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.startswith("orchestrator"):
+            found.append((node.lineno, node.module, [alias.name for alias in node.names]))
+    return found
+
+
+def upward_imports(modules: dict[str, Path]) -> list[str]:
+    found = []
+    for name, path in sorted(modules.items()):
+        mine = LAYERS.index(layer_of(name))
+        for line, module, _ in imports_by_line(path):
+            theirs = layer_of(module)
+            if theirs in LAYERS and LAYERS.index(theirs) < mine:
+                found.append(f"{path.name}:{line}: {layer_of(name)} imports {module} ({theirs})")
+    return found
+
+
+def test_imports_flow_down_the_layers():
+    assert sorted(layer_of(m) for m in MODULES if m.count(".") == 1 and layer_of(m) != "kernel") == \
+        sorted(set(LAYERS) - {"kernel"}), "every package of orchestrator/ has a layer"
+    assert upward_imports(MODULES) == []
+
+
+def test_the_layer_check_fails_on_a_planted_upward_import(tmp_path):
+    planted = tmp_path / "orchestrator" / "runtime" / "planted.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("def f():\n    from orchestrator.trial.lifecycle import run_trial\n")
+    found = upward_imports({**MODULES, "orchestrator.runtime.planted": planted})
+    assert len(found) == 1 and "runtime imports orchestrator.trial.lifecycle (trial)" in found[0]
+
+
+def test_the_kernel_is_at_most_six_modules_and_nothing_else_is_flat():
+    flat = sorted(p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert flat == sorted(KERNEL) and len(flat) <= 6
+
+
+def test_no_package_imports_another_packages_private_names():
+    found = []
+    for name, path in sorted(MODULES.items()):
+        for line, module, names in imports_by_line(path):
+            other = module.split(".")[:2] != name.split(".")[:2]
+            private = [n for n in names if n.startswith("_")] + \
+                [part for part in module.split(".") if part.startswith("_")]
+            if other and private:
+                found.append(f"{path.relative_to(ROOT)}:{line}: {module} {private}")
+    assert found == []

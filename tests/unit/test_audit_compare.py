@@ -9,9 +9,9 @@ import pytest
 from conftest import ROOT
 
 from orchestrator.models.result import JobResult, TrialSummary
-from orchestrator.report.audit import audit_trajectory, grading_files
 from orchestrator.report.compare import bootstrap_ci, compare, mcnemar_exact, to_markdown
-from orchestrator.tasks import load_task
+from orchestrator.tasks.load import load_task
+from orchestrator.trial.audit import audit_trajectory, grading_files
 
 EXACT = load_task(ROOT / "tasks/memorybench/mb-exact")
 FACT = EXACT.facts[0]

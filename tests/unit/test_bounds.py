@@ -12,12 +12,12 @@ from types import SimpleNamespace
 import pytest
 from conftest import make_task
 
-from orchestrator.httpserve import BackgroundServer, ByteBudget, HttpError, JsonHandler
+from orchestrator.job.scheduler import Admission, Item, Scheduler
 from orchestrator.models.result import FailureMode
-from orchestrator.relay import store as relay_store
-from orchestrator.relay.store import RelayError, RelayStore
-from orchestrator.scheduler import Admission, Item, Scheduler
-from orchestrator.tasks import load_task
+from orchestrator.services.httpserve import BackgroundServer, ByteBudget, HttpError, JsonHandler
+from orchestrator.services.relay import store as relay_store
+from orchestrator.services.relay.store import RelayError, RelayStore
+from orchestrator.tasks.load import load_task
 from orchestrator.util import check_job_name, write_output
 
 

@@ -28,7 +28,7 @@ def test_local_engine(url, local):
 
 def test_a_manifest_sandbox_policy_is_the_jobs_default_and_cannot_be_weakened(tmp_path):
     from orchestrator.errors import InputError
-    from orchestrator.job import JobOptions, with_sandbox_policy
+    from orchestrator.job.runner import JobOptions, with_sandbox_policy
     from orchestrator.models.manifest import Manifest
 
     suite = Manifest.model_validate({

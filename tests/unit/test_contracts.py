@@ -11,10 +11,10 @@ from conftest import ROOT
 
 from orchestrator.archive import safe_extract, tar_files
 from orchestrator.errors import InputError
-from orchestrator.images import base_references
 from orchestrator.models.manifest import load_manifest
 from orchestrator.runtime.subnets import SubnetPool
-from orchestrator.verify import RewardError, read_reward
+from orchestrator.trial.images import base_references
+from orchestrator.trial.verify import RewardError, read_reward
 
 
 def test_shipped_manifests_load_and_hash_stably():

@@ -2,9 +2,9 @@
 
 from conftest import make_task
 
-from orchestrator.doctor import classify
+from orchestrator.job.doctor import classify
 from orchestrator.models.result import TrialResult
-from orchestrator.tasks import load_task
+from orchestrator.tasks.load import load_task
 
 
 def trial(reward, mode="none", error=None, stand_ins=()):

@@ -11,9 +11,9 @@ import tracemalloc
 
 import pytest
 
-from orchestrator.egress import EgressProxy, HostAddresses, _local_addresses
-from orchestrator.exchanges import ExchangeLog
-from orchestrator.sandbox import gateway_ports
+from orchestrator.services.egress import EgressProxy, HostAddresses, _local_addresses
+from orchestrator.services.exchanges import ExchangeLog
+from orchestrator.trial.sandbox import gateway_ports
 
 
 @pytest.mark.parametrize("address, why", [

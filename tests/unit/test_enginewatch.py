@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from orchestrator.enginewatch import EngineGone, EngineWatch
+from orchestrator.job.enginewatch import EngineGone, EngineWatch
 
 
 class Engine:

@@ -11,7 +11,7 @@ import tarfile
 import pytest
 
 from orchestrator.archive import safe_extract
-from orchestrator.hostcopy import host_tar, stage_tree
+from orchestrator.trial.hostcopy import host_tar, stage_tree
 
 
 def test_files_and_folders_come_out_and_links_fifos_are_named_not_followed(tmp_path):
@@ -106,7 +106,7 @@ def test_staging_never_writes_through_a_link_the_agent_planted(tmp_path):
 def test_a_thousand_level_tree_is_walked_without_recursion_errors_and_the_deep_part_counted(tmp_path):
     """Issue 26: a 1,000-level folder in /logs/artifacts raised RecursionError (retried as
     infra). The walk stops at MAX_DEPTH, counts what it left out, and the rest comes out."""
-    from orchestrator.hostcopy import MAX_DEPTH
+    from orchestrator.trial.hostcopy import MAX_DEPTH
 
     logs = tmp_path / "disk" / "artifacts"
     logs.mkdir(parents=True)
@@ -146,7 +146,7 @@ def test_staging_over_a_planted_fifo_never_blocks_and_writes_a_regular_file(tmp_
     the grading thread (a plain open for writing waits for a reader)."""
     import signal
 
-    from orchestrator.hostcopy import _copy_into
+    from orchestrator.trial.hostcopy import _copy_into
 
     source = tmp_path / "tests"
     source.mkdir()

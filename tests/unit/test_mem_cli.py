@@ -10,8 +10,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-from orchestrator.relay.server import RelayServer
-from orchestrator.relay.store import RelayStore
+from orchestrator.services.relay.server import RelayServer
+from orchestrator.services.relay.store import RelayStore
 
 MEM = ROOT / "images/agent-stack/bin/mem"
 
@@ -83,7 +83,7 @@ def test_write_times_are_monotonic_and_newest_wins(mem):
 
 
 def test_ties_go_to_the_lowest_event_id():
-    from orchestrator.relay.store import EngramEvent
+    from orchestrator.services.relay.store import EngramEvent
     store = RelayStore("ch")
     owner = store.add_identity("lead", "orchestrator")
     store.import_events([EngramEvent("bbb", owner.pubkey, "mem/t", "from-b", 100, ""),

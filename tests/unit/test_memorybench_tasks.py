@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from orchestrator.tasks import load_tasks
+from orchestrator.tasks.load import load_tasks
 
 SUITE = ROOT / "tasks" / "memorybench"
 TASKS = sorted(p.name for p in SUITE.iterdir() if (p / "task.toml").is_file())

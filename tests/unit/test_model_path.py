@@ -12,8 +12,8 @@ import pytest
 from orchestrator.errors import InputError
 from orchestrator.models.endpoint import load_endpoints
 from orchestrator.models.manifest import Budget
-from orchestrator.proxy import ModelProxy
-from orchestrator.replay import ReplayEngine, ReplayServer, load_script
+from orchestrator.services.proxy import ModelProxy
+from orchestrator.services.replay import ReplayEngine, ReplayServer, load_script
 
 SCRIPT = {"rules": [
     {"when": {"instruction": "fast-check", "turn": 0}, "extract": {"cmd": "make check-fast --tag=MEMKEY-[A-Z0-9]+"},
@@ -165,7 +165,7 @@ def test_the_upstream_error_is_kept_and_a_4xx_is_the_agents_request_failing(upst
 
 
 def test_a_request_the_client_abandoned_is_never_sent_again():
-    from orchestrator.proxy import ClientGone
+    from orchestrator.services.proxy import ClientGone
 
     proxy = ModelProxy("127.0.0.1", "http://127.0.0.1:9/v1", "m", None, Budget(), {},
                        deadline=time.time() + 60, max_attempts=5, backoff_max=0.05)
@@ -191,7 +191,7 @@ def stream_post(url: str, token: str, body: dict) -> tuple[str, list[dict]]:
 
 
 def test_a_stream_request_is_answered_as_server_sent_events_and_every_exchange_is_recorded(upstream, tmp_path):
-    from orchestrator.exchanges import read_exchanges
+    from orchestrator.services.exchanges import read_exchanges
 
     server = upstream(SCRIPT)
     record = tmp_path / "model" / "exchanges.jsonl"
@@ -233,7 +233,7 @@ def test_a_replay_endpoint_with_a_key_refuses_calls_without_it(upstream):
 
 
 def test_a_recorded_job_is_served_back_in_order_and_a_diverging_call_is_refused(upstream, tmp_path):
-    from orchestrator.exchanges import recorded_answers
+    from orchestrator.services.exchanges import recorded_answers
 
     server = upstream(SCRIPT)
     job = tmp_path / "job"
@@ -252,7 +252,7 @@ def test_a_recorded_job_is_served_back_in_order_and_a_diverging_call_is_refused(
 
 
 def test_the_conversation_key_sees_past_canned_example_turns_and_side_calls():
-    from orchestrator.exchanges import conversation_key
+    from orchestrator.services.exchanges import conversation_key
 
     def aider(task: str) -> dict:
         return {"messages": [{"role": "system", "content": "Act as an expert"},

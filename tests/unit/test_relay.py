@@ -10,9 +10,9 @@ import urllib.request
 
 import pytest
 
-from orchestrator.relay import auth
-from orchestrator.relay.server import RelayServer
-from orchestrator.relay.store import RelayStore
+from orchestrator.services.relay import auth
+from orchestrator.services.relay.server import RelayServer
+from orchestrator.services.relay.store import RelayStore
 
 
 @pytest.fixture()

@@ -8,10 +8,10 @@ import sys
 
 from conftest import ROOT
 
+from orchestrator.job.shadow import memory_shadow
 from orchestrator.models.result import JobResult, TrialSummary
-from orchestrator.report.audit import audit_trajectory
 from orchestrator.report.compare import compare, to_markdown
-from orchestrator.report.shadow import memory_shadow
+from orchestrator.trial.audit import audit_trajectory
 
 sys.path.insert(0, str(ROOT / "images/agent-stack/lib"))
 import orchestra_memory as memory  # noqa: E402

@@ -3,8 +3,8 @@ the nearest offline base, by parsing, never by an exact-string list."""
 
 import pytest
 
-from orchestrator.images import with_stand_ins
-from orchestrator.standins import choose, parse_reference
+from orchestrator.tasks.standins import choose, parse_reference
+from orchestrator.trial.images import with_stand_ins
 
 
 @pytest.mark.parametrize("ref, release, python", [

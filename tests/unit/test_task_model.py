@@ -7,7 +7,13 @@ from conftest import ROOT, make_task
 
 from orchestrator.errors import InputError
 from orchestrator.models.task import size_to_mb
-from orchestrator.tasks import find_task_dirs, hash_tree, image_repository, load_task, load_tasks
+from orchestrator.tasks.load import (
+    find_task_dirs,
+    hash_tree,
+    image_repository,
+    load_task,
+    load_tasks,
+)
 
 
 def test_shipped_examples_are_valid():
@@ -195,7 +201,7 @@ def test_allowlist_entries_are_names_addresses_or_ranges(tmp_path, entry):
 
 
 def test_the_egress_allowlist_matches_names_wildcards_addresses_and_ranges():
-    from orchestrator.egress import Allowlist
+    from orchestrator.services.egress import Allowlist
 
     rules = Allowlist(["deb.debian.org", "*.example.com", "192.0.2.7", "10.0.0.0/8"])
     assert rules.resolve("deb.debian.org") == "deb.debian.org"

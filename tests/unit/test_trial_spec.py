@@ -63,7 +63,7 @@ def test_only_the_spec_makes_a_trial_context():
 
 
 def test_the_jobs_spec_keeps_the_condition_hash_of_the_manifest_it_ran(tmp_path):
-    from orchestrator.job import JobOptions, trial_spec
+    from orchestrator.job.runner import JobOptions, trial_spec
     from orchestrator.models.manifest import default_manifest
 
     for manifest in (default_manifest("oracle"), default_manifest("nop").with_agent("oracle")):

@@ -1,6 +1,6 @@
 """Stdlib-only client for the trial relay, used by `mem`, `chan` and the reference agent.
 
-Signing matches orchestrator/relay/auth.py: HMAC-SHA256(private key, METHOD \\n path \\n
+Signing matches orchestrator/services/relay/auth.py: HMAC-SHA256(private key, METHOD \\n path \\n
 timestamp \\n nonce \\n sha256(body)); pubkey = sha256("orchestra-pubkey:" + private key).
 """
 

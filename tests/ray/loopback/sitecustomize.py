@@ -37,7 +37,7 @@ class _InjectOwnBug(importlib.abc.MetaPathFinder):
     Every other task runs the real run_trial."""
 
     def find_spec(self, name, path, target=None):
-        if name != "orchestrator.trial":
+        if name != "orchestrator.trial.lifecycle":
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)

@@ -37,9 +37,9 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler
 
-from orchestrator.httpserve import BackgroundServer, HttpError
 from orchestrator.log import get_logger
 from orchestrator.runtime.subnets import DEFAULT_RANGE, host_routes
+from orchestrator.services.httpserve import BackgroundServer, HttpError
 
 log = get_logger()
 CONNECT_TIMEOUT_SEC = 10.0

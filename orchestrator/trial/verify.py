@@ -13,16 +13,17 @@ import time
 import uuid
 from pathlib import Path
 
-from orchestrator import verifier_tools
 from orchestrator.archive import safe_extract, spool_directories, tar_directory, tar_files
-from orchestrator.collect import copy_out
-from orchestrator.hostcopy import stage_tree
-from orchestrator.images import TaskImages, verifier_image
+from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import ARTIFACTS, LOGS, TESTS, VERIFIER_LOGS, TrialDir
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, Runtime, SandboxSpec
-from orchestrator.runtime.watchdog import DiskWatchdog
-from orchestrator.sandbox import (
+from orchestrator.tasks.load import Task
+from orchestrator.trial import verifier_tools
+from orchestrator.trial.collect import copy_out
+from orchestrator.trial.hostcopy import stage_tree
+from orchestrator.trial.images import TaskImages, verifier_image
+from orchestrator.trial.sandbox import (
     Sandbox,
     read_limits,
     require_runtime,
@@ -30,7 +31,6 @@ from orchestrator.sandbox import (
     switch_network,
     verifier_network,
 )
-from orchestrator.tasks import Task
 
 STAGED_TESTS = "/.orchestra-tests"
 EVIDENCE_NAME = "relay-evidence.json"

@@ -15,12 +15,15 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from orchestrator.agents import agent_for
-from orchestrator.cleanup import own, reap, reap_orphans, remaining
-from orchestrator.enginewatch import EngineWatch
 from orchestrator.errors import InfraError, InputError
 from orchestrator.executors import Executor, open_executor
 from orchestrator.executors.spec import TrialSpec
-from orchestrator.imagecache import ImageCache
+from orchestrator.host.cleanup import own, reap, reap_orphans, remaining
+from orchestrator.host.netpool import NetworkPool
+from orchestrator.host.watchdog import DiskWatchdog
+from orchestrator.job.enginewatch import EngineWatch
+from orchestrator.job.scheduler import Admission, Item, Scheduler
+from orchestrator.job.shadow import memory_shadow
 from orchestrator.log import get_logger
 from orchestrator.models.endpoint import EndpointConfig
 from orchestrator.models.manifest import Manifest
@@ -35,24 +38,21 @@ from orchestrator.models.result import (
     TrialSummary,
     headline_of,
 )
-from orchestrator.netpool import NetworkPool
-from orchestrator.report.shadow import memory_shadow
 from orchestrator.runtime.base import LABEL_JOB, Capabilities, EngineFacts, Runtime
-from orchestrator.runtime.watchdog import DiskWatchdog
-from orchestrator.scheduler import Admission, Item, Scheduler
-from orchestrator.tasks import Task
-from orchestrator.trial import (
+from orchestrator.tasks.load import Task
+from orchestrator.trial.imagecache import ImageCache
+from orchestrator.trial.lifecycle import (
     TrialContext,
     cancelled_result,
     new_result,
     trial_dir,
     trial_id,
 )
+from orchestrator.trial.verify import EnvTemplateError, resolve_env
 from orchestrator.util import write_json_atomic
-from orchestrator.verify import EnvTemplateError, resolve_env
 
 if TYPE_CHECKING:
-    from orchestrator.proxy import Upstreams
+    from orchestrator.services.proxy import Upstreams
 
 log = get_logger()
 LAYER_DEFAULT_K = {"regression": 1, "workflow": 3}
@@ -228,7 +228,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
     finished = load_finished(job_dir, tasks, options.retry_errors) if options.resume else {}
     upstreams = None
     if in_use:  # model endpoints: the proxy's module only then
-        from orchestrator.proxy import Upstreams
+        from orchestrator.services.proxy import Upstreams
 
         upstreams = Upstreams.open(in_use, options.endpoints, options.replay_from)
     reap_orphans(runtime)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from orchestrator.errors import InputError, validation_problems
 from orchestrator.paths import AGENT_STACK
-from orchestrator.relay.slugs import MAX_VALUE_BYTES, SlugError, normalise
+from orchestrator.tasks.slugs import MAX_VALUE_BYTES, SlugError, normalise
 
 MEM = f"{AGENT_STACK}/bin/mem"
 

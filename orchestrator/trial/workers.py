@@ -13,16 +13,16 @@ from orchestrator import scrub
 from orchestrator.agents import agent_for
 from orchestrator.agents.base import render_command
 from orchestrator.archive import safe_extract, tar_files
-from orchestrator.images import AGENT_STACK as AGENT_STACK_DIR
 from orchestrator.log import get_logger
-from orchestrator.memory import StateRoots, file_seed_archive
 from orchestrator.models.manifest import flag_env
 from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, INSTRUCTION, LOGS, TrialDir
 from orchestrator.runtime.base import SandboxSpec
-from orchestrator.sandbox import Sandbox, require_runtime
+from orchestrator.tasks.memory import StateRoots, file_seed_archive
+from orchestrator.trial.images import AGENT_STACK as AGENT_STACK_DIR
+from orchestrator.trial.sandbox import Sandbox, require_runtime
 
 if TYPE_CHECKING:
-    from orchestrator.proxy import ModelProxy
+    from orchestrator.services.proxy import ModelProxy
 
 log = get_logger()
 WORKER_LOG_CAP_BYTES = 8 * 1024 * 1024
@@ -78,7 +78,7 @@ def start_workers(ctx, task, box: Sandbox, relay, image: str, deadline: float,
                                              ARTIFACTS, roots.state_home, roots.tmpdir])
             secrets = relay.env_for(relay.store.by_name(name)) if relay is not None else {}
             if member.endpoint and ctx.upstreams is not None:
-                from orchestrator.proxy import ModelProxy
+                from orchestrator.services.proxy import ModelProxy
 
                 upstream = ctx.upstreams.by_name[member.endpoint]
                 worker.proxy = ModelProxy.for_upstream(box.network.gateway, upstream, member.budget,

@@ -13,8 +13,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from orchestrator.relay import auth
-from orchestrator.relay.slugs import MAX_VALUE_BYTES, normalise
+from orchestrator.services.relay import auth
+from orchestrator.tasks.slugs import MAX_VALUE_BYTES, normalise
 
 EXPORT_LIMIT = 1000
 # Per-trial bounds (DESIGN 3.5): past one, the agent gets a clear HTTP error it can read.

@@ -30,9 +30,9 @@ from orchestrator.archive import tar_directory, tar_files
 from orchestrator.log import get_logger
 from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
-from orchestrator.standins import RELEASES, StandIn, base_image, choose
-from orchestrator.tasks import Task, hash_tree, image_repository
-from orchestrator.trust import CA_PATH, CA_VARIABLES
+from orchestrator.tasks.load import Task, hash_tree, image_repository
+from orchestrator.tasks.standins import RELEASES, StandIn, base_image, choose
+from orchestrator.trial.trust import CA_PATH, CA_VARIABLES
 
 log = get_logger()
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.compose import Compose, Service
-from orchestrator.images import build_context, resolve_bases
 from orchestrator.log import get_logger
 from orchestrator.runtime.base import (
     LABEL_IMAGE_KIND,
@@ -24,7 +22,9 @@ from orchestrator.runtime.base import (
     SandboxSpec,
     VolumeMount,
 )
-from orchestrator.tasks import Task, hash_tree, image_repository
+from orchestrator.tasks.compose import Compose, Service
+from orchestrator.tasks.load import Task, hash_tree, image_repository
+from orchestrator.trial.images import build_context, resolve_bases
 
 log = get_logger()
 START_WAIT_SEC = 60.0
@@ -60,7 +60,7 @@ def sidecar_image(runtime: Runtime, task: Task, name: str, service: Service) -> 
 
 def start_sidecars(runtime: Runtime, task: Task, box, name: str) -> dict[str, str]:
     """Volumes, then every sidecar in dependency order; returns service -> container id."""
-    from orchestrator.sandbox import require_runtime  # sandbox starts sidecars: not at import
+    from orchestrator.trial.sandbox import require_runtime  # sandbox starts sidecars: not at import
     compose = task.compose
     assert compose is not None and box.network is not None
     env = task.config.environment

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 from orchestrator.log import get_logger
 from orchestrator.models.manifest import Manifest
-from orchestrator.relay.server import RelayServer
-from orchestrator.relay.store import Identity, RelayStore
-from orchestrator.tasks import Task
+from orchestrator.services.relay.server import RelayServer
+from orchestrator.services.relay.store import Identity, RelayStore
+from orchestrator.tasks.load import Task
 
 log = get_logger()
 

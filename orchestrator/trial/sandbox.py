@@ -16,13 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator import verifier_tools
 from orchestrator.archive import tar_files
-from orchestrator.cleanup import owner_labels
-from orchestrator.images import AGENT_STACK as AGENT_STACK_DIR
+from orchestrator.host.cleanup import owner_labels
+from orchestrator.host.netpool import NetworkPool
 from orchestrator.log import get_logger
 from orchestrator.models.result import AppliedLimits
-from orchestrator.netpool import NetworkPool
 from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, LOGS, VERIFIER_LOGS
 from orchestrator.runtime.base import (
     LABEL_JOB,
@@ -36,12 +34,14 @@ from orchestrator.runtime.base import (
     SandboxSpec,
     VolumeMount,
 )
-from orchestrator.sidecars import start_sidecars, volume_mounts, wait_for
-from orchestrator.tasks import Task
-from orchestrator.trust import APPEND, Trust
+from orchestrator.tasks.load import Task
+from orchestrator.trial import verifier_tools
+from orchestrator.trial.images import AGENT_STACK as AGENT_STACK_DIR
+from orchestrator.trial.sidecars import start_sidecars, volume_mounts, wait_for
+from orchestrator.trial.trust import APPEND, Trust
 
 if TYPE_CHECKING:
-    from orchestrator.egress import EgressProxy
+    from orchestrator.services.egress import EgressProxy
 
 log = get_logger()
 SECRET_VARS = {"ORCHESTRA_PRIVATE_KEY", "ORCHESTRA_AUTH_TAG", "ORCHESTRA_MODEL_TOKEN", "OPENAI_API_KEY"}

@@ -15,8 +15,8 @@ from orchestrator.log import get_logger
 from orchestrator.models.result import FailureMode, StepResult, TrialResult
 from orchestrator.paths import AGENT_LOGS, TrialDir
 from orchestrator.runtime.base import Runtime
-from orchestrator.sandbox import Sandbox, Unhealthy, wait_healthy
-from orchestrator.tasks import Task
+from orchestrator.tasks.load import Task
+from orchestrator.trial.sandbox import Sandbox, Unhealthy, wait_healthy
 
 log = get_logger()
 

@@ -1,5 +1,5 @@
 """Commands that look after the host rather than run trials: `tasks check`, `images
-bootstrap`, `agents`, `cleanup` (registered on the CLI's app by orchestrator.cli)."""
+bootstrap`, `agents`, `cleanup` (registered on the CLI's app by orchestrator.cli.commands)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cliapp import (
+from orchestrator.cli.app import (
     app,
     configure_logs,
     console,
@@ -30,8 +30,8 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
     task.toml keys orchestra (like Harbor) ignores, and what each task needs that this host
     lacks (images, a registry, cpus, the network).
     Exit codes: 0 every task valid, 2 a problem (each named by file and field)."""
-    from orchestrator.host_needs import host_needs
-    from orchestrator.tasks import load_tasks
+    from orchestrator.job.host_needs import host_needs
+    from orchestrator.tasks.load import load_tasks
 
     imports_done()
     human = err if json_out else console
@@ -94,9 +94,9 @@ def tasks_doctor(
     3 the engine failed."""
     from collections import Counter
 
-    from orchestrator.doctor import diagnose, invalid
+    from orchestrator.job.doctor import diagnose, invalid
     from orchestrator.runtime import open_runtime
-    from orchestrator.tasks import load_tasks_lenient
+    from orchestrator.tasks.load import load_tasks_lenient
 
     imports_done()
     human = err if json_out else console
@@ -138,10 +138,10 @@ def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if p
     python3, pip, venv and ca-certificates, made to behave like the official python images.
     A FROM this engine lacks is built on the nearest one (python 3.13+ trixie, 3.11-3.12
     bookworm, older bullseye; debian and ubuntu by release), said in the run's output."""
-    from orchestrator.images import BOOTSTRAP_RELEASES, bootstrap_base
     from orchestrator.runtime import open_runtime
     from orchestrator.runtime.base import BuildFailed
-    from orchestrator.standins import RELEASES
+    from orchestrator.tasks.standins import RELEASES
+    from orchestrator.trial.images import BOOTSTRAP_RELEASES, bootstrap_base
 
     configure_logs(verbose=True)
     releases = list(release or BOOTSTRAP_RELEASES)
@@ -209,8 +209,8 @@ def cleanup(
     and the idle networks kept between jobs; `--job NAME` one job's, `--all` all of them.
     Objects orchestra did not create (e.g. someone's container from an image orchestra
     built) are never touched."""
-    from orchestrator.cleanup import LABEL_JOB, plan, prune_images, reap, reap_orphans
-    from orchestrator.netpool import remove_idle
+    from orchestrator.host.cleanup import LABEL_JOB, plan, prune_images, reap, reap_orphans
+    from orchestrator.host.netpool import remove_idle
     from orchestrator.runtime import open_runtime
     from orchestrator.runtime.base import LABEL_KIND
 

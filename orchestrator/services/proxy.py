@@ -29,10 +29,10 @@ from tenacity import (
 )
 
 from orchestrator import scrub
-from orchestrator.exchanges import ExchangeLog, event_stream
-from orchestrator.httpserve import BackgroundServer, HttpError, JsonHandler
 from orchestrator.log import get_logger
 from orchestrator.models.manifest import Budget
+from orchestrator.services.exchanges import ExchangeLog, event_stream
+from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler
 
 log = get_logger()
 # A request body's cap (~500k tokens of context). Decoded, 2 MB of tiny JSON values is
@@ -107,7 +107,7 @@ class ModelProxy:
                      prices: dict[str, dict[str, float]], deadline: float,
                      record: Path | None = None) -> ModelProxy:
         """A started proxy on `host` in front of one of the job's upstreams; every exchange
-        is written to `record` when given (orchestrator.exchanges)."""
+        is written to `record` when given (orchestrator.services.exchanges)."""
         return cls(host, upstream.url, upstream.model, upstream.api_key, budget,
                    prices.get(upstream.model, {}), deadline=deadline, record=record).start()
 
@@ -311,8 +311,8 @@ class Upstreams:
     @classmethod
     def open(cls, names: set[str], config, replay_from: Path | None = None) -> Upstreams:
         """`replay_from`: a job folder whose recorded exchanges answer every endpoint."""
-        from orchestrator.exchanges import recorded_answers
-        from orchestrator.replay import ReplayServer, load_script
+        from orchestrator.services.exchanges import recorded_answers
+        from orchestrator.services.replay import ReplayServer, load_script
 
         upstreams = cls()
         recorded = None  # one server answers every endpoint from the recording (one lock)

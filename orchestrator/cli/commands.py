@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cliapp import (
+from orchestrator.cli.app import (
     app,
     configure_logs,
     console,
@@ -73,13 +73,13 @@ def run(
 
     {exits}
     """
-    from orchestrator.job import JobOptions, run_job
+    from orchestrator.job.runner import JobOptions, run_job
     from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
     from orchestrator.models.manifest import AGENT_NAMES, Manifest, default_manifest, load_manifest
     from orchestrator.report.progress import Progress
     from orchestrator.report.summary import render_job
     from orchestrator.runtime import open_runtime
-    from orchestrator.tasks import load_tasks
+    from orchestrator.tasks.load import load_tasks
     from orchestrator.util import check_job_name, registry_problem, write_output
 
     resumed_manifest_dir = None
@@ -126,7 +126,7 @@ def run(
             raise InputError(f"--build-policy: {build_policy!r} is not prefer-prebuilt, build or pull")
         if registry is not None and (problem := registry_problem(registry)) is not None:
             raise InputError(f"--registry: {problem}")
-        from orchestrator.job import REQUIRABLE
+        from orchestrator.job.runner import REQUIRABLE
 
         if unknown := [r for r in require or [] if r not in REQUIRABLE]:
             raise InputError(f"--require {unknown[0]}: not a capability (choose from: {', '.join(REQUIRABLE)})")
@@ -149,8 +149,8 @@ def run(
                              "--job-name or --resume it (nothing was overwritten)")
         _writable(jobs_dir)
         if skip_broken:
-            from orchestrator.doctor import invalid, skipped_by_run
-            from orchestrator.tasks import load_tasks_lenient
+            from orchestrator.job.doctor import invalid, skipped_by_run
+            from orchestrator.tasks.load import load_tasks_lenient
 
             tasks, problems = load_tasks_lenient(path)
             tasks, left = skipped_by_run(tasks)
@@ -485,7 +485,7 @@ def view(
 
 # `tasks check`, `images bootstrap`, `agents`, `cleanup`: registered after the commands above,
 # so --help lists run, report, compare and view first.
-from orchestrator import cli_admin  # noqa: E402, F401
+from orchestrator.cli import admin as cli_admin  # noqa: E402, F401
 
 
 def main() -> None:

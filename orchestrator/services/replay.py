@@ -40,9 +40,9 @@ from pathlib import Path
 import yaml
 
 from orchestrator.errors import InputError
-from orchestrator.exchanges import conversation_key
-from orchestrator.httpserve import BackgroundServer, HttpError, JsonHandler
 from orchestrator.log import get_logger
+from orchestrator.services.exchanges import conversation_key
+from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler
 
 log = get_logger()
 

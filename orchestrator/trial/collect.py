@@ -10,18 +10,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.archive import DEFAULT_CAP_FILES, safe_extract
-from orchestrator.hostcopy import host_tar
 from orchestrator.log import get_logger
 from orchestrator.models.result import TrialResult
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, LOGS, TrialDir
 from orchestrator.runtime.base import Runtime
-from orchestrator.sandbox import Sandbox
 from orchestrator.scrub import scrub_json
-from orchestrator.tasks import Task
+from orchestrator.tasks.load import Task
+from orchestrator.trial.hostcopy import host_tar
+from orchestrator.trial.sandbox import Sandbox
 from orchestrator.util import write_json_atomic
 
 if TYPE_CHECKING:
-    from orchestrator.relay.session import TrialRelay
+    from orchestrator.services.relay.session import TrialRelay
 
 log = get_logger()
 COLLECT_CAP_BYTES = 256 * 1024 * 1024  # everything one trial copies out

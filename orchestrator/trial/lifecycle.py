@@ -22,19 +22,21 @@ from typing import TYPE_CHECKING
 from orchestrator import scrub
 from orchestrator.agents.base import EXIT_OUTCOMES, Agent, render_command
 from orchestrator.archive import tar_directory, tar_files
-from orchestrator.collect import EVIDENCE_NAME, collect, export_evidence
-from orchestrator.exchanges import RECORD
-from orchestrator.images import TaskImages
+from orchestrator.host.netpool import NetworkPool
+from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.log import get_logger
-from orchestrator.memory import StateRoots, file_seed_archive, seed_engrams
 from orchestrator.models.manifest import Manifest, flag_env
 from orchestrator.models.result import FailureMode, TrialResult
-from orchestrator.netpool import NetworkPool
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TrialDir
-from orchestrator.report.audit import audit_trajectory, grading_files
 from orchestrator.runtime.base import BuildFailed, Runtime
-from orchestrator.runtime.watchdog import DiskWatchdog
-from orchestrator.sandbox import (
+from orchestrator.scrub import scrub_tree
+from orchestrator.services.exchanges import RECORD
+from orchestrator.tasks.load import Task
+from orchestrator.tasks.memory import StateRoots, file_seed_archive, seed_engrams
+from orchestrator.trial.audit import audit_trajectory, grading_files
+from orchestrator.trial.collect import EVIDENCE_NAME, collect, export_evidence
+from orchestrator.trial.images import TaskImages
+from orchestrator.trial.sandbox import (
     Sandbox,
     applied_limits,
     close_sandbox,
@@ -43,18 +45,16 @@ from orchestrator.sandbox import (
     resolve_workdir,
     wait_healthy,
 )
-from orchestrator.scrub import scrub_tree
-from orchestrator.steps import run_steps
-from orchestrator.tasks import Task
-from orchestrator.trust import Trust
+from orchestrator.trial.steps import run_steps
+from orchestrator.trial.trust import Trust
+from orchestrator.trial.verify import verify
+from orchestrator.trial.workers import start_workers, stop_workers
 from orchestrator.util import write_json_atomic
-from orchestrator.verify import verify
-from orchestrator.workers import start_workers, stop_workers
 
 if TYPE_CHECKING:  # imported where a trial needs them: a model proxy, a relay, an egress proxy
-    from orchestrator.egress import EgressProxy
-    from orchestrator.proxy import ModelProxy, Upstreams
-    from orchestrator.relay.session import TrialRelay
+    from orchestrator.services.egress import EgressProxy
+    from orchestrator.services.proxy import ModelProxy, Upstreams
+    from orchestrator.services.relay.session import TrialRelay
 
 log = get_logger()
 
@@ -161,12 +161,12 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
         nonlocal relay, proxy, egress
         env: dict[str, str] = {}
         if task.config.network_for("agent") == "allowlist":
-            from orchestrator.egress import EgressProxy
+            from orchestrator.services.egress import EgressProxy
 
             egress = EgressProxy(network.gateway, task.config.allowed_hosts_for("agent")).start()
             env.update(egress.env(direct=[network.gateway]))
         if task.uses_relay:
-            from orchestrator.relay.session import start_relay
+            from orchestrator.services.relay.session import start_relay
 
             relay = start_relay(task, ctx.manifest, network.gateway, tid, ctx.job)
             result.relay["start_sec"] = round(relay.started_sec, 4)
@@ -174,7 +174,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             trial_secrets.extend(relay.secrets())
         lead = ctx.manifest.orchestrator
         if lead.endpoint and ctx.upstreams is not None:
-            from orchestrator.proxy import ModelProxy
+            from orchestrator.services.proxy import ModelProxy
 
             upstream = ctx.upstreams.by_name[lead.endpoint]
             timeout = ctx.timeout_override or task.config.agent.timeout_sec

@@ -27,7 +27,7 @@ import os
 import threading
 import uuid
 
-from orchestrator.cleanup import owner_labels, try_remove
+from orchestrator.host.cleanup import owner_labels, try_remove
 from orchestrator.log import get_logger
 from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime.base import LABEL_KIND, Network, Runtime

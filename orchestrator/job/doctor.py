@@ -30,13 +30,13 @@ from typing import Literal
 
 import orchestrator
 from orchestrator.agents.install import cache_root
-from orchestrator.images import BASE_VERSION, ensure_task_images
-from orchestrator.job import JobOptions, run_job
+from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.log import get_logger
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import ERRORED, FailureMode, TrialResult
 from orchestrator.runtime.base import BuildFailed, Runtime, SandboxSpec
-from orchestrator.tasks import Task
+from orchestrator.tasks.load import Task
+from orchestrator.trial.images import BASE_VERSION, ensure_task_images
 from orchestrator.util import write_json_atomic
 
 log = get_logger()

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from orchestrator.compose import Compose, load_compose
-from orchestrator.compose import find as find_compose
 from orchestrator.errors import InputError, validation_problems
-from orchestrator.memory import load_engram_seeds, load_fact_files
 from orchestrator.models.task import TaskConfig, ignored_fields
+from orchestrator.tasks.compose import Compose, load_compose
+from orchestrator.tasks.compose import find as find_compose
+from orchestrator.tasks.memory import load_engram_seeds, load_fact_files
 
 REQUIRED_FILES = ("task.toml", "instruction.md", "tests/test.sh")
 MAX_INSTRUCTION_BYTES = 1024 * 1024

@@ -22,13 +22,13 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
-from orchestrator.enginewatch import EngineGone, EngineWatch
 from orchestrator.errors import InfraError
+from orchestrator.executors.spec import Item
+from orchestrator.job.enginewatch import EngineGone, EngineWatch
 from orchestrator.log import get_logger
 from orchestrator.models.result import FailureMode, TrialResult
-from orchestrator.tasks import Task
+from orchestrator.tasks.load import Task
 
 log = get_logger()
 RETRYABLE = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.ENDPOINT_ERROR}
@@ -95,14 +95,6 @@ class Admission:
             self.cpus -= env.cpus
             self.memory_mb -= env.memory_mb
             self._cond.notify_all()
-
-
-@dataclass
-class Item:
-    task: Task
-    attempt: int
-    retries: list[str] = field(default_factory=list)
-    outage_retries: int = 0  # of those, the ones an engine outage caused (free)
 
 
 def backoff_seconds(retry_number: int, multiplier: float = 1.0, maximum: float = 30.0) -> float:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict, dataclass, field
 
-from orchestrator.cleanup import touch_images
-from orchestrator.images import TaskImages, ensure_task_images
+from orchestrator.host.cleanup import touch_images
 from orchestrator.log import get_logger
 from orchestrator.runtime.base import Runtime
-from orchestrator.standins import StandIn
-from orchestrator.tasks import Task
+from orchestrator.tasks.load import Task
+from orchestrator.tasks.standins import StandIn
+from orchestrator.trial.images import TaskImages, ensure_task_images
 
 log = get_logger()
 

@@ -13,11 +13,10 @@ import time
 from collections import OrderedDict
 from urllib.parse import parse_qs, urlsplit
 
-from orchestrator.httpserve import BackgroundServer, HttpError, JsonHandler
 from orchestrator.log import get_logger
-from orchestrator.relay import auth
-from orchestrator.relay.slugs import MAX_VALUE_BYTES, SlugError
-from orchestrator.relay.store import (
+from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler
+from orchestrator.services.relay import auth
+from orchestrator.services.relay.store import (
     EXPORT_LIMIT,
     Identity,
     RelayError,
@@ -25,6 +24,7 @@ from orchestrator.relay.store import (
     _message_json,
     value_hash,
 )
+from orchestrator.tasks.slugs import MAX_VALUE_BYTES, SlugError
 
 log = get_logger()
 MAX_BODY = MAX_VALUE_BYTES * 2 + 4096

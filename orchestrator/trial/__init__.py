@@ -1,0 +1,15 @@
+"""One trial, phase by phase: the lifecycle (run_trial, TrialContext), its images,
+sandbox, agent and workers, collection, verification, steps and the audit."""
+
+from orchestrator import public_face
+
+__all__ = ["ImageCache", "TaskImages", "TrialContext", "ensure_task_images", "run_trial", "trial_dir", "trial_id"]
+__getattr__, __dir__ = public_face(__name__, {
+    "TrialContext": "lifecycle",
+    "run_trial": "lifecycle",
+    "trial_dir": "lifecycle",
+    "trial_id": "lifecycle",
+    "ImageCache": "imagecache",
+    "ensure_task_images": "images",
+    "TaskImages": "images",
+})
