@@ -9,6 +9,11 @@ from pathlib import Path
 # On the host: locks and small state shared by every orchestra process on this machine.
 LOCK_DIR = Path(os.environ.get("ORCHESTRA_LOCK_DIR", "/var/tmp/orchestra-locks"))
 
+
+def cache_root() -> Path:
+    """This user's cache: installed agent CLIs, the doctor's verdicts, trial durations."""
+    return Path(os.environ.get("ORCHESTRA_CACHE") or Path.home() / ".cache" / "orchestra")
+
 # Inside the containers (DESIGN 3.4).
 LOGS = "/logs"
 AGENT_LOGS = "/logs/agent"

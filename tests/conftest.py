@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 import time
 import uuid
@@ -15,6 +16,9 @@ from orchestrator.models.result import JobResult, TrialResult
 from orchestrator.tasks.load import load_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
+# Jobs the tests run neither read nor write this host's recorded durations (job/durations.py):
+# their trials run in the order given, whatever ran before, and the user's record stays theirs.
+os.environ["ORCHESTRA_DURATIONS"] = ""
 
 
 @pytest.fixture(scope="session")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from orchestrator.errors import InfraError
 from orchestrator.log import get_logger
+from orchestrator.paths import cache_root
 
 log = get_logger()
 PYTHON = (3, 11)  # what the offline base (Debian bookworm) and most task images run
@@ -41,10 +42,6 @@ class Recipe:
     package: str
     version: str
     binary: str = ""  # npm: the executable inside the package
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("ORCHESTRA_CACHE") or Path.home() / ".cache" / "orchestra")
 
 
 def install_dir(recipe: Recipe) -> Path:

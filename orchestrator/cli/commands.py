@@ -45,6 +45,7 @@ def run(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Run the reference agent (or --agent) on this endpoint (a name in the endpoint config) without writing a manifest.")] = None,
     replay_from: Annotated[Path | None, typer.Option("--replay-from", help="Answer every model call from this job folder's recorded exchanges (trial/model/exchanges.jsonl): a re-run with exactly the same model outputs.")] = None,
     max_retries: Annotated[int, typer.Option(min=0, help="Retries of infrastructure failures per trial (an engine outage's do not count).")] = 2,
+    order: Annotated[str, typer.Option("--order", help="longest-first: trials whose durations are known (the --baseline job's, else what orchestra recorded on this host for the same task content and agent) start longest first, unknown ones before them, so one long trial does not run alone at the end | given: tasks in folder order.")] = "longest-first",
     engine_wait: Annotated[float, typer.Option("--engine-wait", min=0, help="Seconds trials wait for an engine that stopped answering (restarting, or answering errors) before the job stops as infrastructure (exit 3; --resume goes on). The outages are in the job result's engine_outages.")] = 300.0,
     max_cpus: Annotated[float | None, typer.Option(help="Admission budget in cpus (default: the engine's).")] = None,
     max_memory_mb: Annotated[int | None, typer.Option(help="Admission budget in MB (default: the engine's).")] = None,
@@ -65,6 +66,7 @@ def run(
     allow_changed: Annotated[bool, typer.Option("--allow-changed", help="With --baseline: compare tasks whose content changed between the jobs.")] = False,
     skip_broken: Annotated[bool, typer.Option("--skip-broken", help="Leave out tasks that do not load and those `orchestra tasks doctor` found broken, leaky or without a solution (its cached verdicts), and say how many.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain progress lines, no live display.")] = False,
+    progress_json: Annotated[bool, typer.Option("--progress-json", help="Progress as one JSON object per finished trial on stderr (done, total, task, reward, failure_mode, rate_per_min, eta_seconds, failures so far by mode), for a pipeline to read.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
 ):
     """Run every task under PATH k times with the manifest's agents; grade each trial.
@@ -122,6 +124,8 @@ def run(
                              "(trial folders with model/exchanges.jsonl) there")
         if retry_errors and resume is None:
             raise InputError("--retry-errors: only with --resume JOB_DIR")
+        if order not in ("longest-first", "given"):
+            raise InputError(f"--order: {order!r} is not longest-first or given")
         if build_policy not in ("prefer-prebuilt", "build", "pull"):
             raise InputError(f"--build-policy: {build_policy!r} is not prefer-prebuilt, build or pull")
         if registry is not None and (problem := registry_problem(registry)) is not None:
@@ -188,7 +192,7 @@ def run(
             manifest_dir = manifest.parent.resolve() if manifest else None
         options = JobOptions(
             job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=attempts, policy=policy,
-            manifest_dir=manifest_dir, max_retries=max_retries, engine_wait=engine_wait, max_cpus=max_cpus,
+            manifest_dir=manifest_dir, max_retries=max_retries, engine_wait=engine_wait, longest_first=order == "longest-first", max_cpus=max_cpus,
             max_memory_mb=max_memory_mb, resume=resume is not None, oci_runtime=oci_runtime,
             retry_errors=retry_errors, ca_bundle=ca_bundle, build_policy=build_policy, registry=registry,
             require=list(require or []),
@@ -206,10 +210,14 @@ def run(
             check_options(flaky, alpha)
             if k_auto:
                 options.k = _auto_k(baseline_trials, detect_drop, alpha, gate_layer)
+            from orchestrator.job.durations import measured
+
+            options.durations = measured(baseline_trials)
         configure_logs(verbose, jobs_dir / name / "events.jsonl")
         runtime = open_runtime(max_pool_size=n_concurrent * 3 + 8)
         _terminate_as_interrupt()
-        with Progress(err, live=False if quiet or verbose else None) as progress:
+        with Progress(err, live=False if quiet or verbose or progress_json else None,
+                      json_lines=progress_json) as progress:
             job = run_job(runtime, tasks, lineup, options, on_trial_done=progress.trial_done,
                           on_phase=progress.phase, on_plan=progress.plan,
                           on_admission=progress.admission)

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Literal
 
 import orchestrator
-from orchestrator.agents.install import cache_root
 from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.log import get_logger
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import ERRORED, FailureMode, TrialResult
+from orchestrator.paths import cache_root
 from orchestrator.runtime.base import BuildFailed, Runtime, SandboxSpec
 from orchestrator.tasks.load import Task
 from orchestrator.trial.images import BASE_VERSION, ensure_task_images

@@ -17,12 +17,13 @@ from pydantic import ValidationError
 from orchestrator.agents import agent_for
 from orchestrator.errors import InfraError, InputError
 from orchestrator.executors import Executor, open_executor
-from orchestrator.executors.spec import TrialSpec
+from orchestrator.executors.spec import Item, TrialSpec
 from orchestrator.host.cleanup import own, reap, reap_orphans, remaining
 from orchestrator.host.netpool import NetworkPool
 from orchestrator.host.watchdog import DiskWatchdog
+from orchestrator.job import durations
 from orchestrator.job.enginewatch import EngineWatch
-from orchestrator.job.scheduler import Admission, Item, Scheduler
+from orchestrator.job.scheduler import Admission, Scheduler
 from orchestrator.job.shadow import memory_shadow
 from orchestrator.log import get_logger
 from orchestrator.models.endpoint import EndpointConfig
@@ -79,6 +80,8 @@ class JobOptions:
     registry: str | None = None  # --registry HOST/PREFIX: built images pushed, Ray nodes pull
     require: list[str] = field(default_factory=list)  # --require: capabilities (REQUIRABLE) or exit 2
     replay_from: Path | None = None  # answer model calls from this job's recorded exchanges
+    longest_first: bool = True  # known durations (a baseline's, this host's record) order the trials
+    durations: dict[str, float] | None = None  # task content hash -> seconds, from --baseline
     engine_wait: float = 300.0  # seconds trials wait for an engine that stopped answering
     backend: str = "local"  # local | ray
     ray_address: str | None = None
@@ -259,6 +262,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         todo.remove(item)
         finished[trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)] = infeasible_result(
             ctx, item.task, item.attempt, admission)
+    todo, order = _ordered(todo, agent.name, options)
     if options.resume:
         log.warning("resume.plan", finished=len(finished), rerun=len(todo),
                     message=f"resume: {len(finished)} trial(s) already complete, re-running "
@@ -309,6 +313,8 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         left = _clean_up_job(runtime, options.job_name, watchdog, networks, upstreams, executor)
         job = summarize(options, manifest, lead.agent, results, images.built, started, admission)
         job.images_pushed = images.pushed
+        job.order = order
+        durations.record(agent.name, results)
         if engine_watch is not None:
             job.engine_outages = [EngineOutage(gone_at=gone, seconds=round(back - gone, 1))
                                   for gone, back in engine_watch.outages]
@@ -325,6 +331,21 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
                          f"remove: {', '.join(left[:10])}{' ...' if len(left) > 10 else ''}; "
                          "run `orchestra cleanup` and check the engine")
     return job
+
+
+def _ordered(todo: list[Item], agent: str, options: JobOptions) -> tuple[list[Item], str]:
+    """Longest first where durations are known (job/durations.py): the baseline's, then
+    this host's record. Returns the order and how it was chosen (the job result's `order`)."""
+    if not options.longest_first:
+        return todo, "given"
+    known = {**durations.recorded(agent), **(options.durations or {})}
+    keyed = sum(1 for i in todo if i.task.content_hash in known)
+    if not keyed:
+        return todo, "given (no durations known)"
+    order = (f"longest first ({keyed} of {len(todo)} trials by known durations"
+             f"{', the baseline' if options.durations else ''}, the rest first)")
+    log.info("job.order", order=order)
+    return durations.longest_first(todo, lambda i: i.task.content_hash, known), order
 
 
 def _clean_up_job(runtime: Runtime, job: str, watchdog: DiskWatchdog, networks: NetworkPool,

@@ -222,6 +222,7 @@ class JobResult(BaseModel):
     peak_cpus: float | None = None
     peak_memory_mb: int | None = None
     retried: int = 0
+    order: str = "given"  # how trials were ordered: given, or longest first (job/durations.py)
     engine_outages: list[EngineOutage] = []  # the engine gone and back while the job ran
     engine_down_seconds: float = 0.0  # their total
     started_at: float = 0.0
