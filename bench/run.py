@@ -34,6 +34,10 @@ Not a test: these machines are noisy, so nothing here asserts a time.
   bystander_relay_p95_ratio  a relay client's p95 round trip beside a relay flood (the
                         hostile suite's relay-flood agent) over its p95 alone (target <= 2;
                         tests/hostile only holds it to 10x, a bound noise cannot flip)
+  makespan_longest_first_ratio  a job of one 20 s trial and eight 2 s ones on 2 slots, the
+                        long one last in folder order: its wall time started longest first
+                        (durations from the first run, as --baseline gives them) over in
+                        folder order (--order given); `python bench/run.py makespan` runs it alone
   bystander_model_p95_ratio  a model call's p95 through its trial's proxy beside another
                         trial's 16 keep-alive connections of small calls (test_round2's
                         model-flood agent) over its p95 alone (target <= 2; the test: 3x)
@@ -287,6 +291,37 @@ def model_p95_ratio(runtime, tmp: Path, jobs: Path) -> None:
         bystander_ratio(runtime, jobs, "model", [load_task(bystander), load_task(flood)], manifest, endpoints)
 
 
+def makespan(runtime, tmp: Path, jobs: Path) -> None:
+    """Longest first against folder order on a job with skewed durations (job/durations.py)."""
+    from orchestrator.job.durations import measured
+    from orchestrator.tasks.load import load_tasks
+
+    toml = "[agent]\ntimeout_sec = 120\n[environment]\ncpus = 0.25\nmemory_mb = 256\n"
+    for i in range(8):
+        make_task(tmp / "skew", f"a-short-{i}", solve="sleep 2\ntouch /app/ok\n", toml=toml)
+    make_task(tmp / "skew", "z-long", solve="sleep 20\ntouch /app/ok\n", toml=toml)
+    tasks = load_tasks(tmp / "skew")
+    for task in tasks[:1]:
+        ensure_task_images(runtime, task, "bench")  # one image for all: the same Dockerfile
+
+    def wall(**order) -> tuple[float, list[TrialResult]]:
+        options = JobOptions(job_name=f"bench-skew-{uuid.uuid4().hex[:8]}", jobs_dir=jobs, n_concurrent=2,
+                             **order)
+        started = time.perf_counter()
+        job = run_job(runtime, tasks, default_manifest("oracle"), options)
+        assert job.mean_reward == 1.0, job.counts
+        trials = [TrialResult.model_validate_json(p.read_text())
+                  for p in (jobs / job.job / "trials").glob("*/result.json")]
+        return time.perf_counter() - started, trials
+
+    given, trials = wall(longest_first=False)
+    known = measured(trials)
+    first, _ = wall(durations=known)
+    emit("makespan_given_seconds", round(given, 1))
+    emit("makespan_longest_first_seconds", round(first, 1))
+    emit("makespan_longest_first_ratio", round(first / given, 2))
+
+
 def sdk_import_seconds() -> float:
     def timed(code: str) -> float:
         started = time.perf_counter()
@@ -467,6 +502,7 @@ def main() -> None:
         emit("peak_rss_mb_16", round(usage.ru_maxrss / 1024, 1))
         relay_p95_ratio(runtime, tmp, jobs)
         model_p95_ratio(runtime, tmp, jobs)
+        makespan(runtime, tmp, jobs)
         report_10k(tmp)
         viewer_10k(tmp)
     floor_api.remove_network(FLOOR_NETWORK)
@@ -474,4 +510,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["makespan"]:
+        logsetup.configure()
+        with tempfile.TemporaryDirectory() as name:
+            makespan(DockerRuntime(max_pool_size=16), Path(name), Path(name) / "jobs")
+    else:
+        main()

@@ -45,6 +45,7 @@ def run(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Run the reference agent (or --agent) on this endpoint (a name in the endpoint config) without writing a manifest.")] = None,
     replay_from: Annotated[Path | None, typer.Option("--replay-from", help="Answer every model call from this job folder's recorded exchanges (trial/model/exchanges.jsonl): a re-run with exactly the same model outputs.")] = None,
     max_retries: Annotated[int, typer.Option(min=0, help="Retries of infrastructure failures per trial (an engine outage's do not count).")] = 2,
+    image_budget_gb: Annotated[float | None, typer.Option("--image-budget-gb", min=0, help="Keep orchestra's task images on the engine within this many GB while the job runs: after trials finish, the least recently used are pruned, never one a running or queued trial of this job needs, nor one another job used in the last hour. Without it the disk is still watched: the job warns below 10% free on the engine's data root and stops (exit 3, results kept) below 2%.")] = None,
     order: Annotated[str, typer.Option("--order", help="longest-first: trials whose durations are known (the --baseline job's, else what orchestra recorded on this host for the same task content and agent) start longest first, unknown ones before them, so one long trial does not run alone at the end | given: tasks in folder order.")] = "longest-first",
     engine_wait: Annotated[float, typer.Option("--engine-wait", min=0, help="Seconds trials wait for an engine that stopped answering (restarting, or answering errors) before the job stops as infrastructure (exit 3; --resume goes on). The outages are in the job result's engine_outages.")] = 300.0,
     max_cpus: Annotated[float | None, typer.Option(help="Admission budget in cpus (default: the engine's).")] = None,
@@ -192,7 +193,7 @@ def run(
             manifest_dir = manifest.parent.resolve() if manifest else None
         options = JobOptions(
             job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=attempts, policy=policy,
-            manifest_dir=manifest_dir, max_retries=max_retries, engine_wait=engine_wait, longest_first=order == "longest-first", max_cpus=max_cpus,
+            manifest_dir=manifest_dir, max_retries=max_retries, engine_wait=engine_wait, longest_first=order == "longest-first", image_budget_gb=image_budget_gb, max_cpus=max_cpus,
             max_memory_mb=max_memory_mb, resume=resume is not None, oci_runtime=oci_runtime,
             retry_errors=retry_errors, ca_bundle=ca_bundle, build_policy=build_policy, registry=registry,
             require=list(require or []),

@@ -153,9 +153,14 @@ def touch_images(refs: list[str]) -> None:
             log.warning("images.usage_not_recorded", error=str(exc))
 
 
-def prune_images(runtime: Runtime, keep_gb: float | None) -> list[str]:
+def prune_images(runtime: Runtime, keep_gb: float | None, keep: frozenset[str] = frozenset(),
+                 spare_used_within_sec: float | None = None,
+                 mine: frozenset[str] = frozenset()) -> list[str]:
     """Remove orchestra's task and agent images, least recently used first, until what is
-    left fits keep_gb (all of them when keep_gb is None). The offline base is kept."""
+    left fits keep_gb (all of them when keep_gb is None). The offline base is kept, and so
+    is every image tagged with a reference in `keep`; with `spare_used_within_sec`, so is
+    every image used that recently unless one of its tags is in `mine` (a running job's
+    budget: another job on this host may be using it)."""
     try:
         usage = json.loads(USAGE_FILE.read_text())
     except (OSError, json.JSONDecodeError):
@@ -166,13 +171,19 @@ def prune_images(runtime: Runtime, keep_gb: float | None) -> list[str]:
     def last_used(image) -> float:
         return max([usage.get(t, 0.0) for t in image.tags] + [image.created])
 
-    images.sort(key=last_used)
+    images.sort(key=lambda i: (last_used(i), -i.created))  # a child (agent image) before its parent
     total = sum(i.size for i in images)
     budget = None if keep_gb is None else keep_gb * 1024 ** 3
     removed = []
+    now = time.time()
     for image in images:
         if budget is not None and total <= budget:
             break
+        if keep & set(image.tags):
+            continue
+        if (spare_used_within_sec is not None and not mine & set(image.tags)
+                and now - last_used(image) < spare_used_within_sec):
+            continue
         if not try_remove("image", runtime.remove_image, image.id):
             continue
         total -= image.size

@@ -22,6 +22,7 @@ from orchestrator.host.cleanup import own, reap, reap_orphans, remaining
 from orchestrator.host.netpool import NetworkPool
 from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.job import durations
+from orchestrator.job.budget import DiskBudget, EngineDiskFull
 from orchestrator.job.enginewatch import EngineWatch
 from orchestrator.job.scheduler import Admission, Scheduler
 from orchestrator.job.shadow import memory_shadow
@@ -80,6 +81,8 @@ class JobOptions:
     registry: str | None = None  # --registry HOST/PREFIX: built images pushed, Ray nodes pull
     require: list[str] = field(default_factory=list)  # --require: capabilities (REQUIRABLE) or exit 2
     replay_from: Path | None = None  # answer model calls from this job's recorded exchanges
+    image_budget_gb: float | None = None  # task images pruned LRU to this while the job runs
+    budget_interval: float = 10.0  # seconds between the budget's looks at the disk
     longest_first: bool = True  # known durations (a baseline's, this host's record) order the trials
     durations: dict[str, float] | None = None  # task content hash -> seconds, from --baseline
     engine_wait: float = 300.0  # seconds trials wait for an engine that stopped answering
@@ -263,6 +266,9 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         finished[trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)] = infeasible_result(
             ctx, item.task, item.attempt, admission)
     todo, order = _ordered(todo, agent.name, options)
+    budget = DiskBudget(runtime, images, Counter(i.task.name for i in todo), options.image_budget_gb,
+                        engine, options.budget_interval)
+    budget.check_data_root()  # a disk already nearly full: exit 3 before any trial
     if options.resume:
         log.warning("resume.plan", finished=len(finished), rerun=len(todo),
                     message=f"resume: {len(finished)} trial(s) already complete, re-running "
@@ -276,6 +282,11 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
 
     def done(result: TrialResult) -> None:
         results.append(result)
+        try:
+            budget.trial_done(result.task)
+        except EngineDiskFull:
+            cancel.set()  # nothing new starts; running trials stop at their next phase
+            raise
         if result.failure_mode == FailureMode.ANSWER_LEAK and not cancel.is_set():
             log.error("job.answer_leak", trial=result.trial_id[:12], task=result.task, error=result.error)
             cancel.set()  # a leak stops the suite: no further trial starts
@@ -314,6 +325,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
         job = summarize(options, manifest, lead.agent, results, images.built, started, admission)
         job.images_pushed = images.pushed
         job.order = order
+        job.images_pruned = len(budget.pruned)
         durations.record(agent.name, results)
         if engine_watch is not None:
             job.engine_outages = [EngineOutage(gone_at=gone, seconds=round(back - gone, 1))

@@ -218,6 +218,7 @@ class JobResult(BaseModel):
     pass_hat_k: float | None = None
     images_built: int = 0
     images_pushed: int = 0  # to --registry
+    images_pruned: int = 0  # by --image-budget-gb while the job ran
     capabilities: JobCapabilities | None = None  # what the engine could enforce (pre-flight)
     peak_cpus: float | None = None
     peak_memory_mb: int | None = None

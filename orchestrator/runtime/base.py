@@ -91,6 +91,7 @@ class EngineFacts:
     oci_runtimes: list[str]
     version: str = ""
     kind: str = "docker"  # docker | podman
+    data_root: str = ""  # where it keeps images and writable layers (on its host)
 
 
 @dataclass
@@ -206,6 +207,10 @@ class Runtime(ABC):
     @abstractmethod
     def engine_facts(self) -> EngineFacts:
         """CPUs, memory, the OCI runtimes it can start containers under, its kind."""
+    @abstractmethod
+    def data_root_space(self, facts: EngineFacts | None = None) -> tuple[int, int] | None:
+        """(free, total) bytes of the filesystem under the engine's data root, or None where
+        it cannot be read from here (an engine on another host)."""
     @abstractmethod
     def unanswered(self, timeout_sec: float = 5.0) -> str | None:
         """None when the engine answers a ping within the timeout, else why not (never

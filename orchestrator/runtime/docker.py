@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import os
 import resource
 import socket
 import struct
@@ -115,7 +116,18 @@ class DockerRuntime(Runtime):
                            memory_mb=int((info.get("MemTotal") or 2**31) // 2**20),
                            oci_runtimes=sorted(info.get("Runtimes") or {}),
                            version=str(info.get("ServerVersion") or ""),
-                           kind="podman" if self.podman else "docker")
+                           kind="podman" if self.podman else "docker",
+                           data_root=str(info.get("DockerRootDir") or ""))
+
+    def data_root_space(self, facts: EngineFacts | None = None) -> tuple[int, int] | None:
+        root = (facts or self.engine_facts()).data_root
+        if not self.local_engine or not root:
+            return None
+        try:
+            stat = os.statvfs(root)
+        except OSError:
+            return None
+        return stat.f_bavail * stat.f_frsize, stat.f_blocks * stat.f_frsize
 
     def unanswered(self, timeout_sec: float = 5.0) -> str | None:
         try:

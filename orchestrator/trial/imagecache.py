@@ -11,6 +11,7 @@ lives, as without a registry.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 
 from orchestrator.host.cleanup import touch_images
@@ -21,6 +22,7 @@ from orchestrator.tasks.standins import StandIn
 from orchestrator.trial.images import TaskImages, ensure_task_images
 
 log = get_logger()
+TOUCH_EVERY_SEC = 600.0  # how often a job says it still uses its images (cleanup's LRU)
 
 
 def registry_ref(registry: str, local: str) -> str:
@@ -60,6 +62,7 @@ class ImageCache:
         self._offered: dict[str, Published] = {}  # on a node: what the driver pushed
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._touched: dict[str, float] = {}  # task name -> when its images were last said used
         self.built = 0
         self.pushed = 0
         self.pulled = 0
@@ -79,8 +82,22 @@ class ImageCache:
                 if self.registry and not offered:
                     self._published[task.name] = self._push(images)
                 self._done[task.name] = images
-                touch_images([images.task_image, images.agent_image])
+                self._touched[task.name] = 0.0
+            if time.monotonic() - self._touched[task.name] > TOUCH_EVERY_SEC:  # in use, said now and
+                self._touched[task.name] = time.monotonic()  # then: other jobs' budgets spare it
+                touch_images([self._done[task.name].task_image, self._done[task.name].agent_image])
             return self._done[task.name]
+
+    def refs(self, task_names) -> frozenset[str]:
+        """The image references of these tasks' images (those this cache has made)."""
+        with self._guard:
+            return frozenset(ref for name in task_names if name in self._done
+                             for ref in (self._done[name].task_image, self._done[name].agent_image))
+
+    def forget(self, task_name: str) -> None:
+        """The task's images were pruned: the next trial of it (a resumed job's) makes them again."""
+        with self._guard:
+            self._done.pop(task_name, None)
 
     # ---- with a registry -----------------------------------------------------------------
     def publish(self, task: Task) -> Published:
