@@ -38,6 +38,7 @@ Not a test: these machines are noisy, so nothing here asserts a time.
                         long one last in folder order: its wall time started longest first
                         (durations from the first run, as --baseline gives them) over in
                         folder order (--order given); `python bench/run.py makespan` runs it alone
+  resume_load_seconds_1000  `--resume` reading 1,000 finished trials' results (synthetic)
   bystander_model_p95_ratio  a model call's p95 through its trial's proxy beside another
                         trial's 16 keep-alive connections of small calls (test_round2's
                         model-flood agent) over its p95 alone (target <= 2; the test: 3x)
@@ -356,6 +357,20 @@ def synthetic_trials(job: str, n: int = 10_000) -> list[TrialResult]:
     return trials
 
 
+def resume_load(tmp: Path, n: int = 1000) -> None:
+    """`--resume` of a job killed with n trials done: the time to read what is finished."""
+    from orchestrator.job.runner import load_finished
+    from orchestrator.util import write_json_atomic
+
+    job_dir = tmp / "resume-job"
+    for t in synthetic_trials("resume-job", n):
+        write_json_atomic(job_dir / "trials" / f"t{t.trial_id[-12:]}" / "result.json", t)
+    started = time.perf_counter()
+    finished = load_finished(job_dir, [])
+    assert len(finished) == n
+    emit(f"resume_load_seconds_{n}", round(time.perf_counter() - started, 3))
+
+
 def report_10k(tmp: Path) -> None:
     trials = synthetic_trials("synthetic")
     tracemalloc.start()
@@ -503,6 +518,7 @@ def main() -> None:
         relay_p95_ratio(runtime, tmp, jobs)
         model_p95_ratio(runtime, tmp, jobs)
         makespan(runtime, tmp, jobs)
+        resume_load(tmp)
         report_10k(tmp)
         viewer_10k(tmp)
     floor_api.remove_network(FLOOR_NETWORK)
@@ -510,7 +526,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["makespan"]:
+    if sys.argv[1:] == ["resume"]:
+        with tempfile.TemporaryDirectory() as name:
+            resume_load(Path(name))
+    elif sys.argv[1:] == ["makespan"]:
         logsetup.configure()
         with tempfile.TemporaryDirectory() as name:
             makespan(DockerRuntime(max_pool_size=16), Path(name), Path(name) / "jobs")
