@@ -6,6 +6,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+# The checkout orchestra runs from (an editable install): its images/ folder holds the
+# agent stack injected into task containers and the base-image recipes.
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+AGENT_STACK_SOURCE = SOURCE_ROOT / "images" / "agent-stack"
+
 # On the host: locks and small state shared by every orchestra process on this machine.
 LOCK_DIR = Path(os.environ.get("ORCHESTRA_LOCK_DIR", "/var/tmp/orchestra-locks"))
 

@@ -59,6 +59,12 @@ class DiskBudget:
             if self.budget_gb is not None:
                 self._prune()
 
+    def finish(self) -> None:
+        """After the job's clean-up: what the last trials' containers still held goes now."""
+        if self.budget_gb is not None:
+            with self._lock:
+                self._prune()
+
     def _prune(self) -> None:
         needed = self.images.refs(name for name, n in self.pending.items() if n > 0)
         finished = [name for name, n in self.pending.items() if n <= 0]

@@ -322,6 +322,10 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
             if trial_id(ctx.job, item.task, ctx.agent_id, item.attempt) not in seen:
                 results.append(cancelled_result(ctx, item.task, item.attempt, item.retries))
         left = _clean_up_job(runtime, options.job_name, watchdog, networks, upstreams, executor)
+        try:
+            budget.finish()
+        except Exception as exc:  # the budget never costs a job its result
+            log.warning("images.prune_failed", error=str(exc)[:300])
         job = summarize(options, manifest, lead.agent, results, images.built, started, admission)
         job.images_pushed = images.pushed
         job.order = order

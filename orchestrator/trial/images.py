@@ -28,7 +28,7 @@ from pathlib import Path
 
 from orchestrator.archive import tar_directory, tar_files
 from orchestrator.log import get_logger
-from orchestrator.paths import LOCK_DIR
+from orchestrator.paths import AGENT_STACK_SOURCE, LOCK_DIR
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
 from orchestrator.tasks.load import Task, hash_tree, image_repository
 from orchestrator.tasks.standins import RELEASES, StandIn, base_image, choose
@@ -36,7 +36,7 @@ from orchestrator.trial.trust import CA_PATH, CA_VARIABLES
 
 log = get_logger()
 
-AGENT_STACK = Path(__file__).resolve().parent.parent / "images" / "agent-stack"
+AGENT_STACK = AGENT_STACK_SOURCE
 BASE_IMAGE = base_image("bookworm")  # the default stand-in
 BOOTSTRAP_RELEASES = ("bookworm", "trixie")  # `orchestra images bootstrap`; bullseye on demand
 BASE_VERSION = "2"  # bump when the base's recipe changes: an older base is rebuilt
