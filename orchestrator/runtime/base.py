@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -39,7 +39,7 @@ class SandboxSpec:
     image: str
     name: str
     labels: dict[str, str]
-    command: list[str]
+    command: list[str] | None  # None: the image's own CMD (a compose service without one)
     cpus: float
     memory_mb: int
     pids_limit: int
@@ -308,7 +308,7 @@ class Runtime(ABC):
     @abstractmethod
     def put_archive(self, container: str, path: str, tar_bytes: bytes | BinaryIO) -> None: ...
     @abstractmethod
-    def get_archive(self, container: str, path: str) -> Iterator[bytes] | None:
+    def get_archive(self, container: str, path: str) -> Generator[bytes, None, None] | None:
         """A tar stream of `path`, or None if it does not exist; close it if not read out."""
     @abstractmethod
     def limits(self, container: str) -> ContainerLimits: ...

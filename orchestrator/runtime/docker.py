@@ -17,7 +17,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -550,7 +550,7 @@ class DockerRuntime(Runtime):
         if not self.api.put_archive(container, path, tar_bytes):
             raise RuntimeFault(f"copy into {path} failed")
 
-    def get_archive(self, container: str, path: str) -> Iterator[bytes] | None:
+    def get_archive(self, container: str, path: str) -> Generator[bytes, None, None] | None:
         """A tar stream of `path`, or None if it does not exist. Close the iterator when not
         reading it to the end: an abandoned copy holds the container and blocks its removal."""
         try:
@@ -560,7 +560,7 @@ class DockerRuntime(Runtime):
         if stream is None:
             return None
 
-        def chunks() -> Iterator[bytes]:
+        def chunks() -> Generator[bytes, None, None]:
             try:
                 yield from stream
             finally:
