@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -124,7 +124,7 @@ class DiskQuotas(ABC):
     def reap(self, job: str | None = None, own: bool = False) -> int:
         """Unmount and delete a job's disks (None: every job's); how many."""
     @abstractmethod
-    def reap_dead_owners(self, alive) -> int:
+    def reap_dead_owners(self, alive: Callable[[int], bool]) -> int:
         """Disks whose making process is gone (`alive(pid)` says)."""
 
 
