@@ -237,6 +237,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
     if in_use:  # model endpoints: the proxy's module only then
         from orchestrator.services.proxy import Upstreams
 
+        assert options.endpoints is not None  # preflight refused endpoints without a config
         upstreams = Upstreams.open(in_use, options.endpoints, options.replay_from)
     reap_orphans(runtime)
     write_json_atomic(job_dir / "config.json", {
