@@ -7,10 +7,16 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from types import TracebackType
+from typing import TYPE_CHECKING
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from orchestrator.models.result import TrialResult
+    from orchestrator.tasks.load import Task
 
 
 class Progress:
@@ -34,9 +40,10 @@ class Progress:
             self._live.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         if self._live is not None:
-            self._live.__exit__(*exc)
+            self._live.__exit__(kind, exc, traceback)
 
     def _eta(self) -> str:
         if not self.done or self.done >= self.total:
@@ -44,7 +51,7 @@ class Progress:
         rate = (time.monotonic() - self.started) / self.done
         return f"{rate * (self.total - self.done):.0f}s"
 
-    def _render(self):
+    def _render(self) -> Group:
         head = Table.grid(padding=(0, 2))
         queued = max(0, self.total - self.done - len(self.running))
         head.add_row(f"[bold]{self.done}/{self.total}[/] done", f"{len(self.running)} running",
@@ -55,7 +62,7 @@ class Progress:
         table.add_column("phase")
         for label, phase in sorted(self.running.values())[:20]:
             table.add_row(label, phase)
-        parts = [head, table]
+        parts: list[RenderableType] = [head, table]
         if self.waiting:
             task, why = next(iter(self.waiting.items()))
             parts.append(f"[dim]{len(self.waiting)} waiting for admission ({task}: {why})[/]")
@@ -66,7 +73,7 @@ class Progress:
             self.total, self.done = total, already_done
             self._refresh()
 
-    def admission(self, task, why: str | None) -> None:
+    def admission(self, task: Task, why: str | None) -> None:
         with self._lock:
             if why is None:
                 self.waiting.pop(task.name, None)
@@ -88,7 +95,7 @@ class Progress:
             if self._live is not None:
                 self._live.update(self._render())
 
-    def trial_done(self, result, done: int, total: int) -> None:
+    def trial_done(self, result: TrialResult, done: int, total: int) -> None:
         with self._lock:
             self.done, self.total = done, total
             self.running.pop(result.trial_id, None)
