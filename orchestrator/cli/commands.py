@@ -9,7 +9,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -28,6 +27,8 @@ from orchestrator.cli.app import (
 from orchestrator.errors import InfraError, InputError
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from rich.console import Console
 
     from orchestrator.models.result import TrialResult
