@@ -68,6 +68,7 @@ test-integration: base-image
 
 lint: setup
 	$(BIN)/ruff check orchestrator tests bench
+	$(BIN)/mypy orchestrator
 
 bench: base-image
 	$(BIN)/python bench/run.py

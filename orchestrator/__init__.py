@@ -33,7 +33,7 @@ __version__ = "0.1.0"
 def public_face(package: str, exports: dict[str, str]) -> tuple[Callable, Callable]:
     """`__getattr__` and `__dir__` for a package that exports `name -> module` lazily."""
 
-    def __getattr__(name: str):
+    def __getattr__(name: str) -> object:
         if name not in exports:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         return getattr(importlib.import_module(f"{package}.{exports[name]}"), name)

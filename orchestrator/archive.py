@@ -14,7 +14,10 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 DEFAULT_CAP_BYTES = 256 * 1024 * 1024
 DEFAULT_CAP_FILES = 20_000  # members per extraction: 200,000 tiny files must not cost minutes
@@ -47,14 +50,15 @@ class _StreamReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, target) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         while not self._buffer:
             try:
                 self._buffer = next(self._chunks)
             except StopIteration:
                 return 0
-        size = min(len(target), len(self._buffer))
-        target[:size] = self._buffer[:size]
+        with memoryview(buffer) as target:  # io passes a bytearray or a memoryview of bytes
+            size = min(len(target), len(self._buffer))
+            target[:size] = self._buffer[:size]
         self._buffer = self._buffer[size:]
         return size
 
@@ -137,6 +141,7 @@ def _extract_member(archive: tarfile.TarFile, member: tarfile.TarInfo, root: Pat
         report.truncated = True
         report.reject(f"{member.name}: cut to {keep} of {member.size} bytes (cap)")
     source = archive.extractfile(member)
+    assert source is not None  # a regular file (checked above) always has its data
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.is_symlink():
         target.unlink()

@@ -4,6 +4,15 @@ InputError   -> exit 2: bad task, manifest, endpoint, seeds...; nothing started.
 InfraError   -> exit 3: Docker unreachable or another failure before any trial ran.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
 
 class OrchestraError(Exception):
     exit_code = 1
@@ -25,7 +34,8 @@ class InfraError(OrchestraError):
     exit_code = 3
 
 
-def validation_problems(file, error, prefix: str = "", explain_unknown: bool = False) -> list[str]:
+def validation_problems(file: Path, error: ValidationError, prefix: str = "",
+                        explain_unknown: bool = False) -> list[str]:
     """A pydantic ValidationError as "FILE: field 'a.b': message" lines (DESIGN 2.1)."""
     problems = []
     for item in error.errors():

@@ -5,19 +5,26 @@ from __future__ import annotations
 import importlib.abc
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from orchestrator import scrub
 
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+
 
 class _HideRich(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if name == "rich" or name.startswith("rich."):
             raise ImportError(f"{name} is hidden from structlog")
         return None
 
 
-def _import_structlog():
+def _import_structlog() -> ModuleType:
     """structlog, loaded without the parts of rich not yet loaded. With rich installed,
     structlog imports rich's traceback and pretty-printer for its console renderer: 40-70 ms
     of every run's start-up (python -X importtime). Orchestra renders JSON lines (and text

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import overload
 
 REDACTED = "[orchestra:redacted-secret]"
 MIN_SECRET_LEN = 12  # shorter strings are not registered (they would match by chance)
@@ -64,8 +65,16 @@ def found_in(text: str, secrets: list[str]) -> list[str]:
     return [s for s in secrets if s in text or s[::-1] in text]
 
 
-def scrub_json(value, secrets: list[str]):
-    """A copy of a JSON value with every string scrubbed."""
+@overload
+def scrub_json(value: str, secrets: list[str]) -> str: ...
+@overload
+def scrub_json(value: list, secrets: list[str]) -> list: ...
+@overload
+def scrub_json(value: dict, secrets: list[str]) -> dict: ...
+@overload
+def scrub_json(value: object, secrets: list[str]) -> object: ...
+def scrub_json(value: object, secrets: list[str]) -> object:
+    """A copy of a JSON value with every string scrubbed (of the same shape)."""
     if isinstance(value, str):
         return scrub_text(value, secrets)
     if isinstance(value, list):
@@ -99,7 +108,7 @@ def scrub_tree(root: Path, secrets: list[str]) -> list[str]:
     return sorted(scrubbed)
 
 
-def structlog_processor(_logger, _method, event_dict: dict) -> dict:
+def structlog_processor(_logger: object, _method: str, event_dict: dict) -> dict:
     """Scrub every string value of a log event of every registered secret."""
     secrets = current()
     if not secrets:

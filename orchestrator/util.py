@@ -59,7 +59,7 @@ def registry_problem(registry: str) -> str | None:
     return None
 
 
-def write_output(path: Path | str, data: BaseModel | dict | list) -> None:
+def write_output(path: Path | str, data: BaseModel | dict | list | str) -> None:
     """A user-named output (`--json`, `--markdown`): `-` means stdout; an existing path that
     is not a regular file (a device, a pipe, /dev/stdout) is written in place, never
     replaced; a regular file is replaced atomically."""

@@ -20,7 +20,10 @@ EXIT_OUTCOMES = {EXIT_DEADLINE: "timeout", EXIT_BUDGET: "budget_exceeded",
 
 
 class Agent(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """The agent's name (AGENT_NAMES): a class attribute, or an installed CLI's recipe's."""
+        ...
 
     def files(self, task: Task) -> dict[str, bytes]:
         """Files to copy into the sandbox before the run: {absolute path: content}."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,10 +22,13 @@ from orchestrator.cli.app import (
 )
 from orchestrator.errors import InfraError, InputError
 
+if TYPE_CHECKING:
+    from orchestrator.models.result import TrialResult
+
 
 @tasks_app.command("check")
 def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a dataset folder.")],
-                json_out: Annotated[bool, typer.Option("--json", help="Print JSON (a list of tasks) instead of lines.")] = False):
+                json_out: Annotated[bool, typer.Option("--json", help="Print JSON (a list of tasks) instead of lines.")] = False) -> None:
     """Validate a task or every task under a folder; list every problem found, then the
     task.toml keys orchestra (like Harbor) ignores, and what each task needs that this host
     lacks (images, a registry, cpus, the network).
@@ -83,7 +86,7 @@ def tasks_doctor(
     ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) every build and container trusts (a TLS-intercepting proxy).")] = None,
     refresh: Annotated[bool, typer.Option(help="Ignore cached verdicts and run every task again.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
-):
+) -> None:
     """Run the oracle and nop once on every task and say whether it can measure an agent:
     healthy (oracle 1, nop 0), broken (oracle below 1, with the reason: build failed, an
     image stood in, a test needing a network this host lacks, a timeout...), weak-test (nop
@@ -107,7 +110,7 @@ def tasks_doctor(
         configure_logs(verbose, None)
         runtime = open_runtime(max_pool_size=n_concurrent * 3 + 8)
 
-        def progress(result, done, total):
+        def progress(result: TrialResult, done: int, total: int) -> None:
             err.print(f"  [{done}/{total}] {result.agent} {result.task}: {result.failure_mode.value}",
                       markup=False, highlight=False, soft_wrap=True)
 
@@ -117,7 +120,7 @@ def tasks_doctor(
     except (InputError, InfraError) as exc:
         fail(exc)
 
-    def score(value):
+    def score(value: float | None) -> str:
         return "-" if value is None else f"{value:g}"
 
     if json_out:
@@ -133,7 +136,7 @@ def tasks_doctor(
 
 @images_app.command("bootstrap")
 def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if present.")] = False,
-                     release: Annotated[list[str] | None, typer.Option("--release", help="A Debian release to build (repeatable): bookworm, trixie, bullseye. Default: bookworm and trixie.")] = None):
+                     release: Annotated[list[str] | None, typer.Option("--release", help="A Debian release to build (repeatable): bookworm, trixie, bullseye. Default: bookworm and trixie.")] = None) -> None:
     """Build the offline bases from Debian packages (no registry needed): Debian with
     python3, pip, venv and ca-certificates, made to behave like the official python images.
     A FROM this engine lacks is built on the nearest one (python 3.13+ trixie, 3.11-3.12
@@ -166,7 +169,7 @@ def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if p
 @app.command()
 def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
            install: Annotated[list[str] | None, typer.Option("--install", help="Install this agent now (repeatable; `all` for every one).")] = None,
-           ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) pip and npm trust.")] = None):
+           ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) pip and npm trust.")] = None) -> None:
     """The agents `orchestra run --agent NAME` takes: built-in ones and installed CLIs
     (kind, version, whether the host has installed it yet; an installed CLI is
     installed on first use, or now with --install)."""
@@ -203,7 +206,7 @@ def cleanup(
     images: Annotated[bool, typer.Option("--images", help="Also prune orchestra's task images.")] = False,
     keep_gb: Annotated[float | None, typer.Option(help="With --images: keep the most recently used up to this size.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON: the objects in scope (--dry-run) or the counts removed.")] = False,
-):
+) -> None:
     """Remove containers, networks and volumes orchestra created (and the loop disks behind
     them). By default only those of jobs whose orchestrator process on this host is gone,
     and the idle networks kept between jobs; `--job NAME` one job's, `--all` all of them.

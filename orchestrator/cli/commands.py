@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -25,6 +25,15 @@ from orchestrator.cli.app import (
     print_table,
 )
 from orchestrator.errors import InfraError, InputError
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from rich.console import Console
+
+    from orchestrator.models.result import TrialResult
+    from orchestrator.report.gate import Gate
+    from orchestrator.tasks.load import Task
 
 
 @app.command()
@@ -69,7 +78,7 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain progress lines, no live display.")] = False,
     progress_json: Annotated[bool, typer.Option("--progress-json", help="Progress as one JSON object per finished trial on stderr (done, total, task, reward, failure_mode, rate_per_min, eta_seconds, failures so far by mode), for a pipeline to read.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
-):
+) -> None:
     """Run every task under PATH k times with the manifest's agents; grade each trial.
 
     With `--json -` only the JSON goes to stdout; tables and notes go to stderr.
@@ -78,7 +87,13 @@ def run(
     """
     from orchestrator.job.runner import JobOptions, run_job
     from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
-    from orchestrator.models.manifest import AGENT_NAMES, Manifest, default_manifest, load_manifest
+    from orchestrator.models.manifest import (
+        AGENT_NAMES,
+        Manifest,
+        default_manifest,
+        is_agent_kind,
+        load_manifest,
+    )
     from orchestrator.report.progress import Progress
     from orchestrator.report.summary import render_job
     from orchestrator.runtime import open_runtime
@@ -137,7 +152,7 @@ def run(
             raise InputError(f"--require {unknown[0]}: not a capability (choose from: {', '.join(REQUIRABLE)})")
         if policy not in ("memory-on", "memory-off"):
             raise InputError(f"--policy: {policy!r} is not memory-on or memory-off")
-        if agent is not None and agent not in AGENT_NAMES:
+        if agent is not None and not is_agent_kind(agent):
             raise InputError(f"--agent: {agent!r} is not one of {', '.join(AGENT_NAMES)} "
                              "(`orchestra agents` lists them)")
         if backend not in ("local", "ray"):
@@ -258,7 +273,7 @@ def _positive_int(option: str, value: str) -> int:
     return int(value)
 
 
-def _auto_k(baseline_trials, drop: float, alpha: float, gate_layer: str | None) -> int:
+def _auto_k(baseline_trials: list[TrialResult], drop: float, alpha: float, gate_layer: str | None) -> int:
     """-k auto: attempts enough to tell a drop of `drop` from chance against the baseline."""
     from orchestrator.report.gate import attempts_to_tell
 
@@ -301,7 +316,7 @@ def _terminate_as_interrupt() -> None:
     """SIGTERM cancels like Ctrl-C; a second signal during clean-up is noted, not obeyed."""
     state = {"count": 0}
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         state["count"] += 1
         if state["count"] == 1:
             raise KeyboardInterrupt
@@ -336,7 +351,7 @@ def report(
     flaky: Annotated[str, typer.Option("--flaky", help="With --baseline: tasks flaky in the baseline (some passes, some fails): gate | report | ignore.")] = "report",
     alpha: Annotated[float, typer.Option("--alpha", help="With --baseline: the gate's false discovery rate (the expected share of false alarms among the regressions it names).")] = 0.05,
     allow_changed: Annotated[bool, typer.Option("--allow-changed", help="With --baseline: compare tasks whose content changed between the jobs.")] = False,
-):
+) -> None:
     """Summarise a job: tables per task, layer, class and failure mode, pass@k, tokens and
     cost, phase timings; writes report.md and a self-contained report.html into the job.
 
@@ -387,7 +402,7 @@ def report(
     failing = fail_under is not None and job.mean_reward < fail_under
     if failing:
         err.print(f"mean reward {job.mean_reward:.3f} is below --fail-under {fail_under}")
-    if regression is not None:
+    if regression is not None and baseline is not None:  # a gate is made against a baseline
         _report_gate(regression, baseline, job_dir, fail_on_regression, human)
     if failing:
         raise typer.Exit(1)
@@ -409,7 +424,7 @@ def _writable(jobs_dir: Path) -> None:
                          f"({exc.strerror or exc})") from None
 
 
-def _note_ignored_fields(tasks) -> None:
+def _note_ignored_fields(tasks: list[Task]) -> None:
     """Keys Harbor ignores are accepted, never silently: one stderr line per set of keys
     (and per schema warning), naming its tasks (each result.json records its own)."""
     lines: dict[str, list[str]] = {}
@@ -424,7 +439,8 @@ def _note_ignored_fields(tasks) -> None:
         err.print(f"{label}: {shown}", markup=False, highlight=False, soft_wrap=True)
 
 
-def _report_gate(regression, baseline: Path, job_dir: Path, fail_on_regression: bool, human) -> None:
+def _report_gate(regression: Gate, baseline: Path, job_dir: Path, fail_on_regression: bool,
+                 human: Console) -> None:
     """Print and write (regressions.json) the gate's verdict; exit 1 when asked to fail and a
     task regressed."""
     from orchestrator.util import write_json_atomic
@@ -446,7 +462,7 @@ def compare_cmd(
     second: Annotated[Path, typer.Argument(help="The other arm's result.json (or folder).")],
     json_out: Annotated[str | None, typer.Option("--json", help="Write the comparison JSON ('-': stdout).")] = None,
     markdown: Annotated[str | None, typer.Option("--markdown", help="Write it as Markdown ('-': stdout).")] = None,
-):
+) -> None:
     """Paired memory-on vs memory-off comparison of two jobs (either order): utility delta,
     helpful and harmful trials, per-class table, McNemar p-value and a bootstrap CI."""
     from orchestrator.report.compare import compare, to_markdown
@@ -471,7 +487,7 @@ def compare_cmd(
 def view(
     jobs: Annotated[list[Path] | None, typer.Argument(help="Job folders, or folders of jobs (default: jobs/).")] = None,
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: a free one).")] = 0,
-):
+) -> None:
     """Browse jobs in a local web app: jobs, each trial's failure reason first, its
     trajectory, relay evidence, output and verifier output. Serves 127.0.0.1 only and
     opens nothing by itself; Ctrl-C stops it."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 import re
 import shutil
@@ -21,7 +22,9 @@ import tarfile
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.archive import safe_extract, tar_directory
 from orchestrator.log import get_logger
@@ -29,6 +32,13 @@ from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import TrialDir
 from orchestrator.tasks.load import Task
 from orchestrator.util import write_json_atomic
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+
+    from orchestrator.executors.spec import Item, TrialSpec
+    from orchestrator.runtime.base import Runtime
+    from orchestrator.trial.lifecycle import TrialContext
 
 log = get_logger()
 NODE_CACHE = Path(os.environ.get("ORCHESTRA_RAY_CACHE", "/var/tmp/orchestra-ray"))
@@ -38,7 +48,7 @@ _node_state: dict = {}
 _node_lock = threading.Lock()
 
 
-def _node_runtime():
+def _node_runtime() -> Runtime:
     from orchestrator.runtime import open_runtime
 
     with _node_lock:
@@ -131,10 +141,11 @@ class RayExecutor:
 
         self.ray = ray
         host = (address or "").rpartition(":")[0]
-        loopback = {"_node_ip_address": "127.0.0.1"} if host in ("127.0.0.1", "localhost") else {}
+        loopback = host in ("127.0.0.1", "localhost")
         ray.init(address=address or "auto", ignore_reinit_error=True, log_to_driver=False,
-                 logging_level="ERROR", **loopback)
-        self._task_refs: dict[str, object] = {}
+                 logging_level=logging.ERROR,
+                 _node_ip_address="127.0.0.1" if loopback else None)  # None: Ray's own choice
+        self._task_refs: dict[str, ObjectRef] = {}
         self._remote = ray.remote(max_retries=0)(run_on_node)
         self._reaper = ray.remote(num_cpus=0, max_retries=0)(reap_on_node)
         self._lock = threading.Lock()
@@ -143,18 +154,18 @@ class RayExecutor:
         resources = self.ray.cluster_resources()
         return float(resources.get("CPU", 1)), int(resources.get("memory", 2**31) // 2**20)
 
-    def _task_ref(self, task: Task):
+    def _task_ref(self, task: Task) -> ObjectRef:
         with self._lock:
             if task.content_hash not in self._task_refs:
                 self._task_refs[task.content_hash] = self.ray.put(tar_directory(task.path, "."))
             return self._task_refs[task.content_hash]
 
-    def runner(self, ctx, spec):
+    def runner(self, ctx: TrialContext, spec: TrialSpec) -> Callable[[Item], TrialResult]:
         """Each item becomes a Ray task; a trial lost on its node gets the result the
         driver can write (infrastructure, retried by the scheduler)."""
         from orchestrator.trial.lifecycle import new_result, trial_dir, trial_id
 
-        def run_remote(item) -> TrialResult:
+        def run_remote(item: Item) -> TrialResult:
             tid = trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)
             fallback = new_result(ctx, item.task, item.attempt, tid)
             fallback.retries = list(item.retries)
@@ -173,7 +184,8 @@ class RayExecutor:
         return run_remote
 
     @staticmethod
-    def _publish(ctx, task: Task, registry: str | None, fallback: TrialResult) -> dict | None | bool:
+    def _publish(ctx: TrialContext, task: Task, registry: str | None,
+                 fallback: TrialResult) -> dict | None | bool:
         """With --registry, the driver builds the task's images once and pushes them; the
         node is told where they are (and pulls them instead of building). A task that does
         not build here is left to the node, which reports the build error as its result.
@@ -183,9 +195,12 @@ class RayExecutor:
         from dataclasses import asdict
 
         from orchestrator.runtime.base import BuildFailed, RuntimeFault
+        from orchestrator.trial.imagecache import ImageCache
 
+        images = ctx.images_for
+        assert isinstance(images, ImageCache)  # the driver's context has one (run_job)
         try:
-            return asdict(ctx.images_for.publish(task))
+            return asdict(images.publish(task))
         except BuildFailed:
             return None
         except RuntimeFault as exc:

@@ -14,10 +14,18 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 from orchestrator.log import get_logger
 from orchestrator.paths import LOCK_DIR
-from orchestrator.runtime.base import LABEL_IMAGE_KIND, LABEL_JOB, LABEL_KIND, LABEL_PID, Runtime
+from orchestrator.runtime.base import (
+    LABEL_IMAGE_KIND,
+    LABEL_JOB,
+    LABEL_KIND,
+    LABEL_PID,
+    ImageFacts,
+    Runtime,
+)
 
 log = get_logger()
 LABEL_HOST = "orchestra.host"
@@ -72,7 +80,7 @@ def reap(runtime: Runtime, label: str | list[str]) -> dict[str, int]:
             "disks": disks, "failed": failed}
 
 
-def try_remove(kind: str, remove, name: str) -> bool:
+def try_remove(kind: str, remove: Callable[[str], object], name: str) -> bool:
     try:
         remove(name)
         return True
@@ -168,7 +176,7 @@ def prune_images(runtime: Runtime, keep_gb: float | None, keep: frozenset[str] =
     images = [i for i in runtime.images_labelled(LABEL_IMAGE_KIND)
               if i.labels.get(LABEL_IMAGE_KIND) in ("task-image", "agent-image", "snapshot")]
 
-    def last_used(image) -> float:
+    def last_used(image: ImageFacts) -> float:
         return max([usage.get(t, 0.0) for t in image.tags] + [image.created])
 
     images.sort(key=lambda i: (last_used(i), -i.created))  # a child (agent image) before its parent

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 import orchestrator
-from orchestrator.job.runner import JobOptions, run_job
+from orchestrator.job.runner import JobOptions, TrialDone, run_job
 from orchestrator.log import get_logger
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import ERRORED, FailureMode, TrialResult
@@ -114,7 +114,8 @@ def invalid(problems: dict[Path, list[str]]) -> list[Diagnosis]:
 
 
 def diagnose(runtime: Runtime, tasks: list[Task], jobs_dir: Path, *, n_concurrent: int = 2,
-             ca_bundle: Path | None = None, refresh: bool = False, on_trial_done=None) -> list[Diagnosis]:
+             ca_bundle: Path | None = None, refresh: bool = False,
+             on_trial_done: TrialDone | None = None) -> list[Diagnosis]:
     """Every task's diagnosis: from the cache, or by running the oracle and nop now."""
     found = {t.name: cached(t) for t in tasks} if not refresh else {}
     todo = [t for t in tasks if found.get(t.name) is None]
@@ -142,7 +143,7 @@ def diagnose(runtime: Runtime, tasks: list[Task], jobs_dir: Path, *, n_concurren
 
 
 def _run(runtime: Runtime, tasks: list[Task], agent: Literal["oracle", "nop"], options: JobOptions,
-         on_trial_done) -> dict[str, TrialResult]:
+         on_trial_done: TrialDone | None) -> dict[str, TrialResult]:
     run_job(runtime, tasks, default_manifest(agent), options, on_trial_done=on_trial_done)
     results = {}
     for path in (options.jobs_dir / options.job_name / "trials").glob("*/result.json"):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -87,7 +87,7 @@ def record(agent: str, trials: Iterable[TrialResult]) -> None:
         log.warning("durations.not_recorded", error=str(exc))
 
 
-def longest_first(items: list[T], key_of, known: dict[str, float]) -> list[T]:
+def longest_first(items: list[T], key_of: Callable[[T], str], known: dict[str, float]) -> list[T]:
     """Unknown durations first (given order), then the known, longest first (stable)."""
     unknown = [i for i in items if key_of(i) not in known]
     rest = sorted((i for i in items if key_of(i) in known), key=lambda i: -known[key_of(i)])

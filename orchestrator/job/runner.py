@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,6 +57,8 @@ from orchestrator.util import write_json_atomic
 if TYPE_CHECKING:
     from orchestrator.services.proxy import Upstreams
 
+TrialDone = Callable[[TrialResult, int, int], None]  # (result, done, total)
+
 log = get_logger()
 LAYER_DEFAULT_K = {"regression": 1, "workflow": 3}
 
@@ -95,7 +98,8 @@ def attempts_for(task: Task, k: int | None) -> int:
     return k if k is not None else LAYER_DEFAULT_K.get(task.config.metadata.evaluation_layer or "", 1)
 
 
-def preflight(tasks: list[Task], manifest: Manifest, endpoints=None, admission=None) -> set[str]:
+def preflight(tasks: list[Task], manifest: Manifest, endpoints: EndpointConfig | None = None,
+              admission: Admission | None = None) -> set[str]:
     """Refuse, before any container starts, what cannot run. Returns the endpoints in use."""
     problems = []
     lead = manifest.orchestrator
@@ -107,11 +111,12 @@ def preflight(tasks: list[Task], manifest: Manifest, endpoints=None, admission=N
         problems.append(f"roster.{lead.id}.endpoint: required for agent: reference")
     if in_use and endpoints is None:
         problems.append("the manifest names endpoints but no endpoint config was given (--endpoints)")
-    for name in sorted(in_use) if endpoints is not None else []:
-        try:
-            endpoints.resolve(name)
-        except InputError as exc:
-            problems.extend(exc.problems)
+    elif endpoints is not None:
+        for name in sorted(in_use):
+            try:
+                endpoints.resolve(name)
+            except InputError as exc:
+                problems.extend(exc.problems)
     for t in tasks:  # Harbor's ${VAR} templates in verifier.env must resolve on this host
         try:
             resolve_env(t.config.verifier.env)
@@ -213,10 +218,12 @@ def check_capabilities(runtime: Runtime, options: JobOptions,
 
 
 def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
-            options: JobOptions, on_trial_done=None, on_phase=None, on_plan=None,
-            on_admission=None) -> JobResult:
-    """Run every trial of `tasks` under `manifest`. Observers (all optional): on_plan(total)
-    once the trials to run are known, on_phase(trial_id, label, phase), on_admission(task,
+            options: JobOptions, on_trial_done: TrialDone | None = None,
+            on_phase: Callable[[str, str, str], None] | None = None,
+            on_plan: Callable[[int, int], None] | None = None,
+            on_admission: Callable[[Task, str | None], None] | None = None) -> JobResult:
+    """Run every trial of `tasks` under `manifest`. Observers (all optional): on_plan(total,
+    already done) once the trials to run are known, on_phase(trial_id, label, phase), on_admission(task,
     why-waiting or None), on_trial_done(result, done, total)."""
     options = with_sandbox_policy(options, manifest)
     engine = runtime.engine_facts()
@@ -236,6 +243,7 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
     if in_use:  # model endpoints: the proxy's module only then
         from orchestrator.services.proxy import Upstreams
 
+        assert options.endpoints is not None  # preflight refused endpoints without a config
         upstreams = Upstreams.open(in_use, options.endpoints, options.replay_from)
     reap_orphans(runtime)
     write_json_atomic(job_dir / "config.json", {

@@ -99,9 +99,9 @@ class Admission:
 
 def backoff_seconds(retry_number: int, multiplier: float = 1.0, maximum: float = 30.0) -> float:
     """tenacity's exponential backoff with full jitter, for the n-th retry (1-based)."""
-    from tenacity import RetryCallState, wait_random_exponential  # only when a trial retries
+    from tenacity import RetryCallState, Retrying, wait_random_exponential  # only on a retry
 
-    state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})
+    state = RetryCallState(retry_object=Retrying(), fn=None, args=(), kwargs={})
     state.attempt_number = retry_number
     return wait_random_exponential(multiplier=multiplier, max=maximum)(state)
 
@@ -150,7 +150,8 @@ class Scheduler:
             self.admission.release(item.task)
         self._results.put((item, result))
 
-    def _submit(self, item: Item, run_one, on_cancelled) -> None:
+    def _submit(self, item: Item, run_one: Callable[[Item], TrialResult],
+                on_cancelled: Callable[[Item], TrialResult]) -> None:
         try:
             future = self.pool.submit(self._attempt, item, run_one, on_cancelled)
         except RuntimeError:  # stop() shut the pool first (a retry's timer that was already

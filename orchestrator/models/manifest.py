@@ -5,15 +5,23 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
 from orchestrator.errors import InputError, validation_problems
 
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # typing.TypeIs is Python 3.13's
+
 # Built in, then the installed agent CLIs (orchestrator.agents.installed.INSTALLED).
 AgentKind = Literal["oracle", "nop", "reference", "command", "mini-swe-agent", "aider", "opencode"]
-AGENT_NAMES: tuple[str, ...] = AgentKind.__args__
+AGENT_NAMES: tuple[str, ...] = get_args(AgentKind)
+
+
+def is_agent_kind(name: str) -> TypeIs[AgentKind]:
+    """Whether `name` is one of the agents orchestra runs (AGENT_NAMES)."""
+    return name in AGENT_NAMES
 
 
 class _Strict(BaseModel):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -117,7 +118,7 @@ class AgentSection(PhaseNetwork):
 
     @field_validator("user", mode="before")
     @classmethod
-    def _uid(cls, value):
+    def _uid(cls, value: object) -> object:
         return str(value) if isinstance(value, int) else value
 
 
@@ -131,7 +132,7 @@ class VerifierSection(PhaseNetwork):
 
     @field_validator("user", mode="before")
     @classmethod
-    def _uid(cls, value):
+    def _uid(cls, value: object) -> object:
         return str(value) if isinstance(value, int) else value
 
     @model_validator(mode="after")
@@ -176,7 +177,7 @@ class EnvironmentSection(_Section):
 
     @field_validator("workdir", mode="before")
     @classmethod
-    def _absolute(cls, value):
+    def _absolute(cls, value: object) -> object:
         if value is None:
             return "/app"
         if not str(value).startswith("/"):
@@ -251,7 +252,7 @@ class StepSection(_Section):
 
     @field_validator("artifacts", mode="before")
     @classmethod
-    def _artifacts(cls, entries) -> list[str]:
+    def _artifacts(cls, entries: Iterable[object] | None) -> list[str]:
         return TaskConfig._artifacts(entries)
 
 
@@ -275,12 +276,12 @@ class TaskConfig(_Section):
 
     @field_validator("schema_version", "version", mode="before")
     @classmethod
-    def _version_text(cls, value):
+    def _version_text(cls, value: object) -> object:
         return str(value) if isinstance(value, (int, float)) else value
 
     @field_validator("artifacts", mode="before")
     @classmethod
-    def _artifacts(cls, entries) -> list[str]:
+    def _artifacts(cls, entries: Iterable[object] | None) -> list[str]:
         """Paths, or Harbor's tables {source, destination, exclude, service}: a table
         naming only `source` (service main) is that path; the rest cannot be honoured."""
         paths = []

@@ -11,10 +11,16 @@ import sys
 import threading
 import time
 from collections import Counter
+from types import TracebackType
+from typing import TYPE_CHECKING
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from orchestrator.models.result import TrialResult
+    from orchestrator.tasks.load import Task
 
 
 class Progress:
@@ -41,9 +47,10 @@ class Progress:
             self._live.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         if self._live is not None:
-            self._live.__exit__(*exc)
+            self._live.__exit__(kind, exc, traceback)
 
     def rate_per_min(self) -> float | None:
         """Trials finished per minute by this run (None before the first)."""
@@ -63,7 +70,7 @@ class Progress:
     def _failures(self) -> str:
         return ", ".join(f"{mode} {n}" for mode, n in self.failed_by_mode.most_common()) or "none"
 
-    def _render(self):
+    def _render(self) -> Group:
         head = Table.grid(padding=(0, 2))
         queued = max(0, self.total - self.done - len(self.running))
         rate = self.rate_per_min()
@@ -78,7 +85,7 @@ class Progress:
         table.add_column("phase")
         for label, phase in sorted(self.running.values())[:20]:
             table.add_row(label, phase)
-        parts = [head, table]
+        parts: list[RenderableType] = [head, table]
         if self.waiting:
             task, why = next(iter(self.waiting.items()))
             parts.append(f"[dim]{len(self.waiting)} waiting for admission ({task}: {why})[/]")
@@ -89,7 +96,7 @@ class Progress:
             self.total, self.done, self.done_before = total, already_done, already_done
             self._refresh()
 
-    def admission(self, task, why: str | None) -> None:
+    def admission(self, task: Task, why: str | None) -> None:
         with self._lock:
             if why is None:
                 self.waiting.pop(task.name, None)
@@ -111,7 +118,7 @@ class Progress:
             if self._live is not None:
                 self._live.update(self._render())
 
-    def trial_done(self, result, done: int, total: int) -> None:
+    def trial_done(self, result: TrialResult, done: int, total: int) -> None:
         with self._lock:
             self.done, self.total = done, total
             self.running.pop(result.trial_id, None)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import html
 
 from orchestrator.job.shadow import MemoryShadow
-from orchestrator.models.result import JobResult, headline_of
-from orchestrator.report.tables import PHASES, JobTables
+from orchestrator.models.result import JobResult, TrialResult, headline_of
+from orchestrator.report.tables import PHASES, Group, JobTables
 
 COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1"]
 
 
-def _rows(groups, k: int) -> list[list[str]]:
+def _rows(groups: list[Group], k: int) -> list[list[str]]:
     rows = []
     for g in groups:
         row = [g.name, str(g.n), f"{g.mean_reward:.3f}", f"{g.passed}/{g.n}"]
@@ -87,7 +87,7 @@ def _stacked(title: str, means: dict[str, float]) -> str:
     width, left, total = 640, 10, sum(means.values()) or 1e-9
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="80" role="img">',
              f'<text x="4" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>']
-    x = left
+    x = float(left)
     for i, (phase, value) in enumerate(means.items()):
         w = (width - 2 * left) * value / total
         parts.append(f'<rect x="{x:.1f}" y="26" width="{w:.1f}" height="22" fill="{COLORS[i % len(COLORS)]}">'
@@ -98,7 +98,7 @@ def _stacked(title: str, means: dict[str, float]) -> str:
     return "".join(parts) + "</svg>"
 
 
-def _trial_rows(trials) -> str:
+def _trial_rows(trials: list[TrialResult]) -> str:
     """One row per trial, failures first, with the reason and links into its folder."""
     ordered = sorted(trials, key=lambda r: (r.failure_mode.value == "none" and r.headline >= 1,
                                             r.task, r.attempt))[:2000]
@@ -116,7 +116,8 @@ def _trial_rows(trials) -> str:
             "mode</th><th>reason</th><th>files</th></tr>" + "".join(rows) + "</table>")
 
 
-def to_html(job: JobResult, t: JobTables, compare: dict | None = None, trials=None) -> str:
+def to_html(job: JobResult, t: JobTables, compare: dict | None = None,
+            trials: list[TrialResult] | None = None) -> str:
     body = [f"<h1>Job {html.escape(job.job)}</h1>",
             f"<p>agent <code>{html.escape(job.agent)}</code>, condition <code>{html.escape(job.condition)}</code>, "
             f"policy <code>{html.escape(job.policy)}</code>, k = {t.k}; {job.n_trials} trials, mean reward "

@@ -4,6 +4,7 @@ Pure functions over TrialResult lists, shared by the terminal, Markdown and HTML
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.models.result import TrialResult
@@ -32,7 +33,7 @@ class Group:
         return sum(all(v) for v in self.attempts.values()) / len(self.attempts) if self.attempts else 0.0
 
 
-def group_by(trials: list[TrialResult], key) -> list[Group]:
+def group_by(trials: list[TrialResult], key: Callable[[TrialResult], str | None]) -> list[Group]:
     groups: dict[str, Group] = {}
     for t in trials:
         name = key(t) or "-"
@@ -58,7 +59,7 @@ class JobTables:
 
 
 def tables(trials: list[TrialResult]) -> JobTables:
-    phases = defaultdict(float)
+    phases: defaultdict[str, float] = defaultdict(float)
     for t in trials:
         for phase in PHASES:
             phases[phase] += getattr(t.timings, phase)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -39,7 +39,7 @@ class SandboxSpec:
     image: str
     name: str
     labels: dict[str, str]
-    command: list[str]
+    command: list[str] | None  # None: the image's own CMD (a compose service without one)
     cpus: float
     memory_mb: int
     pids_limit: int
@@ -125,7 +125,7 @@ class DiskQuotas(ABC):
     def reap(self, job: str | None = None, own: bool = False) -> int:
         """Unmount and delete a job's disks (None: every job's); how many."""
     @abstractmethod
-    def reap_dead_owners(self, alive) -> int:
+    def reap_dead_owners(self, alive: Callable[[int], bool]) -> int:
         """Disks whose making process is gone (`alive(pid)` says)."""
 
 
@@ -313,7 +313,7 @@ class Runtime(ABC):
     @abstractmethod
     def put_archive(self, container: str, path: str, tar_bytes: bytes | BinaryIO) -> None: ...
     @abstractmethod
-    def get_archive(self, container: str, path: str) -> Iterator[bytes] | None:
+    def get_archive(self, container: str, path: str) -> Generator[bytes, None, None] | None:
         """A tar stream of `path`, or None if it does not exist; close it if not read out."""
     @abstractmethod
     def limits(self, container: str) -> ContainerLimits: ...

@@ -26,7 +26,10 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    from requests import Response
 
 
 def _may_need_ssh() -> bool:
@@ -94,7 +97,8 @@ def _client_kwargs() -> dict:
 class _Counted(docker.APIClient):
     calls = 0
 
-    def request(self, method, url, *args, **kwargs):  # every engine request passes here
+    def request(self, method: str, url: str, *args: object,
+                **kwargs: object) -> Response:  # every engine request passes here
         self.calls += 1
         return super().request(method, url, *args, **kwargs)
 
@@ -103,7 +107,7 @@ class TarStream:
     """A streamed response body (a container's files). Read to its end, its connection goes
     back to the pool; closed early, the connection is closed (the engine stops sending)."""
 
-    def __init__(self, response):
+    def __init__(self, response: Response):
         self.response = response
 
     def __iter__(self) -> Iterator[bytes]:
@@ -120,7 +124,7 @@ class Hijacked:
     """An attached exec's socket: stdin in, multiplexed stdout/stderr frames out. Holds the
     HTTP response, whose collection would close the socket under TLS."""
 
-    def __init__(self, sock: socket.socket, response):
+    def __init__(self, sock: socket.socket, response: Response):
         self.sock, self.response = sock, response
 
     def settimeout(self, seconds: float) -> None:
@@ -148,7 +152,7 @@ class Hijacked:
 class EngineClient:
     """One engine; thread-safe (requests' pool gives each request a connection of its own)."""
 
-    def __init__(self, timeout: float = 120, max_pool_size: int = 16, **overrides):
+    def __init__(self, timeout: float = 120, max_pool_size: int = 16, **overrides: object):
         kwargs = {**_client_kwargs(), **overrides}
         self.api = _Counted(version=API_VERSION, timeout=timeout, max_pool_size=max_pool_size,
                             **kwargs)
@@ -286,7 +290,7 @@ class EngineClient:
 
     def create_container(self, image: str, command: list[str] | None = None,
                          name: str | None = None, host_config: dict | None = None,
-                         **config) -> dict:
+                         **config: object) -> dict:
         """A container from the API's own fields (Labels, Env as "K=V", WorkingDir, User,
         Entrypoint, Healthcheck, NetworkingConfig), nothing pulled."""
         body = {"Image": image, "Cmd": command, "HostConfig": host_config or {},
@@ -361,7 +365,7 @@ class EngineClient:
         return self.api.exec_inspect(exec_id)
 
 
-def _buffered(response, sock) -> bytes:
+def _buffered(response: Response, sock: socket.socket) -> bytes:
     """Whatever the HTTP layer read past the engine's 101 answer (the first output of a
     fast process may come in the same packet), taken without blocking."""
     reader = getattr(getattr(response.raw, "_fp", None), "fp", None)

@@ -18,6 +18,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.log import get_logger
@@ -119,7 +120,7 @@ def _remove_group(group: Path) -> int:
     return removed
 
 
-def reap_dead_owner_disks(alive) -> int:
+def reap_dead_owner_disks(alive: Callable[[int], bool]) -> int:
     """Disks of jobs whose owning process (owner.pid) is gone."""
     removed = 0
     if not DISK_ROOT.is_dir():
@@ -149,5 +150,5 @@ class LoopDisks(DiskQuotas):
     def reap(self, job: str | None = None, own: bool = False) -> int:
         return reap_loop_disks(job, own)
 
-    def reap_dead_owners(self, alive) -> int:
+    def reap_dead_owners(self, alive: Callable[[int], bool]) -> int:
         return reap_dead_owner_disks(alive)

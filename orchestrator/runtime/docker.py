@@ -18,9 +18,9 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, ParamSpec, TypeVar
 
 from orchestrator.errors import InfraError
 from orchestrator.log import get_logger
@@ -51,7 +51,7 @@ from orchestrator.runtime.client import (
     NotFound,
 )
 from orchestrator.runtime.disk import LoopDisks, loop_disks_available
-from orchestrator.runtime.subnets import SubnetPool, host_routes
+from orchestrator.runtime.subnets import Block, SubnetPool, host_routes
 
 __all__ = ["BuildFailed", "DockerRuntime", "RuntimeFault", "connect"]
 
@@ -66,6 +66,8 @@ POLL_SEC = 0.25  # how often a waiting exec checks its deadline and stop event
 GVISOR_PIDS_BASE = 128
 GVISOR_PIDS_PER_PROCESS = 16
 SUBNET_LOCK = LOCK_DIR / "subnets.lock"
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def connect(max_pool_size: int = 16) -> EngineClient:
@@ -80,10 +82,10 @@ def connect(max_pool_size: int = 16) -> EngineClient:
 
 
 
-def _at_the_seam(method):
+def _at_the_seam(method: Callable[P, R]) -> Callable[P, R]:
     """docker-py's errors become orchestra's: the engine failed (RuntimeFault)."""
     @functools.wraps(method)
-    def call(*args, **kwargs):
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(*args, **kwargs)
         except (RuntimeFault, BuildFailed):
@@ -96,14 +98,14 @@ def _at_the_seam(method):
 
 
 class DockerRuntime(Runtime):
-    def __init_subclass__(cls, **kwargs):  # a subclass's methods meet the seam too
+    def __init_subclass__(cls, **kwargs: object) -> None:  # a subclass's methods meet the seam too
         super().__init_subclass__(**kwargs)
         _wrap_public(cls)
 
     def __init__(self, engine: EngineClient | None = None, max_pool_size: int = 16):
         self.api = engine or connect(max_pool_size)  # the Engine API client: tests read back from it
         self.subnets = SubnetPool()
-        self._network_blocks: dict[str, object] = {}
+        self._network_blocks: dict[str, Block] = {}
         self._runtime_paths: dict[str, str] | None = None  # OCI runtime name -> its binary
         self._lock = threading.Lock()
         # Podman's Docker-compatible API, where some calls differ (README "Engines")
@@ -231,8 +233,8 @@ class DockerRuntime(Runtime):
         self._transfer("push", ref, self.api.push, repository, tag, RuntimeFault)
 
     @staticmethod
-    def _transfer(verb: str, ref: str, call, repository: str, tag: str,
-                  refused: type[Exception]) -> None:
+    def _transfer(verb: str, ref: str, call: Callable[[str, str], Iterable[dict]],
+                  repository: str, tag: str, refused: type[Exception]) -> None:
         """A pull or push streamed to its end: the registry's refusal raises `refused`, a
         broken engine connection RuntimeFault."""
         try:
@@ -562,7 +564,7 @@ class DockerRuntime(Runtime):
         if not self.api.put_archive(container, path, tar_bytes):
             raise RuntimeFault(f"copy into {path} failed")
 
-    def get_archive(self, container: str, path: str) -> Iterator[bytes] | None:
+    def get_archive(self, container: str, path: str) -> Generator[bytes, None, None] | None:
         """A tar stream of `path`, or None if it does not exist. Close the iterator when not
         reading it to the end: an abandoned copy holds the container and blocks its removal."""
         try:
@@ -572,7 +574,7 @@ class DockerRuntime(Runtime):
         if stream is None:
             return None
 
-        def chunks() -> Iterator[bytes]:
+        def chunks() -> Generator[bytes, None, None]:
             try:
                 yield from stream
             finally:
@@ -613,7 +615,7 @@ class DockerRuntime(Runtime):
                  lambda: self._exists(self.api.inspect_container, container))
 
     @staticmethod
-    def _exists(inspect, name: str) -> bool:
+    def _exists(inspect: Callable[[str], object], name: str) -> bool:
         try:
             inspect(name)
             return True
@@ -659,7 +661,8 @@ def _removal_in_progress(exc: APIError) -> bool:
     return "in progress" in str(exc).lower()
 
 
-def _removed(kind: str, name: str, remove, exists, retry=lambda exc: True,
+def _removed(kind: str, name: str, remove: Callable[[], object], exists: Callable[[], bool],
+             retry: Callable[[APIError], bool] = lambda exc: True,
              timeout: float = REMOVAL_WAIT_SEC) -> None:
     """Remove an engine object so that it is gone when this returns, whoever removed it.
 
@@ -687,7 +690,7 @@ def _removed(kind: str, name: str, remove, exists, retry=lambda exc: True,
             delay = min(delay * 2, 1.0)
 
 
-def _created(value) -> float:
+def _created(value: object) -> float:
     """An image's creation time: seconds (the list) or an RFC 3339 string (inspect)."""
     if isinstance(value, (int, float)):
         return float(value)
@@ -733,7 +736,7 @@ def _ipam(network: dict) -> dict:
     return next((c for c in configs if c.get("Gateway")), {})
 
 
-def _wrap_public(cls) -> None:
+def _wrap_public(cls: type) -> None:
     for name, value in list(vars(cls).items()):
         if not name.startswith("_") and callable(value) and not isinstance(value, (staticmethod, classmethod, type)):
             setattr(cls, name, _at_the_seam(value))

@@ -13,16 +13,17 @@ import threading
 
 DEFAULT_RANGE = os.environ.get("ORCHESTRA_SUBNET_RANGE", "10.213.0.0/16")
 DEFAULT_PREFIX = int(os.environ.get("ORCHESTRA_SUBNET_PREFIX", "28"))
+Block = ipaddress.IPv4Network | ipaddress.IPv6Network  # IPv4 unless the range given is IPv6
 
 
 class SubnetPool:
     def __init__(self, cidr: str = DEFAULT_RANGE, prefix: int = DEFAULT_PREFIX):
         self._range = ipaddress.ip_network(cidr)
         self._prefix = prefix
-        self._taken: set[ipaddress.IPv4Network] = set()
+        self._taken: set[Block] = set()
         self._lock = threading.Lock()
 
-    def acquire(self, in_use: list[str]) -> ipaddress.IPv4Network:
+    def acquire(self, in_use: list[str]) -> Block:
         """A free block not overlapping `in_use` (subnets the engine already has)."""
         busy = [ipaddress.ip_network(s, strict=False) for s in in_use]
         with self._lock:
@@ -33,7 +34,7 @@ class SubnetPool:
                 return block
         raise RuntimeError(f"no free /{self._prefix} left in {self._range}")
 
-    def release(self, block: ipaddress.IPv4Network) -> None:
+    def release(self, block: Block) -> None:
         with self._lock:
             self._taken.discard(block)
 
@@ -41,7 +42,7 @@ class SubnetPool:
 def host_routes(bridges_only: bool = False) -> list[str]:
     """The IPv4 subnets of the host's directly attached routes, as CIDR; `bridges_only`:
     those of its bridge interfaces (Docker's and orchestra's networks)."""
-    found = []
+    found: list[str] = []
     try:
         rows = open("/proc/net/route").read().splitlines()[1:]
     except OSError:

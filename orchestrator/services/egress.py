@@ -35,6 +35,7 @@ import socket
 import threading
 import time
 import urllib.parse
+from email.message import Message
 from http.server import BaseHTTPRequestHandler
 
 from orchestrator.log import get_logger
@@ -136,9 +137,10 @@ def connect(host: str, port: int, guard: HostAddresses) -> socket.socket:
         raise OSError(f"cannot resolve {host}: {exc}") from exc
     reasons, last_error = [], None
     for family, kind, proto, _name, address in infos:
-        why = guard.forbidden(address[0])
+        ip = str(address[0])  # an IPv4 or IPv6 address: what a host name resolves to
+        why = guard.forbidden(ip)
         if why:
-            reasons.append(f"{address[0]} is {why}")
+            reasons.append(f"{ip} is {why}")
             continue
         sock = socket.socket(family, kind, proto)
         sock.settimeout(CONNECT_TIMEOUT_SEC)
@@ -195,7 +197,7 @@ class Allowlist:
             except OSError:
                 return None
             for info in infos:
-                address = info[4][0]
+                address = str(info[4][0])  # an IPv4 or IPv6 address
                 if self._address_allowed(address):
                     return address
         return None
@@ -265,7 +267,7 @@ class _EgressHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = TUNNEL_IDLE_SEC
 
-    def log_message(self, format: str, *args) -> None:  # counted, not logged per request
+    def log_message(self, format: str, *args: object) -> None:  # counted, not logged per request
         pass
 
     def _refuse(self, host: str, status: int = 403, why: str | None = None) -> None:
@@ -346,7 +348,7 @@ class _EgressHandler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _forward
 
 
-def _body_length(headers) -> int:
+def _body_length(headers: Message) -> int:
     """The request body's Content-Length, checked as httpserve checks it."""
     if "chunked" in (headers.get("Transfer-Encoding") or "").lower():
         raise HttpError(411, "send a Content-Length (chunked bodies are not accepted)")

@@ -17,6 +17,7 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 RECORD = Path("model") / "exchanges.jsonl"
@@ -27,7 +28,7 @@ MAX_TOTAL = 64 * 1024 * 1024  # one trial's exchanges.jsonl; later calls are cou
 class ExchangeLog:
     """Appends exchanges to a file; thread-safe; `scrub` removes keys before writing."""
 
-    def __init__(self, path: Path, scrub, max_total: int | None = None):
+    def __init__(self, path: Path, scrub: Callable[[bytes], bytes], max_total: int | None = None):
         self.path, self.scrub = path, scrub
         self.max_total = MAX_TOTAL if max_total is None else max_total
         self.count = self.written_bytes = self.dropped = self.dropped_bytes = 0
@@ -166,7 +167,7 @@ def dispatch_event(call: dict) -> dict:
             "tool": {"id": call.get("id"), "name": function.get("name"), "args": args}}
 
 
-def _text(content) -> str:
+def _text(content: object) -> str:
     """A message's text: a string, or the text of its content parts."""
     if isinstance(content, list):
         return " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))

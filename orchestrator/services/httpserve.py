@@ -31,6 +31,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 
 from orchestrator.log import get_logger
 
@@ -41,6 +42,7 @@ BODY_RATE = 1024 * 1024  # body bytes a second, per server
 BODY_WAIT_SEC = 5.0
 REQUEST_RATE = 50  # requests a second, per server
 REFUSAL_PAUSE_SEC = 0.02
+Request = socket.socket | tuple[bytes, socket.socket]  # socketserver's: a TCP server's is a socket
 
 
 class HttpError(Exception):
@@ -159,7 +161,7 @@ class JsonHandler(BaseHTTPRequestHandler):
                 break
             length -= len(chunk)
 
-    def log_message(self, format: str, *args) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         """Request lines are not logged: an agent's flood (or a key in a URL) must not grow
         events.jsonl; the servers count what matters themselves."""
 
@@ -176,15 +178,17 @@ class BoundedServer(ThreadingHTTPServer):
     request_queue_size = 64  # the accept loop answers past the cap at once; a short
                              # backlog would only make a flood's connects hang instead
 
-    def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS,
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 max_connections: int = MAX_CONNECTIONS,
                  budget: ByteBudget | None = None, requests: ByteBudget | None = None):
         super().__init__(address, handler)
         self.budget, self.requests = budget, requests
         self.slots = threading.BoundedSemaphore(max_connections)
         self.refused = 0  # connections turned away at the cap
 
-    def process_request(self, request, client_address):
+    def process_request(self, request: Request, client_address: tuple[str, int]) -> None:
         if not self.slots.acquire(blocking=False):
+            assert isinstance(request, socket.socket)  # a TCP server's request: its connection
             self.refused += 1
             try:
                 request.sendall(BUSY)
@@ -202,13 +206,14 @@ class BoundedServer(ThreadingHTTPServer):
             self.slots.release()
             raise
 
-    def process_request_thread(self, request, client_address):
+    def process_request_thread(self, request: Request, client_address: tuple[str, int]) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
             self.slots.release()
 
-    def handle_error(self, request, client_address):  # a reset or timeout: not a traceback
+    def handle_error(self, request: Request,
+                     client_address: tuple[str, int]) -> None:  # a reset or timeout: not a traceback
         log.debug("http.connection_error", client=str(client_address[0]))
 
 
@@ -232,13 +237,14 @@ class BackgroundServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
+        assert isinstance(host, str)  # a TCP server's address: (host, port)
         return f"http://{host}:{port}{self.path}"
 
     @property
     def refused(self) -> int:
         return self.httpd.refused
 
-    def start(self):
+    def start(self) -> Self:
         self._thread.start()
         return self
 

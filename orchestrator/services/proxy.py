@@ -16,8 +16,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from email.message import Message
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tenacity import (
     RetryError,
@@ -33,6 +36,9 @@ from orchestrator.log import get_logger
 from orchestrator.models.manifest import Budget
 from orchestrator.services.exchanges import ExchangeLog, event_stream
 from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler
+
+if TYPE_CHECKING:
+    from orchestrator.models.endpoint import EndpointConfig
 
 log = get_logger()
 # A request body's cap (~500k tokens of context). Decoded, 2 MB of tiny JSON values is
@@ -88,7 +94,7 @@ class ModelProxy:
         class Handler(JsonHandler):
             event = "proxy.request"
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self) -> None:  # noqa: N802
                 try:  # the token is checked before the body is read, the size before reading
                     status, body, content_type = proxy.handle(self.path, self.headers, self.read_body,
                                                               self.client_gone)
@@ -147,19 +153,20 @@ class ModelProxy:
             return f"cost={b.cost} reached"
         return None
 
-    def handle(self, path: str, headers, read_body,
-               client_gone=lambda: False) -> tuple[int, dict | bytes, str]:
+    def handle(self, path: str, headers: Message, read_body: Callable[[int], bytes],
+               client_gone: Callable[[], bool] = lambda: False) -> tuple[int, dict | bytes, str]:
         """(status, body, content type). A `stream: true` request is sent upstream without
         streaming and its completion returned as server-sent events."""
         status, body, stream = self._handle(path, headers, read_body, client_gone)
-        if stream and status == 200:
+        if stream and status == 200 and isinstance(body, bytes):  # 200: the upstream's bytes
             try:
                 return status, event_stream(body, stream == "usage"), "text/event-stream"
             except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError, IndexError):
                 pass  # not a completion: passed on as it came
         return status, body, "application/json"
 
-    def _handle(self, path: str, headers, read_body, client_gone) -> tuple[int, dict | bytes, str | None]:
+    def _handle(self, path: str, headers: Message, read_body: Callable[[int], bytes],
+                client_gone: Callable[[], bool]) -> tuple[int, dict | bytes, str | None]:
         auth = headers.get("Authorization", "")
         if not hmac.compare_digest(auth, f"Bearer {self.token}"):
             return 401, {"error": {"message": "orchestra proxy: bad or missing trial token", "type": "auth"}}, None
@@ -207,7 +214,8 @@ class ModelProxy:
             with self._lock:
                 self._in_flight -= 1
 
-    def _call(self, data: bytes, client_gone, attempts: list[int]) -> tuple[int, dict | bytes]:
+    def _call(self, data: bytes, client_gone: Callable[[], bool],
+              attempts: list[int]) -> tuple[int, dict | bytes]:
         try:
             status, body = self._forward(data, client_gone, attempts)
         except ClientGone:
@@ -232,7 +240,7 @@ class ModelProxy:
     def _cut(self, text: str) -> str:
         return self.scrub(text.encode())[:500].decode(errors="replace")
 
-    def _forward(self, data: bytes, client_gone=lambda: False,
+    def _forward(self, data: bytes, client_gone: Callable[[], bool] = lambda: False,
                  attempts: list[int] | None = None) -> tuple[int, bytes]:
         """POST upstream; connection errors, timeouts, 429 and 5xx are retried with backoff,
         within the trial's deadline and only while the agent still waits (ClientGone)."""
@@ -309,7 +317,7 @@ class Upstreams:
         self._servers: list = []
 
     @classmethod
-    def open(cls, names: set[str], config, replay_from: Path | None = None) -> Upstreams:
+    def open(cls, names: set[str], config: EndpointConfig, replay_from: Path | None = None) -> Upstreams:
         """`replay_from`: a job folder whose recorded exchanges answer every endpoint."""
         from orchestrator.services.exchanges import recorded_answers
         from orchestrator.services.replay import ReplayServer, load_script

@@ -158,7 +158,7 @@ class ReplayEngine:
                                "type": "replay_diverged"}}
 
     @staticmethod
-    def _fill(value, found: dict):
+    def _fill(value: object, found: dict) -> object:
         if isinstance(value, str):
             for name, text in found.items():
                 value = value.replace("{" + name + "}", text)
@@ -170,7 +170,7 @@ class ReplayEngine:
         return value
 
     def _completion(self, request: dict, reply: dict, found: dict, prompt: str) -> dict:
-        reply = self._fill(reply, found)
+        reply = {k: self._fill(v, found) for k, v in reply.items()}  # _fill of a dict
         message: dict = {"role": "assistant", "content": reply.get("content")}
         if reply.get("tool_calls"):
             message["tool_calls"] = [
@@ -201,7 +201,7 @@ class ReplayServer(BackgroundServer):
         class Handler(JsonHandler):
             event = "replay.request"
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self) -> None:  # noqa: N802
                 engine.authorizations.append(self.headers.get("Authorization", ""))
                 try:
                     request = json.loads(self.read_body(8 * 1024 * 1024) or b"{}")

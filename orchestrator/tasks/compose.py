@@ -79,12 +79,12 @@ class Service(BaseModel):
 
     @field_validator("build", mode="before")
     @classmethod
-    def _build(cls, value):
+    def _build(cls, value: object) -> object:
         return {"context": value} if isinstance(value, str) else value
 
     @field_validator("environment", mode="before")
     @classmethod
-    def _environment(cls, value):
+    def _environment(cls, value: list | dict | None) -> dict[str, str]:
         if isinstance(value, list):
             pairs = [str(item).partition("=") for item in value]
             return {k: v for k, _, v in pairs}
@@ -93,12 +93,12 @@ class Service(BaseModel):
 
     @field_validator("depends_on", mode="before")
     @classmethod
-    def _depends(cls, value):
+    def _depends(cls, value: object) -> object:
         return {name: {} for name in value} if isinstance(value, list) else value
 
     @field_validator("volumes")
     @classmethod
-    def _named_only(cls, volumes):
+    def _named_only(cls, volumes: list[str]) -> list[str]:
         for volume in volumes:
             source, _, target = volume.partition(":")
             if not target or source.startswith((".", "/", "~", "$")):
@@ -171,7 +171,7 @@ def load_compose(path: Path, main_image: str = "") -> Compose:
     context = {"CONTEXT_DIR": str(path.parent), "MAIN_IMAGE_NAME": main_image}
     services = {name: _interpolate(body or {}, context) for name, body in raw["services"].items()}
     try:
-        compose = Compose(services=services, volumes=list(volumes))
+        compose = Compose.model_validate({"services": services, "volumes": list(volumes)})
     except ValidationError as exc:
         raise InputError(validation_problems(path, exc)) from exc
     problems = []
@@ -198,7 +198,7 @@ def load_compose(path: Path, main_image: str = "") -> Compose:
     return compose
 
 
-def _interpolate(value, context: dict[str, str]):
+def _interpolate(value: object, context: dict[str, str]) -> object:
     if isinstance(value, str):
         def sub(match: re.Match) -> str:
             if match.group(0) == "$$":

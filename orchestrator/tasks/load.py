@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.errors import InputError, validation_problems
-from orchestrator.models.task import TaskConfig, ignored_fields
+from orchestrator.models.task import StepSection, TaskConfig, ignored_fields
 from orchestrator.tasks.compose import Compose, load_compose
 from orchestrator.tasks.compose import find as find_compose
 from orchestrator.tasks.memory import load_engram_seeds, load_fact_files
@@ -60,7 +60,7 @@ class Task:
         """A step's workdir/ (uploaded to the workdir before its agent runs)."""
         return self.step_dir / "workdir" if self.step_dir else None
 
-    def step_view(self, step) -> Task:
+    def step_view(self, step: StepSection) -> Task:
         """The task as one step sees it: its instruction, tests, solution, and the step's
         [agent]/[verifier] settings over the task's (verifier.env merged)."""
         folder = self.path / "steps" / step.name

@@ -13,6 +13,7 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -205,7 +206,21 @@ class SeedRecord:
     via: str = "mem set <slug> -"
 
 
-def seed_engrams(runtime, container: str, seeds: tuple[EngramSeed, ...],
+class _Outcome(Protocol):
+    @property
+    def exit_code(self) -> int | None: ...
+    @property
+    def output(self) -> bytes: ...
+
+
+class _Execs(Protocol):
+    """The runtime as seeding uses it (runtime/ is a layer above tasks/: not imported)."""
+
+    def exec(self, container: str, command: list[str], *, env: dict[str, str] | None = None,
+             user: str | None = None, stdin: bytes | None = None, capture: int = 0) -> _Outcome: ...
+
+
+def seed_engrams(runtime: _Execs, container: str, seeds: tuple[EngramSeed, ...],
                  user: str | None = None, env: dict[str, str] | None = None) -> list[SeedRecord]:
     records = []
     for seed in seeds:

@@ -30,8 +30,13 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orchestrator.tasks.memory import FactFile
 
 MIN_LEAK_LINE = 20
 MIN_GRADING_LINE = 24  # a line of a grading file this long is distinctive enough to count
@@ -106,7 +111,7 @@ class Audit:
         self.incomplete_reason = self.incomplete_reason or reason
 
 
-def _count(value, audit: Audit, line: int) -> int:
+def _count(value: object, audit: Audit, line: int) -> int:
     """A non-negative count the agent wrote; anything else makes the audit incomplete."""
     if value is None:
         return 0
@@ -118,7 +123,8 @@ def _count(value, audit: Audit, line: int) -> int:
 
 
 def read_trajectory(path: Path) -> tuple[list[dict], list[int]]:
-    records, malformed = [], []
+    records: list[dict] = []
+    malformed: list[int] = []
     if not path.is_file():
         return records, malformed
     with open(path, encoding="utf-8", errors="replace") as handle:
@@ -156,7 +162,7 @@ def _without_state_root(text: str, state_home: str | None) -> str:
     return re.sub(re.escape(state_home.rstrip("/")) + r"/[^\s'\"`;|&<>)]*", " ", text)
 
 
-def _content_leak(output: str, grading, typed: list[str]) -> str | None:
+def _content_leak(output: str, grading: Iterable[GradingFile], typed: list[str]) -> str | None:
     """A grading file's content in a tool's output, beyond what the agent typed itself."""
     if len(output) < MIN_GRADING_LINE:
         return None
@@ -176,7 +182,7 @@ def _content_leak(output: str, grading, typed: list[str]) -> str | None:
     return None
 
 
-def _leak(event: dict, facts, state_home: str | None = None) -> str | None:
+def _leak(event: dict, facts: Sequence[FactFile], state_home: str | None = None) -> str | None:
     tool = event.get("tool")
     if event.get("kind") != "tool_result" or not isinstance(tool, dict):
         return None
@@ -195,8 +201,8 @@ def _leak(event: dict, facts, state_home: str | None = None) -> str | None:
     return None
 
 
-def audit_trajectory(path: Path, facts, markers: list[str], markers_in_prefix: bool,
-                     state_home: str | None = None, truncated: bool = False,
+def audit_trajectory(path: Path, facts: Sequence[FactFile], markers: list[str],
+                     markers_in_prefix: bool, state_home: str | None = None, truncated: bool = False,
                      grading: tuple[GradingFile, ...] = ()) -> Audit:
     """Never raises on what the agent wrote: anything unreadable makes it incomplete.
     `grading`: the task's files the agent must not see (grading_files), matched by content."""
@@ -212,14 +218,15 @@ def audit_trajectory(path: Path, facts, markers: list[str], markers_in_prefix: b
     return audit
 
 
-def _audit(path: Path, facts, markers: list[str], markers_in_prefix: bool,
+def _audit(path: Path, facts: Sequence[FactFile], markers: list[str], markers_in_prefix: bool,
            state_home: str | None, grading: tuple[GradingFile, ...] = ()) -> Audit:
     records, malformed = read_trajectory(path)
     audit = Audit(malformed_lines=malformed[:50], markers=len(markers))
     if malformed:
         audit.mark_incomplete(f"{len(malformed)} malformed trajectory line(s)")
     armed = markers_in_prefix
-    used, early = set(), set()
+    used: set[str] = set()
+    early: set[str] = set()
     typed: list[str] = []  # every tool call's arguments so far: what the agent wrote itself
     for number, record in enumerate(records, start=1):
         try:
@@ -235,10 +242,13 @@ def _audit(path: Path, facts, markers: list[str], markers_in_prefix: bool,
     return audit
 
 
-def _audit_content(record: dict, audit: Audit, grading, typed: list[str]) -> None:
+def _audit_content(record: dict, audit: Audit, grading: tuple[GradingFile, ...],
+                   typed: list[str]) -> None:
     event = record.get("event")
-    tool = event.get("tool") if isinstance(event, dict) else None
-    if not grading or not isinstance(tool, dict):
+    if not grading or not isinstance(event, dict):
+        return
+    tool = event.get("tool")
+    if not isinstance(tool, dict):
         return
     args = tool.get("args")
     typed.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
@@ -254,14 +264,15 @@ def _armed(record: dict) -> bool:
     return isinstance(recall, dict) and isinstance(recall.get("hits"), list) and bool(recall["hits"])
 
 
-def _audit_record(record: dict, number: int, audit: Audit, facts, markers: list[str],
-                  state_home: str | None, used: set, early: set, armed: bool) -> None:
+def _audit_record(record: dict, number: int, audit: Audit, facts: Sequence[FactFile],
+                  markers: list[str], state_home: str | None, used: set[str], early: set[str],
+                  armed: bool) -> None:
     """One trajectory record into the audit (raises on values it cannot read)."""
     recall = record.get("memory_recall")
     if isinstance(recall, dict):
-        hits = recall.get("hits") if isinstance(recall.get("hits"), list) else []
+        hits = recall.get("hits")
         audit.recall_events += 1
-        audit.hits += len(hits)
+        audit.hits += len(hits) if isinstance(hits, list) else 0
         audit.injected_chars += _count(recall.get("used_chars"), audit, number)
         audit.suppressed += _count(recall.get("suppressed"), audit, number)
         shadow = recall.get("shadow")

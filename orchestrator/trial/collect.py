@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +32,7 @@ EVIDENCE_NAME = "relay-evidence.json"
 
 def collect(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir) -> None:
     """Copy out /logs/agent, /logs/artifacts and the declared artifacts, safely, capped."""
-    container = box.agent_container
+    container = box.agent
     budget = COLLECT_CAP_BYTES
     wanted = [(AGENT_LOGS, paths.agent, "agent"), (ARTIFACTS, paths.artifacts, "artifacts")]
     caps = {AGENT_LOGS: AGENT_LOG_CAP_BYTES}
@@ -63,7 +63,7 @@ def collect(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir) -> None
 
 
 def copy_out(runtime: Runtime, box: Sandbox, container: str, source: str, cap_bytes: int,
-             file_cap_bytes: int | None = None) -> tuple[Iterator[bytes] | None, bool, int]:
+             file_cap_bytes: int | None = None) -> tuple[Generator[bytes, None, None] | None, bool, int]:
     """A tar stream of `source` in `container`, whether data was cut at the caps, and how many
     members past the member cap were left out of the stream (counted). A folder
     under /logs of a container on the trial's loop disk is read on the host (no engine

@@ -20,9 +20,10 @@ import shutil
 import stat
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -30,7 +31,7 @@ FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 
 @dataclass
 class HostTar:
-    chunks: Iterator[bytes]
+    chunks: Generator[bytes, None, None]
     cut: bool = False  # some file's data was cut at a cap
     unlisted: int = 0  # members past the member cap: counted here, not in the stream
 
@@ -52,7 +53,7 @@ def host_tar(folder: Path, arcname: str, cap_bytes: int, file_cap_bytes: int | N
         os.close(top)
     spool.seek(0)
 
-    def chunks() -> Iterator[bytes]:
+    def chunks() -> Generator[bytes, None, None]:
         try:
             while block := spool.read(1024 * 1024):
                 yield block
@@ -159,7 +160,7 @@ def _info(path: str, kind: bytes, info: os.stat_result | None) -> tarfile.TarInf
 class _Exactly:
     """`size` bytes of a file that may shrink while read (padded with zeros), streamed."""
 
-    def __init__(self, handle, size: int):
+    def __init__(self, handle: BinaryIO, size: int):
         self._handle, self._left = handle, size
 
     def read(self, size: int = -1) -> bytes:

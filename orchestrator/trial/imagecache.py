@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from orchestrator.host.cleanup import touch_images
@@ -88,7 +89,7 @@ class ImageCache:
                 touch_images([self._done[task.name].task_image, self._done[task.name].agent_image])
             return self._done[task.name]
 
-    def refs(self, task_names) -> frozenset[str]:
+    def refs(self, task_names: Iterable[str]) -> frozenset[str]:
         """The image references of these tasks' images (those this cache has made)."""
         with self._guard:
             return frozenset(ref for name in task_names if name in self._done

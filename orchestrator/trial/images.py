@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +60,7 @@ class TaskImages:
 
 
 @contextmanager
-def image_lock(tag: str):
+def image_lock(tag: str) -> Iterator[None]:
     """One builder per image: a thread lock inside the process, a file lock across them."""
     with _thread_locks_guard:
         lock = _thread_locks.setdefault(tag, threading.Lock())
@@ -218,6 +219,7 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
     else:
         prebuilt = env.docker_image and _prebuilt(runtime, env.docker_image, task)
     if prebuilt:
+        assert env.docker_image is not None  # a prebuilt image is always the task's docker_image
         task_image, source = env.docker_image, prebuilt
     else:
         dockerfile = (task.path / "environment" / "Dockerfile").read_text()

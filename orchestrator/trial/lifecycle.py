@@ -13,7 +13,7 @@ import shlex
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,7 +28,7 @@ from orchestrator.log import get_logger
 from orchestrator.models.manifest import Manifest, flag_env
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION, TrialDir
-from orchestrator.runtime.base import BuildFailed, Runtime
+from orchestrator.runtime.base import BuildFailed, Network, Runtime
 from orchestrator.scrub import scrub_tree
 from orchestrator.services.exchanges import RECORD
 from orchestrator.tasks.load import Task
@@ -100,7 +100,7 @@ class Cancelled(Exception):
 
 
 @contextmanager
-def phase(result: TrialResult, name: str, ctx: TrialContext):
+def phase(result: TrialResult, name: str, ctx: TrialContext) -> Iterator[None]:
     if ctx.cancel.is_set():
         raise Cancelled()
     started = time.monotonic()
@@ -155,7 +155,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
     proxy: ModelProxy | None = None
     egress: EgressProxy | None = None
 
-    def start_services(network) -> dict[str, str]:
+    def start_services(network: Network) -> dict[str, str]:
         """The relay, the model proxy and (under an allowlist) the egress proxy, on the
         trial network's gateway."""
         nonlocal relay, proxy, egress
@@ -243,8 +243,8 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             box.egress, result.compose_services = egress, sorted(box.sidecars)
             box.allowed_hosts = {phase: task.config.allowed_hosts_for(phase) for phase in ("agent", "verifier")}
             result.limits = applied_limits(ctx.runtime, box, task)
-            require_runtime(ctx.runtime, box, box.agent_container, "agent", result.limits.oci_runtime)
-            ctx.watchdog.register(box.agent_container, task.config.environment.storage_mb)
+            require_runtime(ctx.runtime, box, box.agent, "agent", result.limits.oci_runtime)
+            ctx.watchdog.register(box.agent, task.config.environment.storage_mb)
             if task.config.environment.healthcheck is not None:
                 result.healthchecks = wait_healthy(ctx.runtime, box,
                                                    task.config.environment.healthcheck)
@@ -254,7 +254,7 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
             seed_files(ctx, task, box, roots, result,
                        handover=handover_files(ctx, task) if handed_over else None)
             if ctx.policy == "memory-on" and task.seeds:
-                records = seed_engrams(ctx.runtime, box.agent_container, task.seeds,
+                records = seed_engrams(ctx.runtime, box.agent, task.seeds,
                                        user=task.config.agent.user, env=box.exec_env)
                 result.memory["engram_seeds"] = [asdict(r) for r in records]
         if task.config.steps:
@@ -343,7 +343,7 @@ def _finish(ctx: TrialContext, result: TrialResult, paths: TrialDir, box: Sandbo
         egress.stop()
         result.egress = egress.summary()
     if box is not None:
-        ctx.watchdog.unregister(box.agent_container)
+        ctx.watchdog.unregister(box.agent)
         result.container_runtimes = dict(box.runtimes)
         result.timings.cleanup = round(close_sandbox(ctx.runtime, box), 3)
     result.finished_at = time.time()
@@ -378,10 +378,10 @@ def seed_files(ctx: TrialContext, task: Task, box: Sandbox, roots: StateRoots,
     files in their places. Their host source paths never appear in the container.
     `handover`: the agent's files (handover_files), copied in the same archive."""
     if (task.path / "workdir").is_dir():
-        ctx.runtime.put_archive(box.agent_container, box.workdir,
+        ctx.runtime.put_archive(box.agent, box.workdir,
                                 tar_directory(task.path / "workdir", ".", mode=0o666))
     facts = task.facts if ctx.policy == "memory-on" else ()
-    ctx.runtime.put_archive(box.agent_container, "/",
+    ctx.runtime.put_archive(box.agent, "/",
                             file_seed_archive(roots, box.workdir, facts, extra=handover))
     result.memory.update(state_home=roots.state_home, fact_files_seeded=len(facts))
 
@@ -410,7 +410,7 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult,
     """Hand over the instruction (unless the seed did), run the agent command under
     `timeout -k` and a host watchdog, classify timeout / OOM / disk, and kill the sandbox
     (nothing outlives it)."""
-    runtime, container = ctx.runtime, box.agent_container
+    runtime, container = ctx.runtime, box.agent
     timeout = ctx.timeout_override or task.config.agent.timeout_sec
     if not handed_over:
         files = handover_files(ctx, task)

@@ -6,6 +6,7 @@ module owns the order of creation and the reverse order of removal (also on erro
 
 from __future__ import annotations
 
+import enum
 import os
 import shutil
 import time
@@ -21,6 +22,7 @@ from orchestrator.host.cleanup import owner_labels
 from orchestrator.host.netpool import NetworkPool
 from orchestrator.log import get_logger
 from orchestrator.models.result import AppliedLimits
+from orchestrator.models.task import Healthcheck
 from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, LOGS, VERIFIER_LOGS
 from orchestrator.runtime.base import (
     LABEL_JOB,
@@ -76,6 +78,12 @@ class Sandbox:
     exec_env: dict[str, str] = field(default_factory=dict)  # secrets, for the agent's execs only
     trust: Trust = field(default_factory=Trust)  # --ca-bundle, in every container (trust.py)
 
+    @property
+    def agent(self) -> str:
+        """The agent container: every sandbox open_sandbox() returns has one."""
+        assert self.agent_container is not None, "the sandbox has no agent container yet"
+        return self.agent_container
+
     def labels(self, kind: str) -> dict[str, str]:
         return {LABEL_JOB: self.job, LABEL_TRIAL: self.trial_id, LABEL_KIND: kind,
                 **owner_labels()}
@@ -111,7 +119,8 @@ def open_sandbox(runtime: Runtime, networks: NetworkPool, task: Task, image: str
 
 
 def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box: Sandbox,
-           name: str, env: dict[str, str], services, oci_runtime: str | None,
+           name: str, env: dict[str, str],
+           services: Callable[[Network], dict[str, str]] | None, oci_runtime: str | None,
            binds: dict[str, str]) -> None:
     environment = task.config.environment
     box.name = name
@@ -180,15 +189,18 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
             {}, dirs=[p.lstrip("/") for p in (LOGS, AGENT_LOGS, ARTIFACTS)]))
 
 
-_READ = object()
+class _Unread(enum.Enum):
+    """`got` not given: require_runtime reads the runtime from the engine itself."""
+    READ = enum.auto()
 
 
-def require_runtime(runtime: Runtime, box: Sandbox, container: str, role: str, got=_READ) -> None:
+def require_runtime(runtime: Runtime, box: Sandbox, container: str, role: str,
+                    got: str | None | _Unread = _Unread.READ) -> None:
     """Record the OCI runtime `container` runs under, read back from the engine (`got` when
     the caller has just read it), as box.runtimes[role]. A container asked to run under the
     trial's runtime (gVisor) that the engine started under another is a launch failure,
     never a silent downgrade."""
-    if got is _READ:
+    if got is _Unread.READ:
         got = runtime.limits(container).oci_runtime
     box.runtimes[role] = got or "default"
     if box.oci_runtime is not None and got != box.oci_runtime:
@@ -212,7 +224,7 @@ def gateway_ports(env: dict[str, str], gateway: str) -> list[int]:
 
 def applied_limits(runtime: Runtime, box: Sandbox, task: Task) -> AppliedLimits:
     """Read the agent container's quotas back from the engine: what it really got."""
-    limits = read_limits(runtime, box.agent_container, task.config.environment.storage_mb,
+    limits = read_limits(runtime, box.agent, task.config.environment.storage_mb,
                          box.storage_enforcement)
     limits.network_internal = box.network.internal if box.network else None
     limits.host_isolation = box.network.host_isolation if box.network else None
@@ -236,7 +248,7 @@ class Unhealthy(Exception):
     """[environment] healthcheck never passed: the environment did not come up."""
 
 
-def wait_healthy(runtime: Runtime, box: Sandbox, check) -> int:
+def wait_healthy(runtime: Runtime, box: Sandbox, check: Healthcheck) -> int:
     """Docker HEALTHCHECK semantics before the agent starts: during start_period_sec a
     failure does not count (checks every start_interval_sec); after it, `retries`
     consecutive failures (every interval_sec) fail the trial. Returns the checks run."""
@@ -244,7 +256,7 @@ def wait_healthy(runtime: Runtime, box: Sandbox, check) -> int:
     failures = checks = 0
     while True:
         checks += 1
-        outcome = runtime.exec(box.agent_container, ["sh", "-c", check.command],
+        outcome = runtime.exec(box.agent, ["sh", "-c", check.command],
                                deadline=time.time() + check.timeout_sec, workdir=box.workdir)
         if outcome.exit_code == 0:
             return checks
@@ -333,7 +345,7 @@ def close_sandbox(runtime: Runtime, box: Sandbox) -> float:
     return time.monotonic() - started
 
 
-def _quietly(action, *args) -> None:
+def _quietly(action: Callable[..., object], *args: object) -> None:
     try:
         action(*args)
     except Exception as exc:  # cleanup goes on; the reaper catches what is left

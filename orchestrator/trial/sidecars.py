@@ -11,6 +11,7 @@ started, or healthy by the service's own Docker healthcheck.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from orchestrator.log import get_logger
 from orchestrator.runtime.base import (
@@ -22,9 +23,12 @@ from orchestrator.runtime.base import (
     SandboxSpec,
     VolumeMount,
 )
-from orchestrator.tasks.compose import Compose, Service
+from orchestrator.tasks.compose import Compose, Healthcheck, Service
 from orchestrator.tasks.load import Task, hash_tree, image_repository
 from orchestrator.trial.images import build_context, resolve_bases
+
+if TYPE_CHECKING:
+    from orchestrator.trial.sandbox import Sandbox
 
 log = get_logger()
 START_WAIT_SEC = 60.0
@@ -58,7 +62,7 @@ def sidecar_image(runtime: Runtime, task: Task, name: str, service: Service) -> 
     return tag
 
 
-def start_sidecars(runtime: Runtime, task: Task, box, name: str) -> dict[str, str]:
+def start_sidecars(runtime: Runtime, task: Task, box: Sandbox, name: str) -> dict[str, str]:
     """Volumes, then every sidecar in dependency order; returns service -> container id."""
     from orchestrator.trial.sandbox import require_runtime  # sandbox starts sidecars: not at import
     compose = task.compose
@@ -114,7 +118,7 @@ def wait_for(runtime: Runtime, compose: Compose, service: Service, started: dict
             time.sleep(0.2)
 
 
-def _probe(healthcheck) -> HealthProbe:
+def _probe(healthcheck: Healthcheck) -> HealthProbe:
     """A compose healthcheck in the runtime's terms."""
     return HealthProbe(test=healthcheck.command, interval_sec=healthcheck.seconds("interval"),
                        timeout_sec=healthcheck.seconds("timeout"), retries=healthcheck.retries,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from orchestrator.archive import tar_directory
 from orchestrator.log import get_logger
 from orchestrator.models.result import FailureMode, StepResult, TrialResult
+from orchestrator.models.task import StepSection
 from orchestrator.paths import AGENT_LOGS, TrialDir
 from orchestrator.runtime.base import Runtime
 from orchestrator.tasks.load import Task
@@ -63,7 +64,7 @@ def run_steps(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
     result.error = "; ".join(f"step {r.name}: {r.error}" for r in result.steps if r.error) or None
 
 
-def step_stops(min_reward, reward: dict[str, float] | None) -> str | None:
+def step_stops(min_reward: float | dict[str, float] | None, reward: dict[str, float] | None) -> str | None:
     """Harbor's min_reward: a float gates `reward`, a map gates each key; a missing reward
     or key counts as -inf. Returns why the remaining steps stop, or None."""
     if min_reward is None:
@@ -76,9 +77,9 @@ def step_stops(min_reward, reward: dict[str, float] | None) -> str | None:
     return None
 
 
-def prepare_step(runtime: Runtime, view: Task, box: Sandbox, step) -> None:
+def prepare_step(runtime: Runtime, view: Task, box: Sandbox, step: StepSection) -> None:
     """A step's fresh /logs/agent, its workdir/ (and setup.sh), its healthcheck."""
-    container = box.agent_container
+    container = box.agent
     runtime.exec(container, ["sh", "-c", f"rm -rf {AGENT_LOGS} && mkdir -p {AGENT_LOGS} "
                                          f"&& chmod 777 {AGENT_LOGS}"])
     seed = view.workdir_seed

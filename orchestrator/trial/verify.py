@@ -47,10 +47,11 @@ def _number(value: object, where: str) -> float:
     """A reward value as Harbor's VerifierResult (pydantic, lax) takes it: numbers, bools
     (1.0/0.0) and numeric strings; null, lists, maps and words are errors."""
     if isinstance(value, str):
+        text = value
         try:
-            value = float(value.strip())
+            value = float(text.strip())
         except ValueError:
-            raise RewardError(f"{where}: {value[:80]!r} is not a number") from None
+            raise RewardError(f"{where}: {text[:80]!r} is not a number") from None
     if not isinstance(value, int | float):
         raise RewardError(f"{where}: {str(value)[:80]!r} is not a number")
     try:
@@ -176,7 +177,7 @@ def _verify_live(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
                  result: TrialResult, evidence: Path | None, watchdog: DiskWatchdog | None,
                  keep_alive: bool) -> None:
     verifier = task.config.verifier
-    container = box.agent_container
+    container = box.agent
     storage = task.config.environment.storage_mb * 1024 * 1024
     if not runtime.is_running(container):  # the agent's end stopped it: its files stay
         runtime.start(container)
@@ -224,7 +225,7 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
     verifier = task.config.verifier
     environment = task.config.environment
     if verifier.environment_mode == "snapshot":
-        image = runtime.commit(box.agent_container, f"orchestra/snapshot/{box.trial_id[:16]}",
+        image = runtime.commit(box.agent, f"orchestra/snapshot/{box.trial_id[:16]}",
                                uuid.uuid4().hex[:8],
                                {LABEL_IMAGE_KIND: "snapshot", "orchestra.image.job": box.job},
                                env=runtime.image_facts(images.agent_image).env)
@@ -236,7 +237,7 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         environment = task.config.verifier_environment()
         result.verifier_image = source
     if not keep_alive:
-        runtime.remove(box.agent_container)  # no live agent process exists past this point
+        runtime.remove(box.agent)  # no live agent process exists past this point
     network = verifier_network(box, task.config.network_for("verifier"))
     # snapshot: the agent's filesystem, so the host's static tools run it (if there are
     # any); separate: the clean image's own.
@@ -247,6 +248,7 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         tools, result.verifier_interpreter = {}, f"the verifier image's own sh and bash ({source})"
     env = resolve_env(verifier.env)
     if box.egress is not None and task.config.network_for("verifier") == "allowlist":
+        assert box.network is not None  # an allowlist's sandbox is on its own network
         box.egress.set_policy("allowlist", task.config.allowed_hosts_for("verifier"))
         env = {**box.egress.env(direct=[box.network.gateway]), **env}
     # snapshot: the tests go onto the loop disk before the container exists; separate: copied in
@@ -293,8 +295,8 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         _verifier_failure(result, FailureMode.VERIFIER_TIMEOUT,
                           f"test.sh ran past verifier.timeout_sec={verifier.timeout_sec:g}")
     _read_outcome(runtime, container, paths, result, exit_code, box)
-    if keep_alive and not runtime.is_running(box.agent_container):
-        runtime.start(box.agent_container)  # the next step: same files (its processes were stopped)
+    if keep_alive and not runtime.is_running(box.agent):
+        runtime.start(box.agent)  # the next step: same files (its processes were stopped)
 
 
 def _stage_evidence(runtime: Runtime, container: str, evidence: Path | None) -> None:

@@ -13,16 +13,20 @@ from orchestrator import scrub
 from orchestrator.agents import agent_for
 from orchestrator.agents.base import render_command
 from orchestrator.archive import safe_extract, tar_files
+from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.log import get_logger
 from orchestrator.models.manifest import flag_env
 from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, INSTRUCTION, LOGS, TrialDir
-from orchestrator.runtime.base import SandboxSpec
+from orchestrator.runtime.base import Runtime, SandboxSpec
+from orchestrator.tasks.load import Task
 from orchestrator.tasks.memory import StateRoots, file_seed_archive
 from orchestrator.trial.images import AGENT_STACK as AGENT_STACK_DIR
 from orchestrator.trial.sandbox import Sandbox, require_runtime
 
 if TYPE_CHECKING:
     from orchestrator.services.proxy import ModelProxy
+    from orchestrator.services.relay.session import TrialRelay
+    from orchestrator.trial.lifecycle import TrialContext
 
 log = get_logger()
 WORKER_LOG_CAP_BYTES = 8 * 1024 * 1024
@@ -38,10 +42,11 @@ class Worker:
     started: float = field(default_factory=time.time)
 
 
-def start_workers(ctx, task, box: Sandbox, relay, image: str, deadline: float,
-                  flags: set[str]) -> list[Worker]:
+def start_workers(ctx: TrialContext, task: Task, box: Sandbox, relay: TrialRelay | None,
+                  image: str, deadline: float, flags: set[str]) -> list[Worker]:
     """Each worker gets what the orchestrator's agent gets: the task's quotas (disk through
     the watchdog), `[agent] user`, the policy flags, a fresh state root and TMPDIR."""
+    assert box.network is not None
     workers: list[Worker] = []
     environment = task.config.environment
     user = task.config.agent.user
@@ -99,7 +104,8 @@ def start_workers(ctx, task, box: Sandbox, relay, image: str, deadline: float,
     return workers
 
 
-def stop_workers(runtime, workers: list[Worker], paths: TrialDir, watchdog=None) -> list[dict]:
+def stop_workers(runtime: Runtime, workers: list[Worker], paths: TrialDir,
+                 watchdog: DiskWatchdog | None = None) -> list[dict]:
     """Kill the workers (their turn ends with the orchestrator's), copy out their logs."""
     records = []
     for worker in workers:
@@ -114,7 +120,7 @@ def stop_workers(runtime, workers: list[Worker], paths: TrialDir, watchdog=None)
                              cap_bytes=WORKER_LOG_CAP_BYTES)
             finally:
                 stream.close()
-        record = {"member": worker.member, "name": worker.name, "exit_code": exit_code,
+        record: dict[str, object] = {"member": worker.member, "name": worker.name, "exit_code": exit_code,
                   "seconds": round(time.time() - worker.started, 3)}
         if watchdog is not None and watchdog.tripped(worker.container):
             record["disk_limit"] = True

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from orchestrator.errors import InputError
 from orchestrator.job.shadow import MemoryShadow
+from orchestrator.models.result import TrialSummary
 from orchestrator.report.compare import compare, verdict
 from orchestrator.view.pages import esc, href, link, load_job, page
 
@@ -91,7 +92,7 @@ def compare_page(jobs: dict[str, Path], a: str, b: str) -> tuple[int, str]:
     return 200, page(f"compare {report['on_job']} vs {report['off_job']}", "".join(body))
 
 
-def _reward(trial) -> str:
+def _reward(trial: TrialSummary) -> str:
     if trial.failure_mode.value == "answer_leak":
         return "void"
     return "-" if trial.reward is None else f"{trial.reward:g}"

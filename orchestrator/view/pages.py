@@ -13,6 +13,7 @@ import html
 import json
 import re
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.job.shadow import MemoryShadow
@@ -41,7 +42,7 @@ def _code_point(match: re.Match) -> str:
     return f"[U+{ord(match.group()):04X}]"
 
 
-def esc(value) -> str:
+def esc(value: object) -> str:
     text = html.escape("" if value is None else str(value), quote=True)
     return BIDI.sub(_code_point, text)
 
@@ -51,7 +52,7 @@ def visible(text: str) -> str:
     return CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
-def name(value) -> str:
+def name(value: object) -> str:
     """A name as it is: escaped, with every control character visible."""
     return esc(visible(str(value)))
 
@@ -67,11 +68,11 @@ def page(title: str, body: str) -> str:
             f"<h1>{esc(title)}</h1>{body}</body></html>")
 
 
-def link(url: str, text, shown=esc) -> str:
+def link(url: str, text: object, shown: Callable[[object], str] = esc) -> str:
     return f"<a href='{esc(url)}'>{shown(text)}</a>"
 
 
-def q(**params) -> str:
+def q(**params: object) -> str:
     return "?" + urllib.parse.urlencode({k: v for k, v in params.items() if v not in (None, "")})
 
 
@@ -180,7 +181,7 @@ def _trial_folders(job_dir: Path) -> dict[str, str]:
 def trial_page(job: str, folder: Path) -> str:
     result = TrialResult.model_validate_json((folder / "result.json").read_text())
 
-    def file_link(relative: Path | str, text) -> str:  # the file route resolves from the job folder
+    def file_link(relative: Path | str, text: object) -> str:  # the file route resolves from the job folder
         return link(href("file", job, "trials", folder.name, *Path(relative).parts), text, shown=name)
 
     parts = [_why(result, folder)]
@@ -284,7 +285,9 @@ def _trajectory(path: Path, markers: list[str], limit: int = 500) -> str:
                              f"{esc(recall.get('used_chars'))} chars, {esc(recall.get('suppressed'))} suppressed"
                              f"{agree}</div>")
                 continue
-            event = record.get("event") if isinstance(record.get("event"), dict) else {}
+            event = record.get("event")
+            if not isinstance(event, dict):
+                event = {}
             tool = event.get("tool") if isinstance(event.get("tool"), dict) else None
             if tool is not None:
                 args = tool.get("args")

@@ -36,7 +36,7 @@ class ViewServer:
         viewer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
+            def do_GET(self) -> None:  # noqa: N802
                 status, body = viewer.route(self.path)
                 data = body.encode()
                 self.send_response(status)
@@ -47,7 +47,7 @@ class ViewServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, *args):
+            def log_message(self, *args: object) -> None:
                 pass
 
         self.httpd = ThreadingHTTPServer((host, port), Handler)
@@ -57,6 +57,7 @@ class ViewServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
+        assert isinstance(host, str)  # a TCP server's address: (host, port)
         return f"http://{host}:{port}/"
 
     def start(self) -> ViewServer:

@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
+from email.message import Message
 from urllib.parse import parse_qs, urlsplit
 
 from orchestrator.log import get_logger
@@ -18,6 +19,7 @@ from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHan
 from orchestrator.services.relay import auth
 from orchestrator.services.relay.store import (
     EXPORT_LIMIT,
+    EngramEvent,
     Identity,
     RelayError,
     RelayStore,
@@ -76,9 +78,9 @@ class RelayServer:
         return auth.auth_tag(self.secret, identity.pubkey)
 
     # ---- authentication ----------------------------------------------------------
-    def authenticate(self, method: str, path: str, headers, body: bytes) -> Identity:
-        values = [headers.get(h) for h in auth.HEADERS]
-        if not all(values):
+    def authenticate(self, method: str, path: str, headers: Message, body: bytes) -> Identity:
+        values = [value for h in auth.HEADERS if (value := headers.get(h))]
+        if len(values) != len(auth.HEADERS):
             raise RelayError(401, "unauthenticated: missing X-Orchestra-* signature headers")
         pubkey, tag, timestamp, nonce, signature = values
         identity = self.store.identities.get(pubkey)
@@ -105,7 +107,7 @@ class RelayServer:
         return identity
 
     # ---- routes ------------------------------------------------------------------------
-    def handle(self, method: str, raw_path: str, headers, body: bytes) -> tuple[int, dict]:
+    def handle(self, method: str, raw_path: str, headers: Message, body: bytes) -> tuple[int, dict]:
         identity = self.authenticate(method, raw_path, headers, body)
         url = urlsplit(raw_path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
@@ -154,7 +156,7 @@ class RelayServer:
         raise RelayError(404, f"{method} {url.path}: no such route")
 
 
-def _engram_json(event) -> dict:
+def _engram_json(event: EngramEvent) -> dict:
     return {"slug": event.slug, "id": event.id, "created_at": event.created_at,
             "hash": value_hash(event.value) if event.value is not None else None,
             "bytes": len(event.value.encode()) if event.value is not None else 0}

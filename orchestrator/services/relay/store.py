@@ -119,7 +119,7 @@ class RelayStore:
                  "display_name": i.display_name} for i in self.identities.values()]
 
     # ---- messages -------------------------------------------------------------------
-    def post(self, author: Identity, content: str, reply_to: str | None = None,
+    def post(self, author: Identity, content: object, reply_to: str | None = None,
              mentions: list[str] | None = None, channel_id: str | None = None) -> Message:
         channel = channel_id or self.channel_id
         if channel != self.channel_id:
