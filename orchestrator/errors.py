@@ -1,7 +1,25 @@
-"""The errors that decide orchestra's exit codes.
+"""orchestra's one exception tree: who can fix what went wrong decides the exit code and
+whether a trial is retried.
 
-InputError   -> exit 2: bad task, manifest, endpoint, seeds...; nothing started.
-InfraError   -> exit 3: Docker unreachable or another failure before any trial ran.
+    OrchestraError            exit 1: orchestra itself failed (a bug; the traceback is kept)
+    |-- InputError            exit 2: what the user can fix (a task, manifest, endpoint, flag);
+    |                         the message names the file and the field; nothing has started
+    |-- InfraError            exit 3: what the host or the engine did
+    |   |-- RuntimeFault      the engine failed a call: a trial's infra_error, retried
+    |   |   `-- SidecarFailed a compose service did not start or turned unhealthy
+    |   |-- LaunchError       a trial's sandbox could not be started or seeded: launch_error,
+    |   |                     retried (raised by the trial's start and seed phases)
+    |   |-- EngineGone        the engine did not answer within --engine-wait: the job stops
+    |   |-- EngineDiskFull    the engine's data root is nearly full: the job stops
+    |   `-- JobDiskFull       the job folder's disk is full: the job stops
+    `-- TaskError             what the task did: graded, never retried
+        `-- BuildFailed       its Dockerfile did not build: build_error
+
+What the agent did is never an exception: it is the trial's failure_mode (agent_timeout,
+oom, disk_limit, ...) and its reward. The other exception classes (HttpError, RelayError,
+Refused, Retryable, SeedError, RewardError, StepSetupFailed, Unhealthy, Cancelled, ...) are
+signals inside one module or service, turned into a response, a failure mode or one of the
+above at its edge; none crosses a layer.
 """
 
 from __future__ import annotations
@@ -32,6 +50,22 @@ class InfraError(OrchestraError):
     """The machine cannot run trials (Docker unreachable, no base image...)."""
 
     exit_code = 3
+
+
+class RuntimeFault(InfraError):
+    """The engine failed (API error, connection lost): an infrastructure failure."""
+
+
+class LaunchError(InfraError):
+    """A trial's sandbox could not be started or seeded (the cause is chained)."""
+
+
+class TaskError(OrchestraError):
+    """The task itself failed where orchestra needed it to work (graded, not retried)."""
+
+
+class BuildFailed(TaskError):
+    """The task's Dockerfile did not build; the message holds the log tail."""
 
 
 def validation_problems(file: Path, error: ValidationError, prefix: str = "",

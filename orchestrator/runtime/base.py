@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+# The seam's faults are the kernel's (errors.py draws the tree), named here for its callers.
+from orchestrator.errors import BuildFailed as BuildFailed
+from orchestrator.errors import RuntimeFault as RuntimeFault
+
 LABEL_JOB = "orchestra.job"
 LABEL_TRIAL = "orchestra.trial"
 LABEL_KIND = "orchestra.kind"
@@ -181,12 +185,6 @@ class ExecResult:
     output: bytes = b""
 
 
-class RuntimeFault(Exception):
-    """The engine failed (API error, connection lost): an infrastructure failure."""
-
-
-class BuildFailed(Exception):
-    """The task's Dockerfile did not build; the message holds the log tail."""
 
 
 class Runtime(ABC):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from orchestrator import scrub
 from orchestrator.agents.base import EXIT_OUTCOMES, Agent, render_command
 from orchestrator.archive import tar_directory, tar_files
+from orchestrator.errors import LaunchError
 from orchestrator.host.netpool import NetworkPool
 from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.log import get_logger
@@ -99,6 +100,9 @@ class Cancelled(Exception):
     pass
 
 
+LAUNCH_PHASES = ("start", "seed")  # what fails there is the sandbox's launch (LaunchError)
+
+
 @contextmanager
 def phase(result: TrialResult, name: str, ctx: TrialContext) -> Iterator[None]:
     if ctx.cancel.is_set():
@@ -109,8 +113,12 @@ def phase(result: TrialResult, name: str, ctx: TrialContext) -> Iterator[None]:
         ctx.on_phase(result.trial_id, f"{result.task}#{result.attempt}", name)
     try:
         yield
+    except (Cancelled, LaunchError):
+        raise
     except Exception as exc:
-        exc.orchestra_phase = name  # type: ignore[attr-defined]
+        full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC  # a disk: decided by run_trial
+        if name in LAUNCH_PHASES and not full:
+            raise LaunchError(f"{name}: {exc.__class__.__name__}: {exc}") from exc
         raise
     finally:
         setattr(result.timings, name, round(time.monotonic() - started, 3))
@@ -285,9 +293,10 @@ def run_trial(ctx: TrialContext, task: Task, attempt: int,
         if ctx.cancel.is_set():
             result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
             return _finish(ctx, result, paths, box, relay, proxy, trial_secrets, egress)
-        launching = getattr(exc, "orchestra_phase", "") in ("start", "seed")
-        mode = FailureMode.LAUNCH_ERROR if launching else FailureMode.INFRA_ERROR
-        result.failure_mode, result.error = mode, f"{exc.__class__.__name__}: {exc}"
+        if isinstance(exc, LaunchError):
+            result.failure_mode, result.error = FailureMode.LAUNCH_ERROR, str(exc)
+        else:
+            result.failure_mode, result.error = FailureMode.INFRA_ERROR, f"{exc.__class__.__name__}: {exc}"
         log.error("trial.error", trial=tid[:12], task=task.name, error=result.error,
                   traceback=traceback.format_exc(limit=8))
     return _finish(ctx, result, paths, box, relay, proxy, trial_secrets, egress)
