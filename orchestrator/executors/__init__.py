@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from orchestrator.executors.spec import Item, TrialSpec
     from orchestrator.models.result import TrialResult
-    from orchestrator.trial.lifecycle import TrialContext
+    from orchestrator.trial.context import TrialContext
 
 
 class Executor(Protocol):

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 from orchestrator.executors.spec import Item, TrialSpec
 from orchestrator.models.result import TrialResult
-from orchestrator.trial.lifecycle import TrialContext, run_trial
+from orchestrator.trial.context import TrialContext
+from orchestrator.trial.lifecycle import run_trial
 
 
 class LocalExecutor:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from orchestrator.runtime.base import Runtime
     from orchestrator.services.proxy import Upstreams
     from orchestrator.tasks.load import Task
-    from orchestrator.trial.lifecycle import TrialContext
+    from orchestrator.trial.context import TrialContext
 
 
 @dataclass
@@ -64,7 +64,7 @@ class TrialSpec(BaseModel):
         the orchestrator's agent when the caller made it already."""
         from orchestrator.agents import agent_for
         from orchestrator.models.manifest import Manifest
-        from orchestrator.trial.lifecycle import TrialContext
+        from orchestrator.trial.context import TrialContext
         from orchestrator.trial.trust import trust_for
 
         manifest = Manifest.model_validate(self.manifest)

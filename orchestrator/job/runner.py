@@ -43,14 +43,14 @@ from orchestrator.models.result import (
 )
 from orchestrator.runtime.base import LABEL_JOB, Capabilities, EngineFacts, Runtime
 from orchestrator.tasks.load import Task
-from orchestrator.trial.imagecache import ImageCache
-from orchestrator.trial.lifecycle import (
+from orchestrator.trial.context import (
     TrialContext,
     cancelled_result,
     new_result,
     trial_dir,
     trial_id,
 )
+from orchestrator.trial.imagecache import ImageCache
 from orchestrator.trial.verify import EnvTemplateError, resolve_env
 from orchestrator.util import write_json_atomic
 

@@ -5,10 +5,10 @@ from orchestrator import public_face
 
 __all__ = ["ImageCache", "TaskImages", "TrialContext", "ensure_task_images", "run_trial", "trial_dir", "trial_id"]
 __getattr__, __dir__ = public_face(__name__, {
-    "TrialContext": "lifecycle",
+    "TrialContext": "context",
     "run_trial": "lifecycle",
-    "trial_dir": "lifecycle",
-    "trial_id": "lifecycle",
+    "trial_dir": "context",
+    "trial_id": "context",
     "ImageCache": "imagecache",
     "ensure_task_images": "images",
     "TaskImages": "images",

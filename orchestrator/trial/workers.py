@@ -26,7 +26,7 @@ from orchestrator.trial.sandbox import Sandbox, require_runtime
 if TYPE_CHECKING:
     from orchestrator.services.proxy import ModelProxy
     from orchestrator.services.relay.session import TrialRelay
-    from orchestrator.trial.lifecycle import TrialContext
+    from orchestrator.trial.context import TrialContext
 
 log = get_logger()
 WORKER_LOG_CAP_BYTES = 8 * 1024 * 1024

@@ -79,7 +79,7 @@ def test_the_checks_see_what_they_check():
     assert "orchestrator.runtime.docker" in MODULES and "orchestrator.job.runner" in MODULES
     assert "orchestrator.runtime.client" in top_level_imports(MODULES["orchestrator.runtime.docker"])
     assert "docker" in imported_anywhere(MODULES["orchestrator.runtime.client"])
-    assert "orchestrator.trial.lifecycle" in top_level_imports(MODULES["orchestrator.job.runner"])
+    assert "orchestrator.trial.context" in top_level_imports(MODULES["orchestrator.job.runner"])
 
 
 # Keys of the Engine API's JSON (inspect, info, images): read only inside the runtime, which
