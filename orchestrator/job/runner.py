@@ -225,136 +225,191 @@ def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
     """Run every trial of `tasks` under `manifest`. Observers (all optional): on_plan(total,
     already done) once the trials to run are known, on_phase(trial_id, label, phase), on_admission(task,
     why-waiting or None), on_trial_done(result, done, total)."""
-    options = with_sandbox_policy(options, manifest)
-    engine = runtime.engine_facts()
-    admission_cancel = threading.Event()
-    executor = open_executor(options.backend, options.ray_address)
-    capacity_cpus, capacity_mb = executor.capacity() or (engine.cpus, engine.memory_mb)
-    admission = Admission(options.max_cpus or capacity_cpus, options.max_memory_mb or capacity_mb,
-                          admission_cancel)
-    in_use = preflight(tasks, manifest, options.endpoints, admission)
-    capabilities = check_capabilities(runtime, options, engine)
-    lead = manifest.orchestrator
-    agent = agent_for(lead, options.manifest_dir, options.ca_bundle)  # re-hashes the prompt
-    agent.binds()  # an installed CLI is installed on this host now, not in a trial's phases
-    job_dir = options.jobs_dir / options.job_name
-    finished = load_finished(job_dir, tasks, options.retry_errors) if options.resume else {}
-    upstreams = None
-    if in_use:  # model endpoints: the proxy's module only then
-        from orchestrator.services.proxy import Upstreams
+    job = Job(runtime, tasks, manifest, options, on_trial_done, on_phase, on_admission)
+    return job.run(on_plan)
 
-        assert options.endpoints is not None  # preflight refused endpoints without a config
-        upstreams = Upstreams.open(in_use, options.endpoints, options.replay_from)
-    reap_orphans(runtime)
-    write_json_atomic(job_dir / "config.json", {
-        "job": options.job_name,
-        # Only what was set: read back, it gives the same condition hash, byte for byte.
-        "manifest": manifest.model_dump(mode="json", exclude_unset=True),
-        "condition_hash": manifest.condition_hash(), "k": options.k,
-        "n_concurrent": options.n_concurrent, "policy": options.policy,
-        "source": options.source,
-        "tasks": [{"name": t.name, "path": str(t.path), "content_hash": t.content_hash}
-                  for t in tasks],
-    })
-    cancel = admission_cancel
-    ca_bundle = options.ca_bundle.read_bytes() if options.ca_bundle else None
-    images = ImageCache(runtime, options.job_name, lead.install if lead.agent == "command" else None,
-                        ca_bundle, options.build_policy, options.registry)
-    watchdog = DiskWatchdog(runtime, options.job_name)
-    networks = NetworkPool(runtime, options.job_name)
-    spec = trial_spec(options, manifest, upstreams, ca_bundle)
-    ctx = spec.context(runtime=runtime, job_dir=job_dir, images_for=images, watchdog=watchdog,
-                       networks=networks, cancel=cancel, upstreams=upstreams,
-                       ca_file=options.ca_bundle, agent=agent, on_phase=on_phase)
-    items = [Item(task, attempt) for task in tasks for attempt in range(attempts_for(task, options.k))]
-    todo = [i for i in items if trial_id(ctx.job, i.task, ctx.agent_id, i.attempt) not in finished]
-    # A trial that can never fit fails alone, with the numbers; the rest of the job runs.
-    for item in [i for i in todo if not admission.fits_ever(i.task)]:
-        todo.remove(item)
-        finished[trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)] = infeasible_result(
-            ctx, item.task, item.attempt, admission)
-    todo, order = _ordered(todo, agent.name, options)
-    budget = DiskBudget(runtime, images, Counter(i.task.name for i in todo), options.image_budget_gb,
-                        engine, options.budget_interval)
-    budget.check_data_root()  # a disk already nearly full: exit 3 before any trial
-    if options.resume:
-        log.warning("resume.plan", finished=len(finished), rerun=len(todo),
-                    message=f"resume: {len(finished)} trial(s) already complete, re-running "
-                            f"{len(todo)}" if todo else "resume: nothing left to run")
-    started = time.time()
-    results: list[TrialResult] = list(finished.values())
-    total = len(items)
-    admission.listener = on_admission
-    if on_plan:
-        on_plan(total, len(results))
 
-    def done(result: TrialResult) -> None:
-        results.append(result)
+class Job:
+    """One job as a template method: `run` = prepare (pre-flight before any spend, the job
+    folder's config, the job's helpers and trial context), plan (the trials left to run, in
+    order, under the disk budget), execute (the scheduler, observers told), finish (drain,
+    clean up, summarize, write result.json), whatever interrupts it."""
+
+    def __init__(self, runtime: Runtime, tasks: list[Task], manifest: Manifest, options: JobOptions,
+                 on_trial_done: TrialDone | None = None,
+                 on_phase: Callable[[str, str, str], None] | None = None,
+                 on_admission: Callable[[Task, str | None], None] | None = None):
+        self.runtime, self.tasks, self.manifest = runtime, tasks, manifest
+        self.options = with_sandbox_policy(options, manifest)
+        self.on_trial_done, self.on_phase, self.on_admission = on_trial_done, on_phase, on_admission
+        self.job_dir = self.options.jobs_dir / self.options.job_name
+        self.cancel = threading.Event()
+        self.results: list[TrialResult] = []
+
+    def run(self, on_plan: Callable[[int, int], None] | None = None) -> JobResult:
+        self.prepare()
+        todo, total = self.plan()
+        if on_plan:
+            on_plan(total, len(self.results))
+        started, interrupted = time.time(), False
         try:
-            budget.trial_done(result.task)
-        except EngineDiskFull:
-            cancel.set()  # nothing new starts; running trials stop at their next phase
-            raise
-        if result.failure_mode == FailureMode.ANSWER_LEAK and not cancel.is_set():
-            log.error("job.answer_leak", trial=result.trial_id[:12], task=result.task, error=result.error)
-            cancel.set()  # a leak stops the suite: no further trial starts
-        if on_trial_done:
-            on_trial_done(result, len(results), total)
+            self.execute(todo, total)
+        except KeyboardInterrupt:
+            interrupted = True
+            self.interrupt()
+        finally:
+            job, left = self.finish(todo, started, interrupted)
+        if interrupted:
+            raise KeyboardInterrupt
+        if left:  # the trials finished, but something orchestra made outlived the clean-up
+            raise InfraError(f"job {self.options.job_name}: results are written, but clean-up could not "
+                             f"remove: {', '.join(left[:10])}{' ...' if len(left) > 10 else ''}; "
+                             "run `orchestra cleanup` and check the engine")
+        return job
 
-    # the engine this process talks to: on Ray each node's engine is its own (a node's
-    # outage is its trials' infra errors, retried as such)
-    engine_watch = EngineWatch(runtime.unanswered, options.engine_wait, cancel) if options.backend == "local" else None
-    scheduler = Scheduler(options.n_concurrent, admission, cancel, options.max_retries,
-                          options.backoff_multiplier, engine_watch)
-    run_one = executor.runner(ctx, spec)
-    watchdog.start()
-    interrupted = False
-    try:
-        scheduler.run(todo, run_one,
-                      lambda item: cancelled_result(ctx, item.task, item.attempt, item.retries), done)
-    except KeyboardInterrupt:
-        interrupted = True
-        log.warning("job.cancelling", job=options.job_name)
-        cancel.set()
-        for container in runtime.labelled(*own(f"{LABEL_JOB}={options.job_name}"))[0]:
-            runtime.kill(container)  # running trials stop now and clean up after themselves
-    finally:
-        scheduler.stop(timeout=15.0 if interrupted else 3600.0)
-        for _item, result in scheduler.drain():
-            if isinstance(result, BaseException):  # a crashed attempt: cancelled below
-                continue
-            if result.trial_id not in {r.trial_id for r in results}:
-                results.append(result)
-        seen = {r.trial_id for r in results}
+    def prepare(self) -> None:
+        """Refuse what cannot run, before any spend; then the job's folder and helpers."""
+        runtime, options, manifest = self.runtime, self.options, self.manifest
+        self.engine = engine = runtime.engine_facts()
+        self.executor = open_executor(options.backend, options.ray_address)
+        capacity_cpus, capacity_mb = self.executor.capacity() or (engine.cpus, engine.memory_mb)
+        self.admission = Admission(options.max_cpus or capacity_cpus,
+                                   options.max_memory_mb or capacity_mb, self.cancel)
+        in_use = preflight(self.tasks, manifest, options.endpoints, self.admission)
+        self.capabilities = check_capabilities(runtime, options, engine)
+        self.lead = lead = manifest.orchestrator
+        self.agent = agent = agent_for(lead, options.manifest_dir, options.ca_bundle)  # re-hashes the prompt
+        agent.binds()  # an installed CLI is installed on this host now, not in a trial's phases
+        self.finished = load_finished(self.job_dir, self.tasks, options.retry_errors) if options.resume else {}
+        self.upstreams: Upstreams | None = None
+        if in_use:  # model endpoints: the proxy's module only then
+            from orchestrator.services.proxy import Upstreams
+
+            assert options.endpoints is not None  # preflight refused endpoints without a config
+            self.upstreams = Upstreams.open(in_use, options.endpoints, options.replay_from)
+        reap_orphans(runtime)
+        self._write_config()
+        ca_bundle = options.ca_bundle.read_bytes() if options.ca_bundle else None
+        self.images = ImageCache(runtime, options.job_name, lead.install if lead.agent == "command" else None,
+                                 ca_bundle, options.build_policy, options.registry)
+        self.watchdog = DiskWatchdog(runtime, options.job_name)
+        self.networks = NetworkPool(runtime, options.job_name)
+        self.spec = trial_spec(options, manifest, self.upstreams, ca_bundle)
+        self.ctx = self.spec.context(runtime=runtime, job_dir=self.job_dir, images_for=self.images,
+                                     watchdog=self.watchdog, networks=self.networks, cancel=self.cancel,
+                                     upstreams=self.upstreams, ca_file=options.ca_bundle, agent=agent,
+                                     on_phase=self.on_phase)
+
+    def _write_config(self) -> None:
+        options, manifest = self.options, self.manifest
+        write_json_atomic(self.job_dir / "config.json", {
+            "job": options.job_name,
+            # Only what was set: read back, it gives the same condition hash, byte for byte.
+            "manifest": manifest.model_dump(mode="json", exclude_unset=True),
+            "condition_hash": manifest.condition_hash(), "k": options.k,
+            "n_concurrent": options.n_concurrent, "policy": options.policy,
+            "source": options.source,
+            "tasks": [{"name": t.name, "path": str(t.path), "content_hash": t.content_hash}
+                      for t in self.tasks],
+        })
+
+    def plan(self) -> tuple[list[Item], int]:
+        """The trials left to run (resume skips the finished; one that can never fit fails
+        alone, with the numbers), in order; the disk budget over them. Returns (todo, total)."""
+        ctx, options, finished = self.ctx, self.options, self.finished
+        items = [Item(task, attempt) for task in self.tasks for attempt in range(attempts_for(task, options.k))]
+        todo = [i for i in items if trial_id(ctx.job, i.task, ctx.agent_id, i.attempt) not in finished]
+        for item in [i for i in todo if not self.admission.fits_ever(i.task)]:
+            todo.remove(item)
+            finished[trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)] = infeasible_result(
+                ctx, item.task, item.attempt, self.admission)
+        todo, self.order = _ordered(todo, self.agent.name, options)
+        self.budget = DiskBudget(self.runtime, self.images, Counter(i.task.name for i in todo),
+                                 options.image_budget_gb, self.engine, options.budget_interval)
+        self.budget.check_data_root()  # a disk already nearly full: exit 3 before any trial
+        if options.resume:
+            log.warning("resume.plan", finished=len(finished), rerun=len(todo),
+                        message=f"resume: {len(finished)} trial(s) already complete, re-running "
+                                f"{len(todo)}" if todo else "resume: nothing left to run")
+        self.results = list(finished.values())
+        self.admission.listener = self.on_admission
+        return todo, len(items)
+
+    def execute(self, todo: list[Item], total: int) -> None:
+        """The scheduler runs `todo`; each final result is taken in by `_done`."""
+        options, ctx = self.options, self.ctx
+        # the engine this process talks to: on Ray each node's engine is its own (a node's
+        # outage is its trials' infra errors, retried as such)
+        self.engine_watch = EngineWatch(self.runtime.unanswered, options.engine_wait, self.cancel) \
+            if options.backend == "local" else None
+        self.scheduler = Scheduler(options.n_concurrent, self.admission, self.cancel, options.max_retries,
+                                   options.backoff_multiplier, self.engine_watch)
+        self.watchdog.start()
+        self.scheduler.run(todo, self.executor.runner(ctx, self.spec),
+                           lambda item: cancelled_result(ctx, item.task, item.attempt, item.retries),
+                           lambda result: self._done(result, total))
+
+    def _done(self, result: TrialResult, total: int) -> None:
+        self.results.append(result)
+        try:
+            self.budget.trial_done(result.task)
+        except EngineDiskFull:
+            self.cancel.set()  # nothing new starts; running trials stop at their next phase
+            raise
+        if result.failure_mode == FailureMode.ANSWER_LEAK and not self.cancel.is_set():
+            log.error("job.answer_leak", trial=result.trial_id[:12], task=result.task, error=result.error)
+            self.cancel.set()  # a leak stops the suite: no further trial starts
+        if self.on_trial_done:
+            self.on_trial_done(result, len(self.results), total)
+
+    def interrupt(self) -> None:
+        """Ctrl-C: nothing new starts; running trials stop now and clean up after themselves."""
+        log.warning("job.cancelling", job=self.options.job_name)
+        self.cancel.set()
+        for container in self.runtime.labelled(*own(f"{LABEL_JOB}={self.options.job_name}"))[0]:
+            self.runtime.kill(container)
+
+    def finish(self, todo: list[Item], started: float, interrupted: bool) -> tuple[JobResult, list[str]]:
+        """Every trial accounted for (never reached: cancelled), the job's objects removed,
+        the result summarized and written. Returns it and what clean-up could not remove."""
+        ctx, options = self.ctx, self.options
+        scheduler = getattr(self, "scheduler", None)
+        if scheduler is not None:
+            scheduler.stop(timeout=15.0 if interrupted else 3600.0)
+            for _item, result in scheduler.drain():
+                if isinstance(result, BaseException):  # a crashed attempt: cancelled below
+                    continue
+                if result.trial_id not in {r.trial_id for r in self.results}:
+                    self.results.append(result)
+        seen = {r.trial_id for r in self.results}
         for item in todo:  # anything that never reached a final result
             if trial_id(ctx.job, item.task, ctx.agent_id, item.attempt) not in seen:
-                results.append(cancelled_result(ctx, item.task, item.attempt, item.retries))
-        left = _clean_up_job(runtime, options.job_name, watchdog, networks, upstreams, executor)
+                self.results.append(cancelled_result(ctx, item.task, item.attempt, item.retries))
+        left = _clean_up_job(self.runtime, options.job_name, self.watchdog, self.networks,
+                             self.upstreams, self.executor)
         try:
-            budget.finish()
+            self.budget.finish()
         except Exception as exc:  # the budget never costs a job its result
             log.warning("images.prune_failed", error=str(exc)[:300])
-        job = summarize(options, manifest, lead.agent, results, images.built, started, admission)
-        job.images_pushed = images.pushed
-        job.order = order
-        job.images_pruned = len(budget.pruned)
-        durations.record(agent.name, results)
-        if engine_watch is not None:
-            job.engine_outages = [EngineOutage(gone_at=gone, seconds=round(back - gone, 1))
-                                  for gone, back in engine_watch.outages]
-            job.engine_down_seconds = engine_watch.down_seconds
-        job.capabilities = JobCapabilities(**asdict(capabilities))
+        job = self.summary(started)
         try:
-            write_json_atomic(job_dir / "result.json", job)
+            write_json_atomic(self.job_dir / "result.json", job)
         except OSError as exc:  # e.g. the disk is full: the trial results already written stay
             log.error("job.result_not_written", error=str(exc))
-    if interrupted:
-        raise KeyboardInterrupt
-    if left:  # the trials finished, but something orchestra made outlived the clean-up
-        raise InfraError(f"job {options.job_name}: results are written, but clean-up could not "
-                         f"remove: {', '.join(left[:10])}{' ...' if len(left) > 10 else ''}; "
-                         "run `orchestra cleanup` and check the engine")
-    return job
+        return job, left
+
+    def summary(self, started: float) -> JobResult:
+        job = summarize(self.options, self.manifest, self.lead.agent, self.results, self.images.built,
+                        started, self.admission)
+        job.images_pushed, job.images_pruned, job.order = self.images.pushed, len(self.budget.pruned), self.order
+        durations.record(self.agent.name, self.results)
+        watch = getattr(self, "engine_watch", None)
+        if watch is not None:
+            job.engine_outages = [EngineOutage(gone_at=gone, seconds=round(back - gone, 1))
+                                  for gone, back in watch.outages]
+            job.engine_down_seconds = watch.down_seconds
+        job.capabilities = JobCapabilities(**asdict(self.capabilities))
+        return job
 
 
 def _ordered(todo: list[Item], agent: str, options: JobOptions) -> tuple[list[Item], str]:
