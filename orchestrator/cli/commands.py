@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import gc
 import json
 import os
@@ -15,7 +14,6 @@ import typer
 
 from orchestrator.cli.app import (
     app,
-    configure_logs,
     console,
     err,
     fail,
@@ -24,16 +22,13 @@ from orchestrator.cli.app import (
     one_paragraph,
     print_table,
 )
-from orchestrator.errors import InfraError, InputError
+from orchestrator.errors import InputError
 
 if TYPE_CHECKING:
-    from types import FrameType
 
     from rich.console import Console
 
-    from orchestrator.models.result import TrialResult
     from orchestrator.report.gate import Gate
-    from orchestrator.tasks.load import Task
 
 
 @app.command()
@@ -85,211 +80,10 @@ def run(
 
     {exits}
     """
-    from orchestrator.job.runner import JobOptions, run_job
-    from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
-    from orchestrator.models.manifest import (
-        AGENT_NAMES,
-        Manifest,
-        default_manifest,
-        is_agent_kind,
-        load_manifest,
-    )
-    from orchestrator.report.progress import Progress
-    from orchestrator.report.summary import render_job
-    from orchestrator.runtime import open_runtime
-    from orchestrator.tasks.load import load_tasks
-    from orchestrator.util import check_job_name, registry_problem, write_output
+    flags = dict(locals())  # the parsed flags, before anything else is named here
+    from orchestrator.cli.run import RunArgs, execute
 
-    resumed_manifest_dir = None
-    try:
-        if resume is not None:
-            config_file = resume / "config.json"
-            if not config_file.is_file():
-                raise InputError(f"{config_file}: not a job folder (no config.json)")
-            config = json.loads(config_file.read_text())
-            source = config.get("source") or {}
-            path = Path(source["path"]) if source.get("path") else path
-            jobs_dir, job_name = resume.parent, resume.name
-            lineup = Manifest.model_validate(config["manifest"])
-            if config.get("condition_hash") and lineup.condition_hash() != config["condition_hash"]:
-                raise InputError(f"{config_file}: field 'manifest': it no longer gives the "
-                                 f"condition hash {config['condition_hash'][:12]} this job ran "
-                                 "with; resume would mix two conditions. Start a new job.")
-            policy, layer = config.get("policy", policy), source.get("layer")
-            k = None if config.get("k") is None else str(config["k"])
-            endpoints = [Path(p) for p in source.get("endpoints", [])] or endpoints
-            resumed_manifest_dir = source.get("manifest_dir")
-        if path is None:
-            raise InputError("--path: required (a task folder or a dataset)")
-        k_auto = k == "auto"
-        attempts = None if k is None or k_auto else _positive_int("-k", k)
-        if k_auto and baseline is None:
-            raise InputError("-k auto: needs --baseline JOB_DIR (the attempts are chosen against it)")
-        if not 0 < detect_drop <= 1:
-            raise InputError(f"--detect-drop: {detect_drop} is not a drop in pass rate between 0 and 1")
-        if fail_on_regression and baseline is None:
-            raise InputError("--fail-on-regression: needs --baseline JOB_DIR")
-        # to the second plus a random tail: two jobs started in one second never share a name
-        name = job_name or dt.datetime.now().strftime("%Y-%m-%d__%H-%M-%S-") + os.urandom(2).hex()
-        if (problem := check_job_name(name)) is not None:
-            raise InputError(f"--job-name: {problem}")
-        if ca_bundle is not None and not ca_bundle.is_file():
-            raise InputError(f"--ca-bundle: {ca_bundle}: no such file")
-        if replay_from is not None and not any(replay_from.glob("**/model/exchanges.jsonl")):
-            raise InputError(f"--replay-from: {replay_from}: no recorded exchanges "
-                             "(trial folders with model/exchanges.jsonl) there")
-        if retry_errors and resume is None:
-            raise InputError("--retry-errors: only with --resume JOB_DIR")
-        if order not in ("longest-first", "given"):
-            raise InputError(f"--order: {order!r} is not longest-first or given")
-        if build_policy not in ("prefer-prebuilt", "build", "pull"):
-            raise InputError(f"--build-policy: {build_policy!r} is not prefer-prebuilt, build or pull")
-        if registry is not None and (problem := registry_problem(registry)) is not None:
-            raise InputError(f"--registry: {problem}")
-        from orchestrator.job.runner import REQUIRABLE
-
-        if unknown := [r for r in require or [] if r not in REQUIRABLE]:
-            raise InputError(f"--require {unknown[0]}: not a capability (choose from: {', '.join(REQUIRABLE)})")
-        if policy not in ("memory-on", "memory-off"):
-            raise InputError(f"--policy: {policy!r} is not memory-on or memory-off")
-        if agent is not None and not is_agent_kind(agent):
-            raise InputError(f"--agent: {agent!r} is not one of {', '.join(AGENT_NAMES)} "
-                             "(`orchestra agents` lists them)")
-        if backend not in ("local", "ray"):
-            raise InputError(f"--backend: {backend!r} is not local or ray")
-        if backend == "ray":
-            try:
-                import ray  # noqa: F401
-            except ImportError:
-                raise InputError("--backend ray: Ray is not installed (pip install 'orchestra[ray]')") from None
-        if layer is not None and layer not in ("regression", "workflow"):
-            raise InputError(f"--layer: {layer!r} is not regression or workflow")
-        if resume is None and (jobs_dir / name / "result.json").exists():
-            raise InputError(f"{jobs_dir / name}: a finished job is already there; choose another "
-                             "--job-name or --resume it (nothing was overwritten)")
-        _writable(jobs_dir)
-        if skip_broken:
-            from orchestrator.job.doctor import invalid, skipped_by_run
-            from orchestrator.tasks.load import load_tasks_lenient
-
-            tasks, problems = load_tasks_lenient(path)
-            tasks, left = skipped_by_run(tasks)
-            left += invalid(problems)
-        else:
-            tasks = load_tasks(path)
-        _note_ignored_fields(tasks)
-        if skip_broken:
-            if left:
-                err.print(f"--skip-broken: {len(left)} task(s) the doctor found unable to measure an "
-                          f"agent are left out: " + ", ".join(f"{d.task} ({d.verdict})" for d in left[:10])
-                          + (f" and {len(left) - 10} more" if len(left) > 10 else ""), markup=False,
-                          highlight=False, soft_wrap=True)
-            if not tasks:
-                raise InputError(f"{path}: --skip-broken left no task to run (`orchestra tasks doctor` says why)")
-        if layer is not None:
-            tasks = [t for t in tasks if t.config.metadata.evaluation_layer == layer]
-            if not tasks:
-                raise InputError(f"{path}: no task has [metadata] evaluation_layer = {layer!r}")
-        if resume is None:
-            lineup = load_manifest(manifest) if manifest else default_manifest(
-                agent or ("reference" if model else "oracle"))
-        if agent:
-            lineup = lineup.with_agent(agent)
-        if model:
-            lineup = lineup.with_endpoint(model)
-        lead = lineup.orchestrator
-        if lead.agent == "command" and not lead.command:
-            raise InputError("--agent command: the command agent needs a run template; write a "
-                             "manifest with `command:` (and `install:`) for the orchestrator")
-        endpoint_files = [p.resolve() for p in (endpoints or default_endpoint_files())]
-        if resume is not None:
-            manifest_dir = Path(resumed_manifest_dir) if resumed_manifest_dir else None
-        else:
-            manifest_dir = manifest.parent.resolve() if manifest else None
-        options = JobOptions(
-            job_name=name, jobs_dir=jobs_dir, n_concurrent=n_concurrent, k=attempts, policy=policy,
-            manifest_dir=manifest_dir, max_retries=max_retries, engine_wait=engine_wait, longest_first=order == "longest-first", image_budget_gb=image_budget_gb, max_cpus=max_cpus,
-            max_memory_mb=max_memory_mb, resume=resume is not None, oci_runtime=oci_runtime,
-            retry_errors=retry_errors, ca_bundle=ca_bundle, build_policy=build_policy, registry=registry,
-            require=list(require or []),
-            backend=backend, ray_address=ray_address, replay_from=replay_from,
-            endpoints=load_endpoints(endpoint_files) if endpoint_files else None,
-            source={"path": str(path.resolve()), "layer": layer,
-                    "endpoints": [str(p) for p in endpoint_files],
-                    "manifest_dir": str(manifest_dir) if manifest_dir else None})
-        if baseline is not None:  # read now: a bad baseline is refused before any trial runs
-            from orchestrator.report.load import load_trials
-
-            baseline_trials = load_trials(baseline)
-            from orchestrator.report.gate import check_options
-
-            check_options(flaky, alpha)
-            if k_auto:
-                options.k = _auto_k(baseline_trials, detect_drop, alpha, gate_layer)
-            from orchestrator.job.durations import measured
-
-            options.durations = measured(baseline_trials)
-        configure_logs(verbose, jobs_dir / name / "events.jsonl")
-        runtime = open_runtime(max_pool_size=n_concurrent * 3 + 8)
-        _terminate_as_interrupt()
-        with Progress(err, live=False if quiet or verbose or progress_json else None,
-                      json_lines=progress_json) as progress:
-            job = run_job(runtime, tasks, lineup, options, on_trial_done=progress.trial_done,
-                          on_phase=progress.phase, on_plan=progress.plan,
-                          on_admission=progress.admission)
-    except (InputError, InfraError) as exc:
-        fail(exc)
-    except KeyboardInterrupt:
-        err.print(f"[yellow]cancelled[/]: {_cancel_counts(jobs_dir / name)}; resume with "
-                  f"`orchestra run --resume {jobs_dir / name}`", soft_wrap=True)
-        raise typer.Exit(130) from None
-    from orchestrator.models.result import TrialResult
-
-    trials = [TrialResult.model_validate_json(p.read_text())
-              for p in sorted((jobs_dir / name / "trials").glob("*/result.json"))]
-    human = human_console(json_out)
-    render_job(job, trials, human)
-    human.print(f"job folder: {jobs_dir / name}", soft_wrap=True)
-    if json_out:
-        write_output(json_out, job)
-    leaks = job.counts.get("answer_leak", 0)
-    if leaks:
-        err.print(f"[bold red]answer leak[/] in {leaks} trial(s): the agent read a task's memory "
-                  "source files; the suite was stopped and its results are void.")
-        raise typer.Exit(4)
-    if baseline is not None:
-        from orchestrator.report.gate import gate
-
-        try:
-            regression = gate(trials, baseline_trials, allow_changed, gate_layer, flaky, alpha)
-        except InputError as exc:  # the job's results are written; only the gate refuses
-            fail(exc)
-        _report_gate(regression, baseline, jobs_dir / name, fail_on_regression, human)
-
-
-def _positive_int(option: str, value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise InputError(f"{option}: {value!r} is not a whole number of attempts (1 or more) or 'auto'")
-    return int(value)
-
-
-def _auto_k(baseline_trials: list[TrialResult], drop: float, alpha: float, gate_layer: str | None) -> int:
-    """-k auto: attempts enough to tell a drop of `drop` from chance against the baseline."""
-    from orchestrator.report.gate import attempts_to_tell
-
-    if gate_layer is not None:
-        baseline_trials = [t for t in baseline_trials if t.layer == gate_layer]
-    k, cannot = attempts_to_tell(baseline_trials, drop, alpha)
-    if cannot:
-        k = max(k, max((sum(1 for t in baseline_trials if t.task == name.split(" ")[0])
-                        for name in cannot), default=1))
-    err.print(f"-k auto: k={k}, the fewest attempts that tell a drop of {drop:g} in a task's pass "
-              f"rate from chance (80% power, alpha {alpha:g}) against the baseline's attempts", soft_wrap=True)
-    if cannot:
-        err.print(f"-k auto: no k up to 20 can tell it for {len(cannot)} task(s) with so few baseline "
-                  f"attempts ({', '.join(cannot[:5])}{', ...' if len(cannot) > 5 else ''}); rerun the "
-                  "baseline with more attempts (-k)", soft_wrap=True)
-    return k
+    execute(RunArgs(**flags))
 
 
 run.__doc__ = (run.__doc__ or "").replace("{exits}", one_paragraph("""Exit codes: 0 the job
@@ -297,33 +91,6 @@ run.__doc__ = (run.__doc__ or "").replace("{exits}", one_paragraph("""Exit codes
     bad input (nothing started); 3 the engine or host failed (Docker unreachable, the job
     folder's disk full); 4 an answer leak was found (the suite stopped, results void); 130
     cancelled (Ctrl-C / SIGTERM; results kept)."""))
-
-
-def _cancel_counts(job_dir: Path) -> str:
-    """How a cancelled job ended, from the result.json it wrote on the way out."""
-    from orchestrator.models.result import JobResult
-
-    try:
-        job = JobResult.model_validate_json((job_dir / "result.json").read_text())
-    except (OSError, ValueError):
-        return "unfinished trials are marked cancelled"
-    cancelled = job.counts.get("cancelled", 0)
-    return (f"{job.n_trials - cancelled} of {job.n_trials} trial(s) finished, {cancelled} "
-            "cancelled (marked so in the job folder)")
-
-
-def _terminate_as_interrupt() -> None:
-    """SIGTERM cancels like Ctrl-C; a second signal during clean-up is noted, not obeyed."""
-    state = {"count": 0}
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        state["count"] += 1
-        if state["count"] == 1:
-            raise KeyboardInterrupt
-        err.print("[yellow]still cleaning up; orchestra removes its containers before it exits[/]")
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
 
 
 GATE_HELP = one_paragraph("""With --baseline JOB_DIR, a regression gate for release pipelines:
@@ -409,34 +176,6 @@ def report(
 
 
 report.__doc__ = (report.__doc__ or "").replace("{gate}", GATE_HELP).replace("{exits}", REPORT_EXITS)
-
-
-def _writable(jobs_dir: Path) -> None:
-    """A jobs folder results can be written to, checked before anything runs (exit 2)."""
-    import tempfile
-
-    try:
-        jobs_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=jobs_dir, prefix=".orchestra-probe-"):
-            pass
-    except OSError as exc:
-        raise InputError(f"--jobs-dir: {jobs_dir}: results cannot be written there "
-                         f"({exc.strerror or exc})") from None
-
-
-def _note_ignored_fields(tasks: list[Task]) -> None:
-    """Keys Harbor ignores are accepted, never silently: one stderr line per set of keys
-    (and per schema warning), naming its tasks (each result.json records its own)."""
-    lines: dict[str, list[str]] = {}
-    for task in tasks:
-        if task.ignored_fields:
-            label = f"note: ignored (Harbor ignores them too): {', '.join(task.ignored_fields)}"
-            lines.setdefault(label, []).append(task.name)
-        if task.schema_warning:
-            lines.setdefault(f"warning: {task.schema_warning}", []).append(task.name)
-    for label, names in lines.items():
-        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        err.print(f"{label}: {shown}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _report_gate(regression: Gate, baseline: Path, job_dir: Path, fail_on_regression: bool,

@@ -1,0 +1,394 @@
+"""`orchestra run`, after typer has parsed it: the arguments as one typed object (RunArgs),
+checked and turned into a job in small steps (resume, checks, tasks, lineup, options,
+baseline), the job run with its progress, then rendered and gated. Every refusal is an
+InputError naming the flag or file (exit 2) before anything runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import typer
+
+from orchestrator.cli.app import configure_logs, err, fail, human_console
+from orchestrator.cli.commands import _report_gate
+from orchestrator.errors import InfraError, InputError
+
+if TYPE_CHECKING:
+    from orchestrator.job.runner import JobOptions
+    from orchestrator.models.manifest import Manifest
+    from orchestrator.models.result import JobResult, TrialResult
+    from orchestrator.tasks.load import Task
+
+
+@dataclass
+class RunArgs:
+    """`orchestra run`'s flags as typer parsed them (`orchestra run --help` says each)."""
+
+    path: Path | None
+    manifest: Path | None
+    agent: str | None
+    n_concurrent: int
+    k: str | None
+    layer: str | None
+    jobs_dir: Path
+    job_name: str | None
+    resume: Path | None
+    retry_errors: bool
+    policy: str
+    endpoints: list[Path] | None
+    model: str | None
+    replay_from: Path | None
+    max_retries: int
+    image_budget_gb: float | None
+    order: str
+    engine_wait: float
+    max_cpus: float | None
+    max_memory_mb: int | None
+    backend: str
+    ray_address: str | None
+    oci_runtime: str | None
+    build_policy: str
+    require: list[str] | None
+    registry: str | None
+    ca_bundle: Path | None
+    json_out: str | None
+    baseline: Path | None
+    fail_on_regression: bool
+    gate_layer: str | None
+    flaky: str
+    alpha: float
+    detect_drop: float
+    allow_changed: bool
+    skip_broken: bool
+    quiet: bool
+    progress_json: bool
+    verbose: bool
+    # filled in on the way
+    resumed: dict = field(default_factory=dict)  # the resumed job's config.json
+    lineup_from_resume: Manifest | None = None
+
+
+def execute(a: RunArgs) -> None:
+    try:
+        if a.resume is not None:
+            _take_over_resumed(a)
+        name, attempts = _check(a)
+        tasks = _tasks(a)
+        lineup = _lineup(a)
+        options = _job_options(a, name, attempts)
+        baseline_trials = _read_baseline(a, options)
+        job = _run(a, tasks, lineup, options)
+    except (InputError, InfraError) as exc:
+        fail(exc)
+    except KeyboardInterrupt:
+        job_dir = a.jobs_dir / (a.job_name or "")
+        err.print(f"[yellow]cancelled[/]: {_cancel_counts(job_dir)}; resume with "
+                  f"`orchestra run --resume {job_dir}`", soft_wrap=True)
+        raise typer.Exit(130) from None
+    _render_and_gate(a, job, name, baseline_trials)
+
+
+def _take_over_resumed(a: RunArgs) -> None:
+    """--resume JOB_DIR: the job's own path, folder, condition, policy, layer, k and
+    endpoints replace the flags' (a changed manifest is refused: two conditions in one job)."""
+    from orchestrator.models.manifest import Manifest
+
+    assert a.resume is not None
+    config_file = a.resume / "config.json"
+    if not config_file.is_file():
+        raise InputError(f"{config_file}: not a job folder (no config.json)")
+    config = json.loads(config_file.read_text())
+    source = config.get("source") or {}
+    a.path = Path(source["path"]) if source.get("path") else a.path
+    a.jobs_dir, a.job_name = a.resume.parent, a.resume.name
+    lineup = Manifest.model_validate(config["manifest"])
+    if config.get("condition_hash") and lineup.condition_hash() != config["condition_hash"]:
+        raise InputError(f"{config_file}: field 'manifest': it no longer gives the "
+                         f"condition hash {config['condition_hash'][:12]} this job ran "
+                         "with; resume would mix two conditions. Start a new job.")
+    a.policy, a.layer = config.get("policy", a.policy), source.get("layer")
+    a.k = None if config.get("k") is None else str(config["k"])
+    a.endpoints = [Path(p) for p in source.get("endpoints", [])] or a.endpoints
+    a.resumed, a.lineup_from_resume = source, lineup
+
+
+def _check(a: RunArgs) -> tuple[str, int | None]:
+    """Every flag that can be checked before anything runs. Returns the job's name and
+    the attempts (None: per layer, or -k auto against the baseline)."""
+    from orchestrator.job.runner import REQUIRABLE
+    from orchestrator.models.manifest import AGENT_NAMES, is_agent_kind
+    from orchestrator.util import check_job_name, registry_problem
+
+    if a.path is None:
+        raise InputError("--path: required (a task folder or a dataset)")
+    attempts = None if a.k is None or a.k == "auto" else _positive_int("-k", a.k)
+    if a.k == "auto" and a.baseline is None:
+        raise InputError("-k auto: needs --baseline JOB_DIR (the attempts are chosen against it)")
+    if not 0 < a.detect_drop <= 1:
+        raise InputError(f"--detect-drop: {a.detect_drop} is not a drop in pass rate between 0 and 1")
+    if a.fail_on_regression and a.baseline is None:
+        raise InputError("--fail-on-regression: needs --baseline JOB_DIR")
+    # to the second plus a random tail: two jobs started in one second never share a name
+    name = a.job_name or dt.datetime.now().strftime("%Y-%m-%d__%H-%M-%S-") + os.urandom(2).hex()
+    a.job_name = name
+    if (problem := check_job_name(name)) is not None:
+        raise InputError(f"--job-name: {problem}")
+    if a.ca_bundle is not None and not a.ca_bundle.is_file():
+        raise InputError(f"--ca-bundle: {a.ca_bundle}: no such file")
+    if a.replay_from is not None and not any(a.replay_from.glob("**/model/exchanges.jsonl")):
+        raise InputError(f"--replay-from: {a.replay_from}: no recorded exchanges "
+                         "(trial folders with model/exchanges.jsonl) there")
+    if a.retry_errors and a.resume is None:
+        raise InputError("--retry-errors: only with --resume JOB_DIR")
+    choices = {"--order": (a.order, ("longest-first", "given")),
+               "--build-policy": (a.build_policy, ("prefer-prebuilt", "build", "pull")),
+               "--policy": (a.policy, ("memory-on", "memory-off")),
+               "--backend": (a.backend, ("local", "ray"))}
+    for flag, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise InputError(f"{flag}: {value!r} is not {', '.join(allowed[:-1])} or {allowed[-1]}")
+    if a.registry is not None and (problem := registry_problem(a.registry)) is not None:
+        raise InputError(f"--registry: {problem}")
+    if unknown := [r for r in a.require or [] if r not in REQUIRABLE]:
+        raise InputError(f"--require {unknown[0]}: not a capability (choose from: {', '.join(REQUIRABLE)})")
+    if a.agent is not None and not is_agent_kind(a.agent):
+        raise InputError(f"--agent: {a.agent!r} is not one of {', '.join(AGENT_NAMES)} "
+                         "(`orchestra agents` lists them)")
+    if a.backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise InputError("--backend ray: Ray is not installed (pip install 'orchestra[ray]')") from None
+    if a.layer is not None and a.layer not in ("regression", "workflow"):
+        raise InputError(f"--layer: {a.layer!r} is not regression or workflow")
+    if a.resume is None and (a.jobs_dir / name / "result.json").exists():
+        raise InputError(f"{a.jobs_dir / name}: a finished job is already there; choose another "
+                         "--job-name or --resume it (nothing was overwritten)")
+    _writable(a.jobs_dir)
+    return name, attempts
+
+
+def _tasks(a: RunArgs) -> list[Task]:
+    """The tasks under --path (with --skip-broken, without those the doctor found unfit),
+    narrowed to --layer; the keys Harbor ignores are said."""
+    from orchestrator.tasks.load import load_tasks
+
+    assert a.path is not None
+    if a.skip_broken:
+        from orchestrator.job.doctor import invalid, skipped_by_run
+        from orchestrator.tasks.load import load_tasks_lenient
+
+        tasks, problems = load_tasks_lenient(a.path)
+        tasks, left = skipped_by_run(tasks)
+        left += invalid(problems)
+    else:
+        tasks = load_tasks(a.path)
+    _note_ignored_fields(tasks)
+    if a.skip_broken:
+        if left:
+            err.print(f"--skip-broken: {len(left)} task(s) the doctor found unable to measure an "
+                      f"agent are left out: " + ", ".join(f"{d.task} ({d.verdict})" for d in left[:10])
+                      + (f" and {len(left) - 10} more" if len(left) > 10 else ""), markup=False,
+                      highlight=False, soft_wrap=True)
+        if not tasks:
+            raise InputError(f"{a.path}: --skip-broken left no task to run (`orchestra tasks doctor` says why)")
+    if a.layer is not None:
+        tasks = [t for t in tasks if t.config.metadata.evaluation_layer == a.layer]
+        if not tasks:
+            raise InputError(f"{a.path}: no task has [metadata] evaluation_layer = {a.layer!r}")
+    return tasks
+
+
+def _lineup(a: RunArgs) -> Manifest:
+    """The manifest (the resumed job's, --manifest, or one agent's), with --agent / -m."""
+    from orchestrator.models.manifest import default_manifest, is_agent_kind, load_manifest
+
+    agent = a.agent if a.agent is not None and is_agent_kind(a.agent) else None  # _check held it
+    if a.lineup_from_resume is not None:
+        lineup = a.lineup_from_resume
+    elif a.manifest:
+        lineup = load_manifest(a.manifest)
+    else:
+        lineup = default_manifest(agent or ("reference" if a.model else "oracle"))
+    if agent:
+        lineup = lineup.with_agent(agent)
+    if a.model:
+        lineup = lineup.with_endpoint(a.model)
+    lead = lineup.orchestrator
+    if lead.agent == "command" and not lead.command:
+        raise InputError("--agent command: the command agent needs a run template; write a "
+                         "manifest with `command:` (and `install:`) for the orchestrator")
+    return lineup
+
+
+def _job_options(a: RunArgs, name: str, attempts: int | None) -> JobOptions:
+    from orchestrator.job.runner import JobOptions
+    from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
+
+    assert a.path is not None
+    endpoint_files = [p.resolve() for p in (a.endpoints or default_endpoint_files())]
+    if a.resume is not None:
+        manifest_dir = Path(a.resumed["manifest_dir"]) if a.resumed.get("manifest_dir") else None
+    else:
+        manifest_dir = a.manifest.parent.resolve() if a.manifest else None
+    return JobOptions(
+        job_name=name, jobs_dir=a.jobs_dir, n_concurrent=a.n_concurrent, k=attempts, policy=a.policy,
+        manifest_dir=manifest_dir, max_retries=a.max_retries, engine_wait=a.engine_wait,
+        longest_first=a.order == "longest-first", image_budget_gb=a.image_budget_gb,
+        max_cpus=a.max_cpus, max_memory_mb=a.max_memory_mb, resume=a.resume is not None,
+        oci_runtime=a.oci_runtime, retry_errors=a.retry_errors, ca_bundle=a.ca_bundle,
+        build_policy=a.build_policy, registry=a.registry, require=list(a.require or []),
+        backend=a.backend, ray_address=a.ray_address, replay_from=a.replay_from,
+        endpoints=load_endpoints(endpoint_files) if endpoint_files else None,
+        source={"path": str(a.path.resolve()), "layer": a.layer,
+                "endpoints": [str(p) for p in endpoint_files],
+                "manifest_dir": str(manifest_dir) if manifest_dir else None})
+
+
+def _read_baseline(a: RunArgs, options: JobOptions) -> list[TrialResult] | None:
+    """--baseline, read now: a bad one is refused before any trial runs. It also gives
+    -k auto its attempts and the scheduler its durations (longest first)."""
+    if a.baseline is None:
+        return None
+    from orchestrator.job.durations import measured
+    from orchestrator.report.gate import check_options
+    from orchestrator.report.load import load_trials
+
+    baseline_trials = load_trials(a.baseline)
+    check_options(a.flaky, a.alpha)
+    if a.k == "auto":
+        options.k = _auto_k(baseline_trials, a.detect_drop, a.alpha, a.gate_layer)
+    options.durations = measured(baseline_trials)
+    return baseline_trials
+
+
+def _run(a: RunArgs, tasks: list[Task], lineup: Manifest, options: JobOptions) -> JobResult:
+    from orchestrator.job.runner import run_job
+    from orchestrator.report.progress import Progress
+    from orchestrator.runtime import open_runtime
+
+    configure_logs(a.verbose, a.jobs_dir / options.job_name / "events.jsonl")
+    runtime = open_runtime(max_pool_size=a.n_concurrent * 3 + 8)
+    _terminate_as_interrupt()
+    with Progress(err, live=False if a.quiet or a.verbose or a.progress_json else None,
+                  json_lines=a.progress_json) as progress:
+        return run_job(runtime, tasks, lineup, options, on_trial_done=progress.trial_done,
+                       on_phase=progress.phase, on_plan=progress.plan,
+                       on_admission=progress.admission)
+
+
+def _render_and_gate(a: RunArgs, job: JobResult, name: str,
+                     baseline_trials: list[TrialResult] | None) -> None:
+    """The results table, --json, then the exits that judge the job: an answer leak (4),
+    the regression gate against --baseline (1 with --fail-on-regression)."""
+    from orchestrator.models.result import TrialResult
+    from orchestrator.report.summary import render_job
+    from orchestrator.util import write_output
+
+    trials = [TrialResult.model_validate_json(p.read_text())
+              for p in sorted((a.jobs_dir / name / "trials").glob("*/result.json"))]
+    human = human_console(a.json_out)
+    render_job(job, trials, human)
+    human.print(f"job folder: {a.jobs_dir / name}", soft_wrap=True)
+    if a.json_out:
+        write_output(a.json_out, job)
+    leaks = job.counts.get("answer_leak", 0)
+    if leaks:
+        err.print(f"[bold red]answer leak[/] in {leaks} trial(s): the agent read a task's memory "
+                  "source files; the suite was stopped and its results are void.")
+        raise typer.Exit(4)
+    if a.baseline is not None and baseline_trials is not None:
+        from orchestrator.report.gate import gate
+
+        try:
+            regression = gate(trials, baseline_trials, a.allow_changed, a.gate_layer, a.flaky, a.alpha)
+        except InputError as exc:  # the job's results are written; only the gate refuses
+            fail(exc)
+        _report_gate(regression, a.baseline, a.jobs_dir / name, a.fail_on_regression, human)
+
+
+def _positive_int(option: str, value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise InputError(f"{option}: {value!r} is not a whole number of attempts (1 or more) or 'auto'")
+    return int(value)
+
+
+def _auto_k(baseline_trials: list[TrialResult], drop: float, alpha: float, gate_layer: str | None) -> int:
+    """-k auto: attempts enough to tell a drop of `drop` from chance against the baseline."""
+    from orchestrator.report.gate import attempts_to_tell
+
+    if gate_layer is not None:
+        baseline_trials = [t for t in baseline_trials if t.layer == gate_layer]
+    k, cannot = attempts_to_tell(baseline_trials, drop, alpha)
+    if cannot:
+        k = max(k, max((sum(1 for t in baseline_trials if t.task == name.split(" ")[0])
+                        for name in cannot), default=1))
+    err.print(f"-k auto: k={k}, the fewest attempts that tell a drop of {drop:g} in a task's pass "
+              f"rate from chance (80% power, alpha {alpha:g}) against the baseline's attempts", soft_wrap=True)
+    if cannot:
+        err.print(f"-k auto: no k up to 20 can tell it for {len(cannot)} task(s) with so few baseline "
+                  f"attempts ({', '.join(cannot[:5])}{', ...' if len(cannot) > 5 else ''}); rerun the "
+                  "baseline with more attempts (-k)", soft_wrap=True)
+    return k
+
+
+def _cancel_counts(job_dir: Path) -> str:
+    """How a cancelled job ended, from the result.json it wrote on the way out."""
+    from orchestrator.models.result import JobResult
+
+    try:
+        job = JobResult.model_validate_json((job_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        return "unfinished trials are marked cancelled"
+    cancelled = job.counts.get("cancelled", 0)
+    return (f"{job.n_trials - cancelled} of {job.n_trials} trial(s) finished, {cancelled} "
+            "cancelled (marked so in the job folder)")
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM cancels like Ctrl-C; a second signal during clean-up is noted, not obeyed."""
+    state = {"count": 0}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        state["count"] += 1
+        if state["count"] == 1:
+            raise KeyboardInterrupt
+        err.print("[yellow]still cleaning up; orchestra removes its containers before it exits[/]")
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def _writable(jobs_dir: Path) -> None:
+    """A jobs folder results can be written to, checked before anything runs (exit 2)."""
+    import tempfile
+
+    try:
+        jobs_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=jobs_dir, prefix=".orchestra-probe-"):
+            pass
+    except OSError as exc:
+        raise InputError(f"--jobs-dir: {jobs_dir}: results cannot be written there "
+                         f"({exc.strerror or exc})") from None
+
+
+def _note_ignored_fields(tasks: list[Task]) -> None:
+    """Keys Harbor ignores are accepted, never silently: one stderr line per set of keys
+    (and per schema warning), naming its tasks (each result.json records its own)."""
+    lines: dict[str, list[str]] = {}
+    for task in tasks:
+        if task.ignored_fields:
+            label = f"note: ignored (Harbor ignores them too): {', '.join(task.ignored_fields)}"
+            lines.setdefault(label, []).append(task.name)
+        if task.schema_warning:
+            lines.setdefault(f"warning: {task.schema_warning}", []).append(task.name)
+    for label, names in lines.items():
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        err.print(f"{label}: {shown}", markup=False, highlight=False, soft_wrap=True)
