@@ -20,6 +20,8 @@ import threading
 from pathlib import Path
 from typing import overload
 
+from orchestrator.util import write_atomic
+
 REDACTED = "[orchestra:redacted-secret]"
 MIN_SECRET_LEN = 12  # shorter strings are not registered (they would match by chance)
 SCRUB_FILE_CAP = 64 * 1024 * 1024  # larger files are already cut at collection
@@ -101,9 +103,7 @@ def scrub_tree(root: Path, secrets: list[str]) -> list[str]:
                 continue
             for form in forms:
                 data = data.replace(form, REDACTED.encode())
-            tmp = path.with_name(path.name + ".scrub-tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            write_atomic(path, data)
             scrubbed.append(str(path.relative_to(root)))
     return sorted(scrubbed)
 

@@ -12,16 +12,14 @@ from pathlib import Path
 from pydantic import BaseModel
 
 
-def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
-    """Write to a temp file in the same folder, fsync, rename: never a half-written file."""
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """The one way orchestra replaces a file: a temp file in the same folder, fsync,
+    rename. A reader sees the old content or the new, never half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(
-        data, indent=2, sort_keys=True, default=str
-    )
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text + "\n")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -29,6 +27,14 @@ def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
+    """A model or plain data as indented JSON, replaced atomically (write_atomic)."""
+    text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(
+        data, indent=2, sort_keys=True, default=str
+    )
+    write_atomic(path, text + "\n")
 
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
@@ -75,10 +81,6 @@ def write_output(path: Path | str, data: BaseModel | dict | list | str) -> None:
             handle.write(text.rstrip("\n") + "\n")
         return
     if isinstance(data, str):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, text)
         return
     write_json_atomic(path, data)

@@ -11,7 +11,6 @@ import fcntl
 import json
 import os
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from orchestrator.runtime.base import (
     ImageFacts,
     Runtime,
 )
+from orchestrator.util import write_atomic
 
 log = get_logger()
 LABEL_HOST = "orchestra.host"
@@ -153,10 +153,7 @@ def touch_images(refs: list[str]) -> None:
                 except (OSError, json.JSONDecodeError):
                     usage = {}
                 usage.update(dict.fromkeys(refs, time.time()))
-                fd, tmp = tempfile.mkstemp(dir=USAGE_FILE.parent, suffix=".tmp")
-                with os.fdopen(fd, "w") as handle:
-                    handle.write(json.dumps(usage))
-                os.replace(tmp, USAGE_FILE)
+                write_atomic(USAGE_FILE, json.dumps(usage))
         except OSError as exc:
             log.warning("images.usage_not_recorded", error=str(exc))
 
