@@ -111,6 +111,9 @@ class DockerRuntime(Runtime):
         # Podman's Docker-compatible API, where some calls differ (README "Engines")
         self.podman = any("podman" in name.lower() for name in getattr(self.api, "components", []))
         self.volume_copy_up = not self.podman
+        # facts of this process and its engine's address, read once (every trial asks)
+        self.local_engine = _is_local(self.api.base_url)
+        self._loop_disks = LoopDisks() if self.local_engine and loop_disks_available() else None
 
     def engine_facts(self) -> EngineFacts:
         info = self.api.info()
@@ -139,14 +142,6 @@ class DockerRuntime(Runtime):
         except Exception as exc:  # refused, reset, timed out: gone
             return f"{exc.__class__.__name__}: {str(exc)[:200]}"
 
-    @property
-    def local_engine(self) -> bool:
-        """The engine shares this host: its socket is here, or its TCP address is loopback."""
-        scheme, _, rest = self.api.base_url.partition("://")
-        host = rest.rsplit("@", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
-        return scheme in ("unix", "npipe", "") or (scheme in ("tcp", "http", "https")
-                                                   and host in ("localhost", "127.0.0.1", "::1"))
-
     def _is_gvisor(self, oci_runtime: str | None) -> bool:
         """Whether containers of this OCI runtime run in gVisor: its name, or the binary the
         engine runs for it (daemon.json may register runsc under any name)."""
@@ -161,7 +156,7 @@ class DockerRuntime(Runtime):
         return Path(self._runtime_paths.get(oci_runtime, oci_runtime)).name == "runsc"
 
     def loop_disks(self) -> LoopDisks | None:
-        return LoopDisks() if self.local_engine and loop_disks_available() else None
+        return self._loop_disks
 
     def capabilities(self, facts: EngineFacts | None = None) -> Capabilities:
         why = {}
@@ -170,7 +165,7 @@ class DockerRuntime(Runtime):
                 f"the engine is on another host ({self.api.base_url}): this host's loop disks "
                 "and firewall do not reach its containers")
         else:
-            if not loop_disks_available():
+            if self._loop_disks is None:
                 why["disk_quota"] = "loop disks need root, mkfs.ext4 and /dev/loop-control"
             if not firewall.available():
                 why["host_isolation"] = "host isolation needs root and iptables"
@@ -734,6 +729,14 @@ def _ipam(network: dict) -> dict:
     """A network's address block (Subnet, Gateway) from its inspect, {} if it has none."""
     configs = (network.get("IPAM") or {}).get("Config") or []
     return next((c for c in configs if c.get("Gateway")), {})
+
+
+def _is_local(base_url: str) -> bool:
+    """The engine shares this host: its socket is here, or its TCP address is loopback."""
+    scheme, _, rest = base_url.partition("://")
+    host = rest.rsplit("@", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+    return scheme in ("unix", "npipe", "") or (scheme in ("tcp", "http", "https")
+                                               and host in ("localhost", "127.0.0.1", "::1"))
 
 
 def _wrap_public(cls: type) -> None:
