@@ -127,29 +127,13 @@ def _dataset_name(path: Path) -> str:
 def load_task(path: Path) -> Task:
     """Validate one task directory; raise InputError listing every problem found."""
     path = path.resolve()
-    config = None
-    toml_path = path / "task.toml"
-    raw: dict = {}
-    problems: list[str] = []
-    if toml_path.is_file():
-        try:
-            raw = tomllib.loads(toml_path.read_text())
-            config = TaskConfig.model_validate(raw)
-        except tomllib.TOMLDecodeError as exc:
-            problems.append(f"{toml_path}: not valid TOML: {exc}")
-        except ValidationError as exc:
-            problems.extend(validation_problems(toml_path, exc, explain_unknown=True))
+    config, raw, problems = _read_config(path / "task.toml")
     # A multi-step task keeps its instruction (and tests) per step, under steps/<name>/.
     required = ("task.toml",) if raw.get("steps") else REQUIRED_FILES
     problems = [f"{path / rel}: missing (every task needs {rel})"
                 for rel in required if not (path / rel).is_file()] + problems
-    for step in (config.steps or []) if config is not None else []:
-        folder = path / "steps" / step.name
-        if not (folder / "instruction.md").is_file():
-            problems.append(f"{folder / 'instruction.md'}: missing (every step needs one)")
-        if not (folder / "tests/test.sh").is_file() and not (path / "tests/test.sh").is_file():
-            problems.append(f"{folder / 'tests/test.sh'}: missing (a step needs its own "
-                            "tests/test.sh or the task's)")
+    if config is not None:
+        problems += _step_problems(path, config)
     compose = None
     compose_file = find_compose(path / "environment")
     if compose_file is not None:
@@ -157,21 +141,14 @@ def load_task(path: Path) -> Task:
             compose = load_compose(compose_file)
         except InputError as exc:
             problems.extend(exc.problems)
-    if config is not None and not config.environment.docker_image:
-        if not (path / "environment" / "Dockerfile").is_file():
-            problems.append(
-                f"{path / 'environment/Dockerfile'}: missing "
-                "(add one or set [environment] docker_image)"
-            )
     instruction = path / "instruction.md"
-    if config is not None and config.steps and not instruction.is_file():
-        instruction = path / "steps" / config.steps[0].name / "instruction.md"
-    if instruction.is_file():
-        size = instruction.stat().st_size
-        limit = 65_535 if config is not None and config.relay.enabled else MAX_INSTRUCTION_BYTES
-        if size > limit:
-            problems.append(f"{instruction}: {size} bytes; the limit is {limit} "
-                            f"({'a relay message' if limit == 65_535 else 'an instruction'})")
+    if config is not None:
+        if not config.environment.docker_image and not (path / "environment" / "Dockerfile").is_file():
+            problems.append(f"{path / 'environment/Dockerfile'}: missing "
+                            "(add one or set [environment] docker_image)")
+        if config.steps and not instruction.is_file():
+            instruction = path / "steps" / config.steps[0].name / "instruction.md"
+        problems += _instruction_problems(instruction, config)
     seeds: tuple = ()
     facts: tuple = ()
     try:
@@ -185,18 +162,48 @@ def load_task(path: Path) -> Task:
     if problems:
         raise InputError(problems)
     assert config is not None
-    name = config.task.name or _dataset_name(path)
-    return Task(
-        path=path,
-        name=name,
-        config=config,
-        instruction=instruction.read_text(),
-        content_hash=hash_tree(path),
-        environment_hash=hash_tree(path / "environment"),
-        seeds=seeds,
-        facts=facts,
-        compose=compose,
-    )
+    return Task(path=path, name=config.task.name or _dataset_name(path), config=config,
+                instruction=instruction.read_text(), content_hash=hash_tree(path),
+                environment_hash=hash_tree(path / "environment"), seeds=seeds, facts=facts,
+                compose=compose)
+
+
+def _read_config(toml_path: Path) -> tuple[TaskConfig | None, dict, list[str]]:
+    """task.toml as Harbor's model reads it: (config or None, the raw table, problems)."""
+    if not toml_path.is_file():
+        return None, {}, []
+    raw: dict = {}
+    try:
+        raw = tomllib.loads(toml_path.read_text())
+        return TaskConfig.model_validate(raw), raw, []
+    except tomllib.TOMLDecodeError as exc:
+        return None, raw, [f"{toml_path}: not valid TOML: {exc}"]
+    except ValidationError as exc:
+        return None, raw, validation_problems(toml_path, exc, explain_unknown=True)
+
+
+def _step_problems(path: Path, config: TaskConfig) -> list[str]:
+    """Each step's instruction and tests (its own, or the task's)."""
+    problems = []
+    for step in config.steps or []:
+        folder = path / "steps" / step.name
+        if not (folder / "instruction.md").is_file():
+            problems.append(f"{folder / 'instruction.md'}: missing (every step needs one)")
+        if not (folder / "tests/test.sh").is_file() and not (path / "tests/test.sh").is_file():
+            problems.append(f"{folder / 'tests/test.sh'}: missing (a step needs its own "
+                            "tests/test.sh or the task's)")
+    return problems
+
+
+def _instruction_problems(instruction: Path, config: TaskConfig) -> list[str]:
+    if not instruction.is_file():
+        return []
+    size = instruction.stat().st_size
+    limit = 65_535 if config.relay.enabled else MAX_INSTRUCTION_BYTES
+    if size > limit:
+        return [f"{instruction}: {size} bytes; the limit is {limit} "
+                f"({'a relay message' if limit == 65_535 else 'an instruction'})"]
+    return []
 
 
 def find_task_dirs(root: Path) -> list[Path]:
