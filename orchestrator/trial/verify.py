@@ -266,21 +266,39 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
     if mounts:  # snapshot: the trial's loop disk is /logs here too
         box.on_disk.append(container)
     else:  # separate: the tests and the agent's files, in one copy streamed from disk
-        trees = [(folder, STAGED_TESTS.lstrip("/")) for folder in task.tests_dirs]
-        if paths.artifacts.is_dir():
-            trees.append((paths.artifacts, ARTIFACTS.lstrip("/")))
-        if paths.files.is_dir():
-            trees.append((paths.files, "."))
-        with spool_directories(trees, dirs=[] if paths.artifacts.is_dir() else
-                               [ARTIFACTS.lstrip("/")]) as spool:
-            runtime.put_archive(container, "/", spool)
+        _copy_in_separate(runtime, container, task, paths)
     _stage_evidence(runtime, container, evidence)
+    exit_code = _run_fresh(runtime, container, task, box, result, watchdog, environment.storage_mb,
+                           "loop-volume+watchdog" if mounts else "watchdog")
+    _read_outcome(runtime, container, paths, result, exit_code, box)
+    if keep_alive and not runtime.is_running(box.agent):
+        runtime.start(box.agent)  # the next step: same files (its processes were stopped)
+
+
+def _copy_in_separate(runtime: Runtime, container: str, task: Task, paths: TrialDir) -> None:
+    """Separate mode: the tests, the collected artifacts and the declared files, in one
+    archive streamed from disk."""
+    trees = [(folder, STAGED_TESTS.lstrip("/")) for folder in task.tests_dirs]
+    if paths.artifacts.is_dir():
+        trees.append((paths.artifacts, ARTIFACTS.lstrip("/")))
+    if paths.files.is_dir():
+        trees.append((paths.files, "."))
+    with spool_directories(trees, dirs=[] if paths.artifacts.is_dir() else
+                           [ARTIFACTS.lstrip("/")]) as spool:
+        runtime.put_archive(container, "/", spool)
+
+
+def _run_fresh(runtime: Runtime, container: str, task: Task, box: Sandbox, result: TrialResult,
+               watchdog: DiskWatchdog | None, storage_mb: int, enforcement: str) -> int | None:
+    """Start the verifier under the watchdog, read its limits back, wait out its timeout.
+    Returns test.sh's exit code, or None when it was stopped (disk, timeout: said in the
+    result)."""
+    verifier = task.config.verifier
     if watchdog is not None:
-        watchdog.register(container, environment.storage_mb)
+        watchdog.register(container, storage_mb)
     try:
         runtime.start(container)
-        result.verifier_limits = read_limits(runtime, container, environment.storage_mb,
-                                             "loop-volume+watchdog" if mounts else "watchdog")
+        result.verifier_limits = read_limits(runtime, container, storage_mb, enforcement)
         require_runtime(runtime, box, container, "verifier", result.verifier_limits.oci_runtime)
         exit_code = runtime.wait(container, verifier.timeout_sec)
     finally:
@@ -288,15 +306,13 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
             watchdog.unregister(container)
     if watchdog is not None and watchdog.tripped(container):
         _verifier_failure(result, FailureMode.VERIFIER_ERROR,
-                          f"the verifier's writable layer passed storage_mb={environment.storage_mb}")
-        exit_code = None
-    elif exit_code is None:
+                          f"the verifier's writable layer passed storage_mb={storage_mb}")
+        return None
+    if exit_code is None:
         runtime.kill(container)
         _verifier_failure(result, FailureMode.VERIFIER_TIMEOUT,
                           f"test.sh ran past verifier.timeout_sec={verifier.timeout_sec:g}")
-    _read_outcome(runtime, container, paths, result, exit_code, box)
-    if keep_alive and not runtime.is_running(box.agent):
-        runtime.start(box.agent)  # the next step: same files (its processes were stopped)
+    return exit_code
 
 
 def _stage_evidence(runtime: Runtime, container: str, evidence: Path | None) -> None:
