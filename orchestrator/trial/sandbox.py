@@ -138,22 +138,7 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
         # on the host, the trial reaches the services it was just told of and nothing else
         box.host_ports = runtime.open_host_ports(box.network, gateway_ports(wired, box.network.gateway))
     if (disks := runtime.loop_disks()) is not None:
-        box.disks = disks
-        box.loop_disk = disks.create(box.job, name, environment.storage_mb)
-        box.storage_enforcement = "loop-volume+watchdog"
-        # Named volumes over the disk's folders, not bind mounts: the engine fills an empty
-        # named volume with what the image has at its path (a task image's /app files), a
-        # bind would hide them (tried: examples/artifact-report loses /app/sales.csv).
-        # An engine that does not fill a new volume from the image (Podman) gets /logs only:
-        # the workdir then stays the image's, bounded by the watchdog alone.
-        parts = (("work", box.workdir), ("logs", LOGS)) if runtime.volume_copy_up else (("logs", LOGS),)
-        if not runtime.volume_copy_up:
-            box.storage_enforcement = "loop-volume(/logs)+watchdog"
-        for part, target in parts:
-            volume = runtime.create_bind_volume(f"{name}-{part}",
-                                                str(box.loop_disk.mountpoint / part),
-                                                box.labels("volume"))
-            box.volumes.append(VolumeMount(source=volume, target=target))
+        _mount_loop_disk(runtime, disks, box, name, environment.storage_mb)
     mounts = list(box.volumes)
     if task.compose is not None:  # sidecars first, on this network under their names
         box.sidecars = start_sidecars(runtime, task, box, name)
@@ -187,6 +172,26 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
     if box.loop_disk is None:
         runtime.put_archive(box.agent_container, "/", tar_files(
             {}, dirs=[p.lstrip("/") for p in (LOGS, AGENT_LOGS, ARTIFACTS)]))
+
+
+def _mount_loop_disk(runtime: Runtime, disks: DiskQuotas, box: Sandbox, name: str,
+                     storage_mb: int) -> None:
+    """The trial's own disk of storage_mb, its folders as named volumes over the workdir
+    and /logs. Named volumes, not bind mounts: the engine fills an empty named volume with
+    what the image has at its path (a task image's /app files), a bind would hide them
+    (tried: examples/artifact-report loses /app/sales.csv). An engine that does not fill a
+    new volume from the image (Podman) gets /logs only: the workdir then stays the image's,
+    bounded by the watchdog alone."""
+    box.disks = disks
+    box.loop_disk = disk = disks.create(box.job, name, storage_mb)
+    box.storage_enforcement = "loop-volume+watchdog"
+    parts = (("work", box.workdir), ("logs", LOGS)) if runtime.volume_copy_up else (("logs", LOGS),)
+    if not runtime.volume_copy_up:
+        box.storage_enforcement = "loop-volume(/logs)+watchdog"
+    for part, target in parts:
+        volume = runtime.create_bind_volume(f"{name}-{part}", str(disk.mountpoint / part),
+                                            box.labels("volume"))
+        box.volumes.append(VolumeMount(source=volume, target=target))
 
 
 class _Unread(enum.Enum):
