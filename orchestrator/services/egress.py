@@ -40,7 +40,7 @@ from http.server import BaseHTTPRequestHandler
 
 from orchestrator.log import get_logger
 from orchestrator.runtime.subnets import DEFAULT_RANGE, host_routes
-from orchestrator.services.httpserve import BackgroundServer, HttpError
+from orchestrator.services.httpserve import BackgroundServer, HttpError, OnOneServer
 
 log = get_logger()
 CONNECT_TIMEOUT_SEC = 10.0
@@ -203,7 +203,7 @@ class Allowlist:
         return None
 
 
-class EgressProxy:
+class EgressProxy(OnOneServer):
     """One trial's way out under an allowlist; counts what it let through and refused."""
 
     def __init__(self, host: str, allowed_hosts: list[str], guard: HostAddresses | None = None):
@@ -221,17 +221,6 @@ class EgressProxy:
         self.server = BackgroundServer(Handler, host, name="egress", max_body=MAX_BODY,
                                        body_rate=BODY_RATE)
         self.host = host
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def start(self) -> EgressProxy:
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.stop()
 
     def set_policy(self, mode: str, allowed_hosts: list[str] | None = None) -> None:
         """The phase's policy: `allowlist` (its hosts), `public` (anything) or `no-network`

@@ -255,3 +255,21 @@ class BackgroundServer:
 
 
 __all__ = ["BackgroundServer", "ByteBudget", "HttpError", "JsonHandler"]
+
+
+class OnOneServer:
+    """A per-trial service (relay, model proxy, egress proxy) that serves through one
+    BackgroundServer: its address, start and stop are the server's."""
+
+    server: BackgroundServer
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> Self:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()

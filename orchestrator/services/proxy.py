@@ -35,7 +35,7 @@ from orchestrator import scrub
 from orchestrator.log import get_logger
 from orchestrator.models.manifest import Budget
 from orchestrator.services.exchanges import ExchangeLog, event_stream
-from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler
+from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler, OnOneServer
 
 if TYPE_CHECKING:
     from orchestrator.models.endpoint import EndpointConfig
@@ -77,7 +77,7 @@ class ProxyStats:
     cost: float = 0.0
 
 
-class ModelProxy:
+class ModelProxy(OnOneServer):
     def __init__(self, host: str, upstream: str, model: str, api_key: str | None,
                  budget: Budget, prices: dict[str, float], deadline: float,
                  max_attempts: int = 6, backoff_max: float = 8.0, record: Path | None = None):
@@ -116,14 +116,6 @@ class ModelProxy:
         is written to `record` when given (orchestrator.services.exchanges)."""
         return cls(host, upstream.url, upstream.model, upstream.api_key, budget,
                    prices.get(upstream.model, {}), deadline=deadline, record=record).start()
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def start(self) -> ModelProxy:
-        self.server.start()
-        return self
 
     def stop(self) -> None:
         """Stop serving. A request still waiting upstream now was abandoned by the agent

@@ -15,7 +15,7 @@ from email.message import Message
 from urllib.parse import parse_qs, urlsplit
 
 from orchestrator.log import get_logger
-from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler
+from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler, OnOneServer
 from orchestrator.services.relay import auth
 from orchestrator.services.relay.store import (
     EXPORT_LIMIT,
@@ -35,7 +35,7 @@ MAX_BODY = MAX_VALUE_BYTES * 2 + 4096
 MAX_REJECTIONS_KEPT = 20  # reasons kept for the result; all are counted
 
 
-class RelayServer:
+class RelayServer(OnOneServer):
     def __init__(self, store: RelayStore, host: str, relay_secret: bytes):
         self.store, self.secret = store, relay_secret
         # Nonces are only needed while their timestamp is inside the skew window (older
@@ -62,17 +62,6 @@ class RelayServer:
         return {"rejected": self.rejected, "rejections": list(self.rejections),
                 "limit_hits": dict(self.limit_hits),
                 "connections_refused": self.server.refused, **self.store.usage()}
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def start(self) -> RelayServer:
-        self.server.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.stop()
 
     def tag_for(self, identity: Identity) -> str:
         return auth.auth_tag(self.secret, identity.pubkey)
