@@ -40,6 +40,9 @@ from orchestrator.models.result import (
     TrialResult,
     TrialSummary,
     headline_of,
+    pass_at_k,
+    pass_hat_k,
+    passes,
 )
 from orchestrator.runtime.base import LABEL_JOB, Capabilities, EngineFacts, Runtime
 from orchestrator.tasks.load import Task
@@ -481,6 +484,7 @@ def summarize(options: JobOptions, manifest: Manifest, agent: str, results: list
     for r in results:
         by_task.setdefault(r.task, []).append(r.headline)
     k = max((len(v) for v in by_task.values()), default=options.k or 1)
+    passed = [[passes(v) for v in vs] for vs in by_task.values()]
     summaries = [trial_summary(r) for r in results]
     shadow = memory_shadow(summaries)
     return JobResult(
@@ -490,8 +494,8 @@ def summarize(options: JobOptions, manifest: Manifest, agent: str, results: list
         mean_reward=round(sum(r.headline for r in results) / len(results), 6) if results else 0.0,
         errored=[r.trial_id for r in results if r.failure_mode in ERRORED],
         void=[r.trial_id for r in results if r.failure_mode in VOID],
-        pass_at_k=_mean([float(any(v >= 1.0 for v in vs)) for vs in by_task.values()]) if k > 1 else None,
-        pass_hat_k=_mean([float(all(v >= 1.0 for v in vs)) for vs in by_task.values()]) if k > 1 else None,
+        pass_at_k=round(pass_at_k(passed), 6) if k > 1 and passed else None,
+        pass_hat_k=round(pass_hat_k(passed), 6) if k > 1 and passed else None,
         images_built=images_built, started_at=started, finished_at=time.time(),
         peak_cpus=admission.peak_cpus if admission else None,
         peak_memory_mb=admission.peak_memory_mb if admission else None,
@@ -511,10 +515,6 @@ def trial_summary(r: TrialResult) -> TrialSummary:
         markers=memory.get("markers", 0), marker_used=bool(memory.get("markers_used")),
         shadow_events=memory.get("shadow_events", 0), shadow_agree=memory.get("shadow_agree", 0),
         audit_complete=memory.get("complete", True), retries=len(r.retries), node=r.node)
-
-
-def _mean(values: list[float]) -> float | None:
-    return round(sum(values) / len(values), 6) if values else None
 
 
 __all__ = ["JobOptions", "run_job", "reap", "FailureMode", "trial_dir"]

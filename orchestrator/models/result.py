@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
 from pydantic import BaseModel, Field
@@ -83,6 +84,26 @@ class StepResult(BaseModel):
     agent_exit_code: int | None = None
     seconds: float = 0.0
     stopped: str | None = None  # why the remaining steps did not run (min_reward)
+
+
+PASS_REWARD = 1.0  # a headline reward that reaches this is a pass
+
+
+def passes(reward: float | None) -> bool:
+    """Whether a headline reward is a pass (no reward is not)."""
+    return (reward or 0.0) >= PASS_REWARD
+
+
+def pass_at_k(attempts: Iterable[Sequence[bool]]) -> float:
+    """pass@k: the share of tasks with at least one passing attempt (0 with no task)."""
+    tasks = list(attempts)
+    return sum(any(a) for a in tasks) / len(tasks) if tasks else 0.0
+
+
+def pass_hat_k(attempts: Iterable[Sequence[bool]]) -> float:
+    """pass^k: the share of tasks whose every attempt passed (0 with no task)."""
+    tasks = list(attempts)
+    return sum(all(a) for a in tasks) / len(tasks) if tasks else 0.0
 
 
 def headline_of(reward: dict[str, float]) -> float:

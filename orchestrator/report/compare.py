@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from orchestrator.errors import InputError
 from orchestrator.job.shadow import MemoryShadow, memory_shadow
-from orchestrator.models.result import VOID, JobResult, TrialSummary
+from orchestrator.models.result import VOID, JobResult, TrialSummary, pass_at_k, pass_hat_k, passes
 
 BOOTSTRAP_SAMPLES = 2000
 
@@ -28,11 +28,11 @@ class Pair:
 
     @property
     def on_pass(self) -> bool:
-        return (self.on.reward or 0.0) >= 1.0
+        return passes(self.on.reward)
 
     @property
     def off_pass(self) -> bool:
-        return (self.off.reward or 0.0) >= 1.0
+        return passes(self.off.reward)
 
 
 def choose_arms(a: JobResult, b: JobResult) -> tuple[JobResult, JobResult]:
@@ -66,7 +66,7 @@ def bootstrap_ci(diffs: list[int], samples: int = BOOTSTRAP_SAMPLES, seed: int =
 def _per_task(trials: list[TrialSummary]) -> dict[str, list[bool]]:
     by_task: dict[str, list[bool]] = defaultdict(list)
     for t in sorted(trials, key=lambda t: (t.task, t.attempt)):
-        by_task[t.task].append((t.reward or 0.0) >= 1.0)
+        by_task[t.task].append(passes(t.reward))
     return by_task
 
 
@@ -74,8 +74,8 @@ def _k_stats(trials: list[TrialSummary]) -> dict:
     by_task = _per_task(trials)
     n = len(by_task) or 1
     return {
-        "pass_hat_k": round(sum(all(v) for v in by_task.values()) / n, 4),
-        "pass_at_k": round(sum(any(v) for v in by_task.values()) / n, 4),
+        "pass_hat_k": round(pass_hat_k(by_task.values()), 4),
+        "pass_at_k": round(pass_at_k(by_task.values()), 4),
         "mean_pass_at_1": round(sum(sum(v) / len(v) for v in by_task.values()) / n, 4),
         "flaky": sorted(t for t, v in by_task.items() if any(v) and not all(v)),
     }

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from orchestrator.models.result import TrialResult
+from orchestrator.models.result import TrialResult, pass_at_k, pass_hat_k, passes
 
 PHASES = ("build", "start", "seed", "agent", "collect", "verify", "cleanup")
 
@@ -26,11 +26,11 @@ class Group:
 
     @property
     def pass_at_k(self) -> float:
-        return sum(any(v) for v in self.attempts.values()) / len(self.attempts) if self.attempts else 0.0
+        return pass_at_k(self.attempts.values())
 
     @property
     def pass_hat_k(self) -> float:
-        return sum(all(v) for v in self.attempts.values()) / len(self.attempts) if self.attempts else 0.0
+        return pass_hat_k(self.attempts.values())
 
 
 def group_by(trials: list[TrialResult], key: Callable[[TrialResult], str | None]) -> list[Group]:
@@ -40,8 +40,8 @@ def group_by(trials: list[TrialResult], key: Callable[[TrialResult], str | None]
         g = groups.setdefault(name, Group(name))
         g.n += 1
         g.reward_sum += t.headline
-        g.passed += t.headline >= 1.0
-        g.attempts.setdefault(t.task, []).append(t.headline >= 1.0)
+        g.passed += passes(t.headline)
+        g.attempts.setdefault(t.task, []).append(passes(t.headline))
     return [groups[k] for k in sorted(groups)]
 
 
