@@ -44,6 +44,7 @@ class DiskBudget:
         self.runtime, self.images, self.pending = runtime, images, pending
         self.budget_gb, self.facts, self.interval = budget_gb, facts, interval
         self.pruned: list[str] = []
+        self.mine: set[str] = set()  # image references of this job's finished tasks
         self.warned = False
         self._last = 0.0
         self._lock = threading.Lock()
@@ -68,9 +69,11 @@ class DiskBudget:
     def _prune(self) -> None:
         needed = self.images.refs(name for name, n in self.pending.items() if n > 0)
         finished = [name for name, n in self.pending.items() if n <= 0]
-        mine = self.images.refs(finished)
+        # remembered past `forget`: a parent refused once (its child's container was still
+        # going) is this job's to prune the next time
+        self.mine |= self.images.refs(finished)
         removed = prune_images(self.runtime, self.budget_gb, keep=needed,
-                               spare_used_within_sec=SPARE_OTHERS_SEC, mine=mine)
+                               spare_used_within_sec=SPARE_OTHERS_SEC, mine=frozenset(self.mine - needed))
         if removed:
             self.pruned += removed
             for name in finished:
