@@ -21,7 +21,7 @@ from orchestrator.cli.commands import _report_gate
 from orchestrator.errors import InfraError, InputError
 
 if TYPE_CHECKING:
-    from orchestrator.job.runner import JobOptions
+    from orchestrator.job.options import JobOptions
     from orchestrator.models.manifest import Manifest
     from orchestrator.models.result import JobResult, TrialResult
     from orchestrator.tasks.load import Task
@@ -122,7 +122,7 @@ def _take_over_resumed(a: RunArgs) -> None:
 def _check(a: RunArgs) -> tuple[str, int | None]:
     """Every flag that can be checked before anything runs. Returns the job's name and
     the attempts (None: per layer, or -k auto against the baseline)."""
-    from orchestrator.job.runner import REQUIRABLE
+    from orchestrator.job.preflight import REQUIRABLE
     from orchestrator.models.manifest import AGENT_NAMES, is_agent_kind
     from orchestrator.util import check_job_name, registry_problem
 
@@ -229,7 +229,7 @@ def _lineup(a: RunArgs) -> Manifest:
 
 
 def _job_options(a: RunArgs, name: str, attempts: int | None) -> JobOptions:
-    from orchestrator.job.runner import JobOptions
+    from orchestrator.job.options import JobOptions
     from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
 
     assert a.path is not None

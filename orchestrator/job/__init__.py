@@ -5,10 +5,10 @@ from orchestrator import public_face
 
 __all__ = ["Admission", "EngineGone", "EngineWatch", "JobOptions", "MemoryShadow", "Scheduler", "memory_shadow", "preflight", "run_job", "summarize"]
 __getattr__, __dir__ = public_face(__name__, {
-    "JobOptions": "runner",
+    "JobOptions": "options",
     "run_job": "runner",
-    "summarize": "runner",
-    "preflight": "runner",
+    "summarize": "summary",
+    "preflight": "preflight",
     "Scheduler": "scheduler",
     "Admission": "scheduler",
     "EngineWatch": "enginewatch",

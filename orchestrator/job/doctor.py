@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Literal
 
 import orchestrator
-from orchestrator.job.runner import JobOptions, TrialDone, run_job
+from orchestrator.job.options import JobOptions
+from orchestrator.job.runner import TrialDone, run_job
 from orchestrator.log import get_logger
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import ERRORED, FailureMode, TrialResult

@@ -9,7 +9,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,26 +25,20 @@ from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.job import durations
 from orchestrator.job.budget import DiskBudget, EngineDiskFull
 from orchestrator.job.enginewatch import EngineWatch
+from orchestrator.job.options import JobOptions, attempts_for
+from orchestrator.job.preflight import check_capabilities, preflight, with_sandbox_policy
 from orchestrator.job.scheduler import Admission, Scheduler
-from orchestrator.job.shadow import memory_shadow
+from orchestrator.job.summary import summarize
 from orchestrator.log import get_logger
-from orchestrator.models.endpoint import EndpointConfig
 from orchestrator.models.manifest import Manifest
 from orchestrator.models.result import (
-    ERRORED,
-    VOID,
     EngineOutage,
     FailureMode,
     JobCapabilities,
     JobResult,
     TrialResult,
-    TrialSummary,
-    headline_of,
-    pass_at_k,
-    pass_hat_k,
-    passes,
 )
-from orchestrator.runtime.base import LABEL_JOB, Capabilities, EngineFacts, Runtime
+from orchestrator.runtime.base import LABEL_JOB, Runtime
 from orchestrator.tasks.load import Task
 from orchestrator.trial.context import (
     TrialContext,
@@ -54,7 +48,6 @@ from orchestrator.trial.context import (
     trial_id,
 )
 from orchestrator.trial.imagecache import ImageCache
-from orchestrator.trial.verify import EnvTemplateError, resolve_env
 from orchestrator.util import write_json_atomic
 
 if TYPE_CHECKING:
@@ -63,71 +56,6 @@ if TYPE_CHECKING:
 TrialDone = Callable[[TrialResult, int, int], None]  # (result, done, total)
 
 log = get_logger()
-LAYER_DEFAULT_K = {"regression": 1, "workflow": 3}
-
-
-@dataclass
-class JobOptions:
-    job_name: str
-    jobs_dir: Path
-    n_concurrent: int = 4
-    k: int | None = 1  # None: each task's layer default (regression 1, workflow 3, else 1)
-    policy: str = "memory-on"
-    manifest_dir: Path | None = None
-    endpoints: EndpointConfig | None = None
-    max_retries: int = 2
-    backoff_multiplier: float = 1.0
-    max_cpus: float | None = None  # default: what the engine reports
-    max_memory_mb: int | None = None
-    resume: bool = False
-    retry_errors: bool = False  # with resume: re-run infra, launch and build errors too
-    ca_bundle: Path | None = None  # trusted in image builds (a TLS-intercepting proxy)
-    build_policy: str = "prefer-prebuilt"  # docker_image: prefer-prebuilt | build | pull
-    oci_runtime: str | None = None  # --runtime, e.g. runsc
-    registry: str | None = None  # --registry HOST/PREFIX: built images pushed, Ray nodes pull
-    require: list[str] = field(default_factory=list)  # --require: capabilities (REQUIRABLE) or exit 2
-    replay_from: Path | None = None  # answer model calls from this job's recorded exchanges
-    image_budget_gb: float | None = None  # task images pruned LRU to this while the job runs
-    budget_interval: float = 10.0  # seconds between the budget's looks at the disk
-    longest_first: bool = True  # known durations (a baseline's, this host's record) order the trials
-    durations: dict[str, float] | None = None  # task content hash -> seconds, from --baseline
-    engine_wait: float = 300.0  # seconds trials wait for an engine that stopped answering
-    backend: str = "local"  # local | ray
-    ray_address: str | None = None
-    source: dict = field(default_factory=dict)  # how to rebuild this job (for --resume)
-
-
-def attempts_for(task: Task, k: int | None) -> int:
-    return k if k is not None else LAYER_DEFAULT_K.get(task.config.metadata.evaluation_layer or "", 1)
-
-
-def preflight(tasks: list[Task], manifest: Manifest, endpoints: EndpointConfig | None = None,
-              admission: Admission | None = None) -> set[str]:
-    """Refuse, before any container starts, what cannot run. Returns the endpoints in use."""
-    problems = []
-    lead = manifest.orchestrator
-    in_use = {m.endpoint for m in manifest.roster if m.endpoint}
-    if lead.agent == "oracle":
-        problems += [f"{t.path / 'solution/solve.sh'}: missing (the oracle agent needs it)"
-                     for t in tasks if not t.has_solution]
-    if lead.agent == "reference" and not lead.endpoint:
-        problems.append(f"roster.{lead.id}.endpoint: required for agent: reference")
-    if in_use and endpoints is None:
-        problems.append("the manifest names endpoints but no endpoint config was given (--endpoints)")
-    elif endpoints is not None:
-        for name in sorted(in_use):
-            try:
-                endpoints.resolve(name)
-            except InputError as exc:
-                problems.extend(exc.problems)
-    for t in tasks:  # Harbor's ${VAR} templates in verifier.env must resolve on this host
-        try:
-            resolve_env(t.config.verifier.env)
-        except EnvTemplateError as exc:
-            problems.append(f"{t.path / 'task.toml'}: field '{exc.field}': {exc.reason}")
-    if problems:
-        raise InputError(problems)
-    return in_use
 
 
 RERUN_WITH_RETRY_ERRORS = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.ENDPOINT_ERROR,
@@ -163,9 +91,6 @@ def load_finished(job_dir: Path, tasks: list[Task],
     return finished
 
 
-REQUIRABLE = {"disk-quota": "disk_quota", "host-isolation": "host_isolation"}
-
-
 def trial_spec(options: JobOptions, manifest: Manifest, upstreams: Upstreams | None,
                ca_bundle: bytes | None) -> TrialSpec:
     """Every option of this job a trial depends on, as executors carry it."""
@@ -177,47 +102,6 @@ def trial_spec(options: JobOptions, manifest: Manifest, upstreams: Upstreams | N
         policy=options.policy, upstreams=upstreams.by_name if upstreams else {},
         ca_bundle=ca_bundle, build_policy=options.build_policy, oci_runtime=options.oci_runtime,
         registry=options.registry)
-
-
-def with_sandbox_policy(options: JobOptions, manifest: Manifest) -> JobOptions:
-    """The manifest's `sandbox` joins the command line's: its OCI runtime is the default
-    (a different --runtime would weaken what the suite requires: refused), its `require`
-    adds to --require."""
-    policy = manifest.sandbox
-    if policy.oci_runtime and options.oci_runtime and options.oci_runtime != policy.oci_runtime:
-        raise InputError(f"--runtime {options.oci_runtime}: the manifest's sandbox.oci_runtime is "
-                         f"{policy.oci_runtime!r}, which its suite requires; drop --runtime or use that")
-    return replace(options, oci_runtime=options.oci_runtime or policy.oci_runtime,
-                   require=sorted(set(options.require) | set(policy.require)))
-
-
-def check_capabilities(runtime: Runtime, options: JobOptions,
-                       engine: EngineFacts | None = None) -> Capabilities:
-    """Pre-flight on what the runtime declares, before any spend: what the job asks for and
-    the engine lacks is exit 2 (every such problem at once); what it will enforce more
-    weakly than it could elsewhere is said once, here, and recorded in the job's result."""
-    caps = runtime.capabilities(engine)
-    problems = []
-    if options.oci_runtime and options.oci_runtime not in caps.oci_runtimes:
-        problems.append(f"--runtime {options.oci_runtime}: the engine has no such runtime "
-                        f"(it has: {', '.join(caps.oci_runtimes)}); install it "
-                        "(gVisor: https://gvisor.dev/docs/user_guide/install/) and register it in "
-                        "daemon.json (`orchestra tasks check` prints the lines)")
-    for need in options.require:
-        held = REQUIRABLE[need]
-        if held in caps.why:
-            problems.append(f"--require {need}: this engine cannot enforce it ({caps.why[held]})")
-    if options.registry and (refused := runtime.registry_refusal(options.registry)):
-        problems.append(f"--registry {options.registry}: the registry refused the Docker config's "
-                        f"credentials ({refused}); `docker login {options.registry.split('/')[0]}` "
-                        "or set DOCKER_CONFIG")
-    if problems:
-        raise InputError(problems)
-    for held, why in sorted(caps.why.items()):
-        name = next(k for k, v in REQUIRABLE.items() if v == held)
-        log.warning("capability.missing", capability=name, why=why,
-                    message=f"{name}: not enforced on this engine ({why}); --require {name} makes this an error")
-    return caps
 
 
 def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
@@ -474,47 +358,6 @@ def infeasible_result(ctx: TrialContext, task: Task, attempt: int,
     write_json_atomic(trial_dir(ctx, task, tid).result, result)
     log.warning("trial.infeasible", task=task.name, attempt=attempt, error=result.error)
     return result
-
-
-def summarize(options: JobOptions, manifest: Manifest, agent: str, results: list[TrialResult],
-              images_built: int, started: float, admission: Admission | None = None) -> JobResult:
-    results = sorted(results, key=lambda r: (r.task, r.attempt))
-    counts = Counter(r.failure_mode.value for r in results)
-    by_task: dict[str, list[float]] = {}
-    for r in results:
-        by_task.setdefault(r.task, []).append(r.headline)
-    k = max((len(v) for v in by_task.values()), default=options.k or 1)
-    passed = [[passes(v) for v in vs] for vs in by_task.values()]
-    summaries = [trial_summary(r) for r in results]
-    shadow = memory_shadow(summaries)
-    return JobResult(
-        job=options.job_name, condition=manifest.condition,
-        condition_hash=manifest.condition_hash(), agent=agent, policy=options.policy, k=k,
-        n_trials=len(results), counts=dict(counts),
-        mean_reward=round(sum(r.headline for r in results) / len(results), 6) if results else 0.0,
-        errored=[r.trial_id for r in results if r.failure_mode in ERRORED],
-        void=[r.trial_id for r in results if r.failure_mode in VOID],
-        pass_at_k=round(pass_at_k(passed), 6) if k > 1 and passed else None,
-        pass_hat_k=round(pass_hat_k(passed), 6) if k > 1 and passed else None,
-        images_built=images_built, started_at=started, finished_at=time.time(),
-        peak_cpus=admission.peak_cpus if admission else None,
-        peak_memory_mb=admission.peak_memory_mb if admission else None,
-        retried=sum(1 for r in results if r.retries),
-        trials=summaries, memory_shadow=shadow.model_dump() if shadow else None,
-    )
-
-
-def trial_summary(r: TrialResult) -> TrialSummary:
-    memory = r.memory
-    return TrialSummary(
-        trial_id=r.trial_id, task=r.task, attempt=r.attempt, content_hash=r.content_hash,
-        reward=headline_of(r.reward) if r.reward and r.failure_mode not in VOID else None,
-        failure_mode=r.failure_mode, scenario_class=r.scenario_class, layer=r.layer,
-        recall_events=memory.get("recall_events", 0), injected_chars=memory.get("injected_chars", 0),
-        hits=memory.get("hits", 0), suppressed=memory.get("suppressed", 0),
-        markers=memory.get("markers", 0), marker_used=bool(memory.get("markers_used")),
-        shadow_events=memory.get("shadow_events", 0), shadow_agree=memory.get("shadow_agree", 0),
-        audit_complete=memory.get("complete", True), retries=len(r.retries), node=r.node)
 
 
 __all__ = ["JobOptions", "run_job", "reap", "FailureMode", "trial_dir"]

@@ -1,0 +1,89 @@
+"""Pre-flight, before any spend: what the job asks of the host, its endpoints and the
+engine's capabilities, every problem at once (InputError, exit 2); a manifest's sandbox
+policy joined with the command line's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from orchestrator.errors import InputError
+from orchestrator.job.options import JobOptions
+from orchestrator.job.scheduler import Admission
+from orchestrator.log import get_logger
+from orchestrator.models.endpoint import EndpointConfig
+from orchestrator.models.manifest import Manifest
+from orchestrator.runtime.base import Capabilities, EngineFacts, Runtime
+from orchestrator.tasks.load import Task
+from orchestrator.trial.verify import EnvTemplateError, resolve_env
+
+log = get_logger()
+
+
+def preflight(tasks: list[Task], manifest: Manifest, endpoints: EndpointConfig | None = None,
+              admission: Admission | None = None) -> set[str]:
+    """Refuse, before any container starts, what cannot run. Returns the endpoints in use."""
+    problems = []
+    lead = manifest.orchestrator
+    in_use = {m.endpoint for m in manifest.roster if m.endpoint}
+    if lead.agent == "oracle":
+        problems += [f"{t.path / 'solution/solve.sh'}: missing (the oracle agent needs it)"
+                     for t in tasks if not t.has_solution]
+    if lead.agent == "reference" and not lead.endpoint:
+        problems.append(f"roster.{lead.id}.endpoint: required for agent: reference")
+    if in_use and endpoints is None:
+        problems.append("the manifest names endpoints but no endpoint config was given (--endpoints)")
+    elif endpoints is not None:
+        for name in sorted(in_use):
+            try:
+                endpoints.resolve(name)
+            except InputError as exc:
+                problems.extend(exc.problems)
+    for t in tasks:  # Harbor's ${VAR} templates in verifier.env must resolve on this host
+        try:
+            resolve_env(t.config.verifier.env)
+        except EnvTemplateError as exc:
+            problems.append(f"{t.path / 'task.toml'}: field '{exc.field}': {exc.reason}")
+    if problems:
+        raise InputError(problems)
+    return in_use
+
+REQUIRABLE = {"disk-quota": "disk_quota", "host-isolation": "host_isolation"}
+
+def with_sandbox_policy(options: JobOptions, manifest: Manifest) -> JobOptions:
+    """The manifest's `sandbox` joins the command line's: its OCI runtime is the default
+    (a different --runtime would weaken what the suite requires: refused), its `require`
+    adds to --require."""
+    policy = manifest.sandbox
+    if policy.oci_runtime and options.oci_runtime and options.oci_runtime != policy.oci_runtime:
+        raise InputError(f"--runtime {options.oci_runtime}: the manifest's sandbox.oci_runtime is "
+                         f"{policy.oci_runtime!r}, which its suite requires; drop --runtime or use that")
+    return replace(options, oci_runtime=options.oci_runtime or policy.oci_runtime,
+                   require=sorted(set(options.require) | set(policy.require)))
+
+def check_capabilities(runtime: Runtime, options: JobOptions,
+                       engine: EngineFacts | None = None) -> Capabilities:
+    """Pre-flight on what the runtime declares, before any spend: what the job asks for and
+    the engine lacks is exit 2 (every such problem at once); what it will enforce more
+    weakly than it could elsewhere is said once, here, and recorded in the job's result."""
+    caps = runtime.capabilities(engine)
+    problems = []
+    if options.oci_runtime and options.oci_runtime not in caps.oci_runtimes:
+        problems.append(f"--runtime {options.oci_runtime}: the engine has no such runtime "
+                        f"(it has: {', '.join(caps.oci_runtimes)}); install it "
+                        "(gVisor: https://gvisor.dev/docs/user_guide/install/) and register it in "
+                        "daemon.json (`orchestra tasks check` prints the lines)")
+    for need in options.require:
+        held = REQUIRABLE[need]
+        if held in caps.why:
+            problems.append(f"--require {need}: this engine cannot enforce it ({caps.why[held]})")
+    if options.registry and (refused := runtime.registry_refusal(options.registry)):
+        problems.append(f"--registry {options.registry}: the registry refused the Docker config's "
+                        f"credentials ({refused}); `docker login {options.registry.split('/')[0]}` "
+                        "or set DOCKER_CONFIG")
+    if problems:
+        raise InputError(problems)
+    for held, why in sorted(caps.why.items()):
+        name = next(k for k, v in REQUIRABLE.items() if v == held)
+        log.warning("capability.missing", capability=name, why=why,
+                    message=f"{name}: not enforced on this engine ({why}); --require {name} makes this an error")
+    return caps

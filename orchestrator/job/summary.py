@@ -1,0 +1,63 @@
+"""The job's result from its trials: counts, mean reward, pass@k and pass^k, the memory
+shadow, one summary line per trial."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from orchestrator.job.options import JobOptions
+from orchestrator.job.scheduler import Admission
+from orchestrator.job.shadow import memory_shadow
+from orchestrator.models.manifest import Manifest
+from orchestrator.models.result import (
+    ERRORED,
+    VOID,
+    JobResult,
+    TrialResult,
+    TrialSummary,
+    headline_of,
+    pass_at_k,
+    pass_hat_k,
+    passes,
+)
+
+
+def summarize(options: JobOptions, manifest: Manifest, agent: str, results: list[TrialResult],
+              images_built: int, started: float, admission: Admission | None = None) -> JobResult:
+    results = sorted(results, key=lambda r: (r.task, r.attempt))
+    counts = Counter(r.failure_mode.value for r in results)
+    by_task: dict[str, list[float]] = {}
+    for r in results:
+        by_task.setdefault(r.task, []).append(r.headline)
+    k = max((len(v) for v in by_task.values()), default=options.k or 1)
+    passed = [[passes(v) for v in vs] for vs in by_task.values()]
+    summaries = [trial_summary(r) for r in results]
+    shadow = memory_shadow(summaries)
+    return JobResult(
+        job=options.job_name, condition=manifest.condition,
+        condition_hash=manifest.condition_hash(), agent=agent, policy=options.policy, k=k,
+        n_trials=len(results), counts=dict(counts),
+        mean_reward=round(sum(r.headline for r in results) / len(results), 6) if results else 0.0,
+        errored=[r.trial_id for r in results if r.failure_mode in ERRORED],
+        void=[r.trial_id for r in results if r.failure_mode in VOID],
+        pass_at_k=round(pass_at_k(passed), 6) if k > 1 and passed else None,
+        pass_hat_k=round(pass_hat_k(passed), 6) if k > 1 and passed else None,
+        images_built=images_built, started_at=started, finished_at=time.time(),
+        peak_cpus=admission.peak_cpus if admission else None,
+        peak_memory_mb=admission.peak_memory_mb if admission else None,
+        retried=sum(1 for r in results if r.retries),
+        trials=summaries, memory_shadow=shadow.model_dump() if shadow else None,
+    )
+
+def trial_summary(r: TrialResult) -> TrialSummary:
+    memory = r.memory
+    return TrialSummary(
+        trial_id=r.trial_id, task=r.task, attempt=r.attempt, content_hash=r.content_hash,
+        reward=headline_of(r.reward) if r.reward and r.failure_mode not in VOID else None,
+        failure_mode=r.failure_mode, scenario_class=r.scenario_class, layer=r.layer,
+        recall_events=memory.get("recall_events", 0), injected_chars=memory.get("injected_chars", 0),
+        hits=memory.get("hits", 0), suppressed=memory.get("suppressed", 0),
+        markers=memory.get("markers", 0), marker_used=bool(memory.get("markers_used")),
+        shadow_events=memory.get("shadow_events", 0), shadow_agree=memory.get("shadow_agree", 0),
+        audit_complete=memory.get("complete", True), retries=len(r.retries), node=r.node)
