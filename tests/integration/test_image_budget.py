@@ -6,33 +6,43 @@ from __future__ import annotations
 
 from conftest import make_task, nothing_left
 
+from orchestrator.host.cleanup import touch_images
 from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
+from orchestrator.models.result import TrialResult
+from orchestrator.runtime.base import LABEL_IMAGE_KIND
 from orchestrator.tasks.load import load_tasks
 from orchestrator.trial.images import ensure_task_images
 
 
 def test_a_job_under_an_image_budget_prunes_what_it_no_longer_needs(runtime, tmp_path):
-    for i in range(3):
-        make_task(tmp_path / "ds", f"budget-{i}", solve="touch /app/ok\n",
+    for i in range(3):  # each trial takes 2 s: a prune (well under 1 s) finishes inside the next
+        make_task(tmp_path / "ds", f"budget-{i}", solve="sleep 2\ntouch /app/ok\n",
                   dockerfile=f"FROM python:3.12-slim-bookworm\nRUN echo {i} > /budget-{i}\nWORKDIR /app\n")
     bystander = make_task(tmp_path / "other", "bystander")  # another job's image, used just now
     bystander_images = ensure_task_images(runtime, load_tasks(bystander)[0], "other-job")
-    tasks = load_tasks(tmp_path / "ds")
+    # what earlier tests and sessions left on this engine counts as another job's, in use
+    # now: the budget spares it (only this job's images are the test's to prune, and a
+    # prune of hundreds of old images would outlast the trials it races)
+    touch_images([tag for image in runtime.images_labelled(LABEL_IMAGE_KIND) for tag in image.tags])
+    jobs = tmp_path / "jobs"
     seen_while_last_ran: dict[str, bool] = {}
 
-    def on_phase(_trial: str, label: str, phase: str) -> None:
-        if label.startswith("ds/budget-2") and phase == "agent":  # the first task's images by now
-            seen_while_last_ran["budget-0"] = runtime.image_exists(images_of["ds/budget-0"])
+    def image_of(task: str) -> str:  # the agent image a finished trial ran on (its result)
+        folder = next((jobs / "image-budget/trials").glob(f"{task}__*"))
+        return TrialResult.model_validate_json((folder / "result.json").read_text()).image or ""
 
-    images_of = {t.name: ensure_task_images(runtime, t, "probe").agent_image for t in tasks}
-    options = JobOptions(job_name="image-budget", jobs_dir=tmp_path / "jobs", n_concurrent=1,
+    def on_phase(_trial: str, label: str, phase: str) -> None:
+        if label.startswith("ds/budget-2") and phase == "verify":  # the first task's images by now
+            seen_while_last_ran["budget-0"] = runtime.image_exists(image_of("budget-0"))
+
+    options = JobOptions(job_name="image-budget", jobs_dir=jobs, n_concurrent=1,
                          image_budget_gb=0.0, budget_interval=0.0)
-    job = run_job(runtime, tasks, default_manifest("oracle"), options, on_phase=on_phase)
+    job = run_job(runtime, load_tasks(tmp_path / "ds"), default_manifest("oracle"), options, on_phase=on_phase)
     assert job.counts == {"none": 3} and job.mean_reward == 1.0  # no trial lost its image
     assert seen_while_last_ran == {"budget-0": False}  # pruned while the job still ran
     assert job.images_pruned >= 6  # task and agent image of each of the three
-    assert not any(runtime.image_exists(ref) for ref in images_of.values())
+    assert not any(runtime.image_exists(image_of(f"budget-{i}")) for i in range(3))
     assert runtime.image_exists(bystander_images.agent_image)  # another job's, used within the hour
     assert runtime.image_exists("orchestra/base:bookworm")
     assert nothing_left(runtime) == {}
