@@ -83,7 +83,7 @@ class ImageCache:
                 if self.registry and not offered:
                     self._published[task.name] = self._push(images)
                 self._done[task.name] = images
-                self._touched[task.name] = 0.0
+                self._touched[task.name] = float("-inf")  # never: said at once
             if time.monotonic() - self._touched[task.name] > TOUCH_EVERY_SEC:  # in use, said now and
                 self._touched[task.name] = time.monotonic()  # then: other jobs' budgets spare it
                 touch_images([self._done[task.name].task_image, self._done[task.name].agent_image])
