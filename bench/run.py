@@ -529,6 +529,16 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["resume"]:
         with tempfile.TemporaryDirectory() as name:
             resume_load(Path(name))
+    elif sys.argv[1:] == ["scale"]:  # the 2,000-trial job: about 30 minutes
+        from scale import scale
+
+        logsetup.configure()
+        api = docker.from_env(timeout=120).api
+        if not api.networks(names=[FLOOR_NETWORK]):
+            api.create_network(FLOOR_NETWORK, driver="bridge")
+        with tempfile.TemporaryDirectory() as name:
+            scale(Path(name), DockerRuntime(max_pool_size=16), api, emit, ORCHESTRA, make_task, shared_floor)
+        api.remove_network(FLOOR_NETWORK)
     elif sys.argv[1:] == ["makespan"]:
         logsetup.configure()
         with tempfile.TemporaryDirectory() as name:

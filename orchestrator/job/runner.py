@@ -196,6 +196,7 @@ class Job:
             "condition_hash": manifest.condition_hash(), "k": options.k,
             "n_concurrent": options.n_concurrent, "policy": options.policy,
             "source": options.source,
+            "trials": sum(attempts_for(t, options.k) for t in self.tasks),  # the viewer's "of N"
             "tasks": [{"name": t.name, "path": str(t.path), "content_hash": t.content_hash}
                       for t in self.tasks],
         })

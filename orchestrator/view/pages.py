@@ -62,8 +62,9 @@ def href(*segments: str) -> str:
     return "/" + "/".join(urllib.parse.quote(str(seg), safe="") for seg in segments)
 
 
-def page(title: str, body: str) -> str:
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
+def page(title: str, body: str, refresh: int | None = None) -> str:
+    reload = f"<meta http-equiv='refresh' content='{refresh}'>" if refresh else ""
+    return (f"<!doctype html><html><head><meta charset='utf-8'>{reload}<title>{esc(title)}</title>"
             f"<style>{STYLE}</style></head><body><nav><a href='/'>jobs</a></nav>"
             f"<h1>{esc(title)}</h1>{body}</body></html>")
 
@@ -109,6 +110,53 @@ def load_job(folder: Path) -> JobResult | None:
         return None
 
 
+RUNNING_REFRESH_SECONDS = 10
+
+
+def running_job(folder: Path) -> tuple[JobResult, str] | None:
+    """A job without result.json yet (running, or stopped before its end): its summary so
+    far, made from its finished trials' result.json as the job will make it at the end, and
+    a banner with its progress (done of planned, rate, ETA). None without a config.json."""
+    import time
+
+    from orchestrator.job.options import JobOptions
+    from orchestrator.job.summary import summarize
+    from orchestrator.models.manifest import Manifest
+
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        manifest = Manifest.model_validate(config["manifest"])
+    except (OSError, ValueError, KeyError):
+        return None
+    trials = []
+    for path in (folder / "trials").glob("*/result.json"):
+        try:
+            result = TrialResult.model_validate_json(path.read_text())
+        except (OSError, ValueError):
+            continue  # being written (atomically, so rarely) or damaged: not finished
+        if result.finished_at:
+            trials.append(result)
+    started = min((t.started_at for t in trials if t.started_at), default=0.0)
+    options = JobOptions(job_name=str(config.get("job", folder.name)), jobs_dir=folder.parent,
+                         k=config.get("k"), policy=str(config.get("policy", "memory-on")))
+    agent = trials[0].agent if trials else ""
+    job = summarize(options, manifest, agent, trials, 0, started)
+    planned = config.get("trials")
+    done, last = len(trials), max((t.finished_at or 0.0 for t in trials), default=0.0)
+    parts = [f"{done} of {planned if planned is not None else '?'} trial(s) finished"]
+    if done >= 2 and last > started:
+        rate = done / (last - started) * 60
+        parts.append(f"{rate:.1f} per minute")
+        if isinstance(planned, int) and planned > done:
+            parts.append(f"about {round((planned - done) / rate)} min left at that rate")
+    if last:
+        parts.append(f"the last finished {max(0, round(time.time() - last))} s ago")
+    banner = (f"<p class='running'><b>no result.json yet</b>: running, or stopped before its end "
+              f"(then <code>orchestra run --resume</code> finishes it). {esc('; '.join(parts))}. "
+              f"This page reloads every {RUNNING_REFRESH_SECONDS} s.</p>")
+    return job, banner
+
+
 def _when(stamp: float) -> str:
     import datetime as dt
 
@@ -120,7 +168,7 @@ SORTS = {"task": lambda t: (t.task, t.attempt), "reward": lambda t: (t.reward is
          "mode": lambda t: t.failure_mode.value, "attempt": lambda t: t.attempt}
 
 
-def job_page(name: str, folder: Path, job: JobResult, params: dict[str, str]) -> str:
+def job_page(name: str, folder: Path, job: JobResult, params: dict[str, str], banner: str = "") -> str:
     trials = list(job.trials)
     mode, cls, layer = params.get("mode", ""), params.get("class", ""), params.get("layer", "")
     if params.get("failed"):
@@ -165,8 +213,9 @@ def job_page(name: str, folder: Path, job: JobResult, params: dict[str, str]) ->
         summary += "<h2>Memory shadow</h2><table>" + "".join(
             f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
             for k, v in MemoryShadow.model_validate(job.memory_shadow).rows()) + "</table>"
-    return page(f"job {name}", summary + filters + f"<p>sort: {sorts}</p><p>{len(trials)} trial(s)"
-                f" {pager}</p><table>{head}{''.join(rows)}</table>")
+    return page(f"job {name}", banner + summary + filters + f"<p>sort: {sorts}</p><p>{len(trials)} trial(s)"
+                f" {pager}</p><table>{head}{''.join(rows)}</table>",
+                refresh=RUNNING_REFRESH_SECONDS if banner else None)
 
 
 def _trial_folders(job_dir: Path) -> dict[str, str]:

@@ -82,9 +82,13 @@ class ViewServer:
                 folder = jobs[parts[1]]
                 if len(parts) == 2:
                     job = pages.load_job(folder)
-                    if job is None:
-                        return 404, pages.page("not found", "<p>this job has no result.json yet</p>")
-                    return 200, pages.job_page(parts[1], folder, job, params)
+                    if job is not None:
+                        return 200, pages.job_page(parts[1], folder, job, params)
+                    running = pages.running_job(folder)  # no result.json yet: the trials so far
+                    if running is None:
+                        return 404, pages.page("not found", "<p>this job has no result.json and no "
+                                                            "readable config.json</p>")
+                    return 200, pages.job_page(parts[1], folder, running[0], params, banner=running[1])
                 if len(parts) == 4 and parts[2] == "trial":
                     trial = self._inside(folder, "trials/" + parts[3])
                     if trial is not None and (trial / "result.json").is_file():

@@ -6,9 +6,11 @@ temporary folder (printed)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -234,3 +236,28 @@ def test_odd_names_are_shown_as_they_are_and_open_their_files(viewer):
     for file_name in expected:
         status, body = opened[file_name]
         assert status == 200 and esc(file_name) in body, (file_name, status)
+
+
+def test_a_running_job_is_shown_as_it_grows(viewer):
+    """A job without result.json yet: its page lists the trials finished so far, says how
+    many of the planned, at what rate, and reloads itself; finished, it is the plain page."""
+    url, root = viewer
+    make_task(root / "slow", "slow", solve="sleep 3\ntouch /app/ok\n")
+    proc = subprocess.Popen([ORCHESTRA, "run", "--path", str(root / "slow"), "--agent", "oracle", "-k", "3",
+                             "-n", "1", "--jobs-dir", str(root / "jobs"), "--job-name", "growing", "-q"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen: dict[int, str] = {}
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        status, body = fetch(url + "job/growing")
+        if status == 200 and "no result.json yet" in body:
+            done = int(re.search(r"(\d+) of 3 trial\(s\) finished", body).group(1))
+            seen.setdefault(done, body)
+        time.sleep(0.2)
+    assert proc.wait(timeout=60) == 0
+    assert {1, 2} <= set(seen), sorted(seen)
+    assert "http-equiv='refresh'" in seen[1] and seen[1].count("/job/growing/trial/") == 1
+    assert seen[2].count("/job/growing/trial/") == 2 and "per minute" in seen[2] and "min left" in seen[2]
+    status, body = fetch(url + "job/growing")
+    assert status == 200 and "no result.json yet" not in body and "http-equiv" not in body
+    assert "3 trials, mean reward <b>1.000</b>" in body and body.count("/job/growing/trial/") == 3
