@@ -64,3 +64,17 @@ def render_command(template: str, workdir: str, deadline: float) -> str:
                         ("{deadline}", str(int(deadline)))):
         template = template.replace(name, value)
     return template
+
+
+KILL_AFTER_SEC = 5  # `timeout -k`: SIGTERM at the deadline, SIGKILL this much later
+
+
+def under_timeout(run: str, seconds: float, tool: str | None = None) -> str:
+    """A shell line that execs `run` (a command line) under `timeout -k`: SIGTERM after
+    `seconds`, SIGKILL KILL_AFTER_SEC later. `tool`: the host's static timeout, always there;
+    otherwise the image's, and in an image without one, `run` as is (the caller's host-side
+    deadline still ends it). The one wrapper for the agent, its workers and the verifier."""
+    if tool is not None:
+        return f"exec {tool} -k {KILL_AFTER_SEC} {seconds:g} {run}"
+    return (f"if command -v timeout >/dev/null 2>&1; then exec timeout -k {KILL_AFTER_SEC} {seconds:g} {run}; "
+            f"else exec {run}; fi")

@@ -16,7 +16,6 @@ cannot change its own install.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -58,8 +57,9 @@ def ensure_installed(recipe: Recipe, ca_bundle: Path | None = None) -> Path:
     if installed(recipe):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    with (final.parent / f".{final.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    from filelock import FileLock
+
+    with FileLock(final.parent / f".{final.name}.lock"):
         if installed(recipe):
             return final
         work = final.parent / f".{final.name}.{os.getpid()}"

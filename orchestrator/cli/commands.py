@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -28,7 +28,17 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from orchestrator.models.result import JobResult, TrialResult
     from orchestrator.report.gate import Gate
+
+
+# Enumerated options: --help lists the values; another is refused (exit 2) naming them.
+Layer = Literal["regression", "workflow"]
+Policy = Literal["memory-on", "memory-off"]
+Order = Literal["longest-first", "given"]
+Backend = Literal["local", "ray"]
+BuildPolicy = Literal["prefer-prebuilt", "build", "pull"]
+Flaky = Literal["gate", "report", "ignore"]
 
 
 @app.command()
@@ -38,26 +48,26 @@ def run(
     agent: Annotated[str | None, typer.Option(help="Override the orchestrator's agent: oracle | nop | reference | command, or an installed CLI (mini-swe-agent | aider | opencode; see `orchestra agents`).")] = None,
     n_concurrent: Annotated[int, typer.Option("--n-concurrent", "-n", min=1, help="Trials at a time.")] = 4,
     k: Annotated[str | None, typer.Option("-k", help="Attempts per task (default: per layer, regression 1, workflow 3, else 1). 'auto' with --baseline: enough attempts to tell a drop of --detect-drop in a task's pass rate from chance (printed).")] = None,
-    layer: Annotated[str | None, typer.Option(help="Only tasks of this [metadata] evaluation_layer: regression | workflow.")] = None,
+    layer: Annotated[Layer | None, typer.Option(help="Only tasks whose task.toml says this metadata.evaluation_layer.")] = None,
     jobs_dir: Annotated[Path, typer.Option(help="Where job folders go.")] = Path("jobs"),
     job_name: Annotated[str | None, typer.Option(help="Job folder name (default: a timestamp).")] = None,
     resume: Annotated[Path | None, typer.Option(help="Resume this job folder: run only trials without a complete result (cancelled ones included).")] = None,
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="With --resume: also re-run trials that ended in infra_error, launch_error or build_error (after a fix).")] = False,
-    policy: Annotated[str, typer.Option(help="memory-on | memory-off")] = "memory-on",
+    policy: Annotated[Policy, typer.Option(help="Seeded memory on, or the ablation without it.")] = "memory-on",
     endpoints: Annotated[list[Path] | None, typer.Option(
         "--endpoints", "--endpoint-config", help="Endpoint config JSON (repeatable; default: every endpoints/*.json).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Run the reference agent (or --agent) on this endpoint (a name in the endpoint config) without writing a manifest.")] = None,
     replay_from: Annotated[Path | None, typer.Option("--replay-from", help="Answer every model call from this job folder's recorded exchanges (trial/model/exchanges.jsonl): a re-run with exactly the same model outputs.")] = None,
     max_retries: Annotated[int, typer.Option(min=0, help="Retries of infrastructure failures per trial (an engine outage's do not count).")] = 2,
     image_budget_gb: Annotated[float | None, typer.Option("--image-budget-gb", min=0, help="Keep orchestra's task images on the engine within this many GB while the job runs: after trials finish, the least recently used are pruned, never one a running or queued trial of this job needs, nor one another job used in the last hour. Without it the disk is still watched: the job warns below 10% free on the engine's data root and stops (exit 3, results kept) below 2%.")] = None,
-    order: Annotated[str, typer.Option("--order", help="longest-first: trials whose durations are known (the --baseline job's, else what orchestra recorded on this host for the same task content and agent) start longest first, unknown ones before them, so one long trial does not run alone at the end | given: tasks in folder order.")] = "longest-first",
+    order: Annotated[Order, typer.Option("--order", help="longest-first: trials whose durations are known (the --baseline job's, else what orchestra recorded on this host for the same task content and agent) start longest first, unknown ones before them, so one long trial does not run alone at the end ; given: tasks in folder order.")] = "longest-first",
     engine_wait: Annotated[float, typer.Option("--engine-wait", min=0, help="Seconds trials wait for an engine that stopped answering (restarting, or answering errors) before the job stops as infrastructure (exit 3; --resume goes on). The outages are in the job result's engine_outages.")] = 300.0,
     max_cpus: Annotated[float | None, typer.Option(help="Admission budget in cpus (default: the engine's).")] = None,
     max_memory_mb: Annotated[int | None, typer.Option(help="Admission budget in MB (default: the engine's).")] = None,
-    backend: Annotated[str, typer.Option(help="Where trials run: local | ray (each trial a Ray task).")] = "local",
+    backend: Annotated[Backend, typer.Option(help="Where trials run: here, or on Ray (each trial a Ray task).")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: auto, i.e. RAY_ADDRESS or a local cluster).")] = None,
     oci_runtime: Annotated[str | None, typer.Option("--runtime", help="OCI runtime for every container of a trial (agent, verifier, workers, sidecars), e.g. runsc (gVisor); refused before any trial when the engine lacks it. A manifest's sandbox.oci_runtime sets it for a suite.")] = None,
-    build_policy: Annotated[str, typer.Option("--build-policy", help="A task's docker_image: prefer-prebuilt (use it, else pull, else build environment/Dockerfile) | build (always the Dockerfile) | pull (pull fresh, no fallback).")] = "prefer-prebuilt",
+    build_policy: Annotated[BuildPolicy, typer.Option("--build-policy", help="A task's docker_image: prefer-prebuilt (use it, else pull, else build environment/Dockerfile) | build (always the Dockerfile) | pull (pull fresh, no fallback).")] = "prefer-prebuilt",
     require: Annotated[list[str] | None, typer.Option("--require", help="A capability the engine must enforce, else exit 2 before any trial (repeatable): disk-quota (a per-trial disk that fills at the task's storage_mb; needs root and an engine on this host) | host-isolation (a trial reaches only its own ports on this host; needs root and iptables). Without it, what is missing is said once and recorded in the result's `capabilities`.")] = None,
     registry: Annotated[str | None, typer.Option("--registry", envvar="ORCHESTRA_REGISTRY", help="HOST[:PORT]/PREFIX: push each task image the job builds there (credentials from the Docker config); Ray nodes pull them instead of building. Checked before any trial starts.")] = None,
     ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) that task image builds trust: pip, curl, node, git behind a TLS-intercepting proxy.")] = None,
@@ -65,7 +75,7 @@ def run(
     baseline: Annotated[Path | None, typer.Option(help="After the run, gate against this baseline job folder (as `orchestra report --baseline`).")] = None,
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="With --baseline: exit 1 when a task regressed (see `orchestra report --help` for the rule).")] = False,
     gate_layer: Annotated[str | None, typer.Option("--gate-layer", help="With --baseline: gate only tasks of this evaluation layer (default: every task).")] = None,
-    flaky: Annotated[str, typer.Option("--flaky", help="With --baseline: tasks flaky in the baseline (some passes, some fails): gate | report | ignore.")] = "report",
+    flaky: Annotated[Flaky, typer.Option("--flaky", help="With --baseline: tasks flaky in the baseline (some passes, some fails): gate (they gate too), report (listed, not gated) or ignore (left out).")] = "report",
     alpha: Annotated[float, typer.Option("--alpha", help="With --baseline: the gate's false discovery rate (the expected share of false alarms among the regressions it names).")] = 0.05,
     detect_drop: Annotated[float, typer.Option("--detect-drop", help="With -k auto: the drop in pass rate (0-1) the attempts must be able to tell, with 80% power.")] = 0.5,
     allow_changed: Annotated[bool, typer.Option("--allow-changed", help="With --baseline: compare tasks whose content changed between the jobs.")] = False,
@@ -115,7 +125,7 @@ def report(
     baseline: Annotated[Path | None, typer.Option(help="A baseline job: the regression gate (below).")] = None,
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="With --baseline: exit 1 when a task regressed.")] = False,
     gate_layer: Annotated[str | None, typer.Option("--gate-layer", help="With --baseline: gate only tasks of this evaluation layer (default: every task).")] = None,
-    flaky: Annotated[str, typer.Option("--flaky", help="With --baseline: tasks flaky in the baseline (some passes, some fails): gate | report | ignore.")] = "report",
+    flaky: Annotated[Flaky, typer.Option("--flaky", help="With --baseline: tasks flaky in the baseline (some passes, some fails): gate (they gate too), report (listed, not gated) or ignore (left out).")] = "report",
     alpha: Annotated[float, typer.Option("--alpha", help="With --baseline: the gate's false discovery rate (the expected share of false alarms among the regressions it names).")] = 0.05,
     allow_changed: Annotated[bool, typer.Option("--allow-changed", help="With --baseline: compare tasks whose content changed between the jobs.")] = False,
 ) -> None:
@@ -127,8 +137,6 @@ def report(
     {exits}
     """
     from orchestrator.report.load import load_job_result, load_trials
-    from orchestrator.report.render import sections, to_html, to_markdown
-    from orchestrator.report.tables import tables
 
     imports_done()
 
@@ -145,16 +153,7 @@ def report(
             regression = gate(trials, load_trials(baseline), allow_changed, gate_layer, flaky, alpha)
     except InputError as exc:
         fail(exc)
-    aggregate = tables(trials)
-    compare = next((json.loads(p.read_text()) for p in sorted(job_dir.glob("compare*.json"))), None)
-    human.print(f"[bold]job {job.job}[/]: {job.n_trials} trials, mean reward {job.mean_reward:.3f}, "
-                f"tokens {aggregate.tokens}, cost {aggregate.cost:.4f}")
-    blocks = sections(job, aggregate)
-    for title, header, rows in blocks:
-        print_table(human, title, header, rows)
-    (job_dir / "report.md").write_text(to_markdown(job, aggregate, compare))
-    (job_dir / "report.html").write_text(to_html(job, aggregate, compare, trials))
-    human.print(f"wrote {job_dir / 'report.md'} and {job_dir / 'report.html'}", soft_wrap=True)
+    blocks = _write_report(job_dir, job, trials, human)
     if junit:
         from orchestrator.report.junit import write_junit
 
@@ -176,6 +175,24 @@ def report(
 
 
 report.__doc__ = (report.__doc__ or "").replace("{gate}", GATE_HELP).replace("{exits}", REPORT_EXITS)
+
+
+def _write_report(job_dir: Path, job: JobResult, trials: list[TrialResult], human: Console) -> list:
+    """The tables on the console, report.md and report.html into the job; the tables' blocks."""
+    from orchestrator.report.render import sections, to_html, to_markdown
+    from orchestrator.report.tables import tables
+
+    aggregate = tables(trials)
+    compare = next((json.loads(p.read_text()) for p in sorted(job_dir.glob("compare*.json"))), None)
+    human.print(f"[bold]job {job.job}[/]: {job.n_trials} trials, mean reward {job.mean_reward:.3f}, "
+                f"tokens {aggregate.tokens}, cost {aggregate.cost:.4f}")
+    blocks = sections(job, aggregate)
+    for title, header, rows in blocks:
+        print_table(human, title, header, rows)
+    (job_dir / "report.md").write_text(to_markdown(job, aggregate, compare))
+    (job_dir / "report.html").write_text(to_html(job, aggregate, compare, trials))
+    human.print(f"wrote {job_dir / 'report.md'} and {job_dir / 'report.html'}", soft_wrap=True)
+    return blocks
 
 
 def _report_gate(regression: Gate, baseline: Path, job_dir: Path, fail_on_regression: bool,

@@ -7,7 +7,6 @@ gone (a SIGKILLed orchestrator), and says what it removed; live jobs are left al
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
@@ -143,11 +142,12 @@ _usage_lock = threading.Lock()
 
 def touch_images(refs: list[str]) -> None:
     """Record when images were last used, for `cleanup --images --keep-gb` (best effort)."""
-    with _usage_lock:
+    from filelock import FileLock
+
+    with _usage_lock:  # threads queue here; the file lock is for other processes
         try:
             USAGE_FILE.parent.mkdir(parents=True, exist_ok=True)
-            with open(USAGE_FILE.with_suffix(".lock"), "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            with FileLock(USAGE_FILE.with_suffix(".lock")):
                 try:
                     usage = json.loads(USAGE_FILE.read_text())
                 except (OSError, json.JSONDecodeError):

@@ -37,7 +37,8 @@ from orchestrator.models.result import ERRORED, FailureMode, TrialResult
 from orchestrator.paths import cache_root
 from orchestrator.runtime.base import BuildFailed, Runtime, SandboxSpec
 from orchestrator.tasks.load import Task
-from orchestrator.trial.images import BASE_VERSION, ensure_task_images
+from orchestrator.trial.baseimage import BASE_VERSION
+from orchestrator.trial.images import ensure_task_images
 from orchestrator.util import write_json_atomic
 
 log = get_logger()

@@ -8,7 +8,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING
 
-from orchestrator.agents.base import EXIT_OUTCOMES, render_command
+from orchestrator.agents.base import EXIT_OUTCOMES, KILL_AFTER_SEC, render_command, under_timeout
 from orchestrator.archive import tar_directory, tar_files
 from orchestrator.models.manifest import flag_env
 from orchestrator.models.result import FailureMode, TrialResult
@@ -21,7 +21,6 @@ from orchestrator.trial.sandbox import Sandbox
 if TYPE_CHECKING:
     from orchestrator.services.proxy import ModelProxy
 
-KILL_AFTER_SEC = 5  # `timeout -k`: SIGTERM at the deadline, SIGKILL this much later
 WATCHDOG_GRACE_SEC = 3  # the host kills the container this long after that
 
 
@@ -92,12 +91,8 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult,
         started = time.time()
         deadline = started + timeout
         command = render_command(command, box.workdir, deadline)
-        wrapped = (
-            f"if command -v timeout >/dev/null 2>&1; "
-            f"then exec timeout -k {KILL_AFTER_SEC} {timeout:g} sh -c {shlex.quote(command)}; "
-            f"else exec sh -c {shlex.quote(command)}; fi "
-            f">{AGENT_LOGS}/stdout.txt 2>{AGENT_LOGS}/stderr.txt"
-        )
+        wrapped = (f"{under_timeout(f'sh -c {shlex.quote(command)}', timeout)} "
+                   f">{AGENT_LOGS}/stdout.txt 2>{AGENT_LOGS}/stderr.txt")
         env = {**ctx.manifest.orchestrator.env, **ctx.agent.env(task), **box.exec_env,
                "ORCHESTRA_DEADLINE": str(int(deadline)), "ORCHESTRA_AGENT_ID": ctx.agent_id,
                "ORCHESTRA_ATTEMPT": str(result.attempt),

@@ -13,16 +13,11 @@
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import re
-import shutil
-import subprocess
-import tempfile
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,13 +34,7 @@ log = get_logger()
 
 AGENT_STACK = AGENT_STACK_SOURCE
 BASE_IMAGE = base_image("bookworm")  # the default stand-in
-BOOTSTRAP_RELEASES = ("bookworm", "trixie")  # `orchestra images bootstrap`; bullseye on demand
-BASE_VERSION = "2"  # bump when the base's recipe changes: an older base is rebuilt
-LABEL_BASE_VERSION = "orchestra.base.version"
-BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.IGNORECASE | re.MULTILINE)
-_thread_locks: dict[str, threading.Lock] = {}
-_thread_locks_guard = threading.Lock()
 
 
 @dataclass
@@ -61,17 +50,25 @@ class TaskImages:
 
 @contextmanager
 def image_lock(tag: str) -> Iterator[None]:
-    """One builder per image: a thread lock inside the process, a file lock across them."""
-    with _thread_locks_guard:
-        lock = _thread_locks.setdefault(tag, threading.Lock())
+    """One builder per image, across threads and processes: a file lock (filelock; each
+    holder opens the file itself, so threads of one process exclude each other too)."""
+    from filelock import FileLock  # on the first build only: start-up does not pay for it
+
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    path = LOCK_DIR / (hashlib.sha256(tag.encode()).hexdigest()[:24] + ".lock")
-    with lock, open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with FileLock(LOCK_DIR / (hashlib.sha256(tag.encode()).hexdigest()[:24] + ".lock")):
+        yield
+
+
+def build_once(runtime: Runtime, tag: str, build: Callable[[], None]) -> int:
+    """Build `tag` unless the engine has it, under image_lock (taken only when the image is
+    missing, so a warm trial takes no lock). 1 when this call built it, else 0."""
+    if runtime.image_exists(tag):
+        return 0
+    with image_lock(tag):
+        if runtime.image_exists(tag):  # another builder finished while this one waited
+            return 0
+        build()
+        return 1
 
 
 def stack_hash() -> str:
@@ -124,6 +121,8 @@ def stand_in_for(runtime: Runtime, ref: str) -> StandIn | None:
 def resolve_bases(runtime: Runtime, dockerfile: str) -> list[StandIn]:
     """What stands in for each FROM reference the engine lacks; the bases they need are
     built now when absent (bullseye, or any after `docker rmi`)."""
+    from orchestrator.trial.baseimage import bootstrap_base  # it builds under image_lock, from here
+
     chosen = []
     for ref in base_references(dockerfile):
         release = ref.split(":", 1)[1] if ref.startswith("orchestra/base:") else None
@@ -228,26 +227,28 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
             ids = "".join(runtime.image_facts(s.stand_in).id for s in stand_ins)
             variant += f"-b{hashlib.sha256(ids.encode()).hexdigest()[:8]}"
         task_image = f"{image_repository(task)}:{variant}"
-        with image_lock(task_image):
-            if not runtime.image_exists(task_image):
-                started = time.monotonic()
-                context = build_context(task.path / "environment", dockerfile, stand_ins, ca_bundle)
-                labels[LABEL_STAND_INS] = json.dumps([s.as_dict() for s in stand_ins])
-                runtime.build_image(context, task_image, labels, env.build_timeout_sec)
-                built += 1
-                log.info("image.built", image=task_image, seconds=round(time.monotonic() - started, 2))
+
+        def build_task_image() -> None:
+            started = time.monotonic()
+            context = build_context(task.path / "environment", dockerfile, stand_ins, ca_bundle)
+            labels[LABEL_STAND_INS] = json.dumps([s.as_dict() for s in stand_ins])
+            runtime.build_image(context, task_image, labels, env.build_timeout_sec)
+            log.info("image.built", image=task_image, seconds=round(time.monotonic() - started, 2))
+
+        built += build_once(runtime, task_image, build_task_image)
     agent_image = f"{task_image.rsplit(':', 1)[0]}:{variant}-{stack_hash()}"
     if prebuilt:  # keyed by the image *id*: a re-pulled or rebuilt tag gets a new layer
         image_id = runtime.image_facts(task_image).id.split(":")[-1]
         agent_image = f"orchestra/agent/{image_id[:16]}:{stack_hash()}"
-    with image_lock(agent_image):
-        if not runtime.image_exists(agent_image):
-            context = tar_files({"Dockerfile": (
-                f"FROM {task_image}\nCOPY agent-stack /opt/orchestra\n"
-                "COPY bin-links/ /usr/local/bin/\n").encode()})
-            context = _append_tree(context, AGENT_STACK, "agent-stack")
-            runtime.build_image(context, agent_image, {**labels, LABEL_IMAGE_KIND: "agent-image"}, 300)
-            built += 1
+
+    def build_agent_image() -> None:
+        context = tar_files({"Dockerfile": (
+            f"FROM {task_image}\nCOPY agent-stack /opt/orchestra\n"
+            "COPY bin-links/ /usr/local/bin/\n").encode()})
+        context = _append_tree(context, AGENT_STACK, "agent-stack")
+        runtime.build_image(context, agent_image, {**labels, LABEL_IMAGE_KIND: "agent-image"}, 300)
+
+    built += build_once(runtime, agent_image, build_agent_image)
     if install:
         agent_image, extra = _install_layer(runtime, agent_image, install, labels)
         built += extra
@@ -267,12 +268,14 @@ def verifier_image(runtime: Runtime, task: Task, fallback: str) -> tuple[str, st
     if not dockerfile.is_file():
         return fallback, "task image"
     tag = f"{image_repository(task).replace('orchestra/task/', 'orchestra/verifier/')}:{hash_tree(tests)}"
-    with image_lock(tag):
-        if not runtime.image_exists(tag):
-            text = dockerfile.read_text()
-            runtime.build_image(build_context(tests, text, resolve_bases(runtime, text), None), tag,
-                                {LABEL_IMAGE_KIND: "verifier-image", "orchestra.image.task": task.name},
-                                task.config.verifier_environment().build_timeout_sec)
+
+    def build() -> None:
+        text = dockerfile.read_text()
+        runtime.build_image(build_context(tests, text, resolve_bases(runtime, text), None), tag,
+                            {LABEL_IMAGE_KIND: "verifier-image", "orchestra.image.task": task.name},
+                            task.config.verifier_environment().build_timeout_sec)
+
+    build_once(runtime, tag, build)
     return tag, "tests/Dockerfile"
 
 
@@ -300,16 +303,16 @@ def _install_layer(runtime: Runtime, base: str, script: str,
     """A command agent's `install` script, baked once into a layer tagged by its hash."""
     digest = hashlib.sha256(script.encode()).hexdigest()[:12]
     image = f"{base}-install-{digest}"
-    with image_lock(image):
-        if runtime.image_exists(image):
-            return image, 0
+
+    def build() -> None:
         context = tar_files({
             "Dockerfile": (f"FROM {base}\nCOPY install.sh /tmp/orchestra-install.sh\n"
                            "RUN sh /tmp/orchestra-install.sh && rm -f /tmp/orchestra-install.sh\n").encode(),
             "install.sh": script.encode()})
         runtime.build_image(context, image, {**labels, LABEL_IMAGE_KIND: "agent-image"}, 900)
         log.info("image.install_layer", image=image)
-        return image, 1
+
+    return image, build_once(runtime, image, build)
 
 
 def _append_tree(context: bytes, folder: Path, arcname: str) -> bytes:
@@ -334,71 +337,3 @@ def _append_tree(context: bytes, folder: Path, arcname: str) -> bytes:
                     member.mode = 0o555
                 merged.addfile(member, second.extractfile(member) if member.isfile() else None)
     return out.getvalue()
-
-
-def bootstrap_base(runtime: Runtime, release: str = "bookworm", force: bool = False) -> str:
-    """orchestra/base:<release>: debootstrap a minbase Debian with python3, pip, venv and
-    ca-certificates into a folder, make it behave like the official python images, and
-    `docker import` it. Present and of this recipe's version: nothing to do."""
-    image = base_image(release)
-    with image_lock(image):
-        if not force and _base_version(runtime, image) == BASE_VERSION:
-            log.info("base.present", image=image)
-            return image
-        _debootstrap_import(runtime, release, image)
-    return image
-
-
-def _base_version(runtime: Runtime, image: str) -> str | None:
-    try:
-        labels = runtime.image_facts(image).labels
-    except Exception:
-        return None
-    return labels.get(LABEL_BASE_VERSION, "1") if labels.get(LABEL_IMAGE_KIND) == "base" else None
-
-
-# What the official python images give that Debian's minbase + python3-pip does not: the
-# interpreter and pip under /usr/local/bin, and pip installs without --break-system-packages.
-_LIKE_OFFICIAL = """set -e
-rm -f /usr/lib/python3*/EXTERNALLY-MANAGED
-for name in python3 python pip3 pip; do
-  target=/usr/bin/python3; case $name in pip*) target=/usr/bin/pip3;; esac
-  [ -e /usr/local/bin/$name ] || ln -s $target /usr/local/bin/$name
-done
-[ -e /usr/bin/python ] || ln -s python3 /usr/bin/python
-apt-get clean; rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
-"""
-
-
-def _debootstrap_import(runtime: Runtime, release: str, image: str) -> None:
-    if shutil.which("debootstrap") is None:
-        raise BuildFailed("debootstrap is not installed (apt-get install -y debootstrap)")
-    if release not in RELEASES:
-        raise BuildFailed(f"no offline base for Debian {release!r} (one of {', '.join(RELEASES)})")
-    workdir = Path(tempfile.mkdtemp(prefix=f"orchestra-base-{release}-", dir="/var/tmp"))
-    rootfs, tarball = workdir / "rootfs", workdir / "rootfs.tar"
-    try:
-        log.info("base.debootstrap", release=release, folder=str(rootfs))
-        started = time.monotonic()
-        subprocess.run(["debootstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
-                        release, str(rootfs)], check=True, capture_output=True, timeout=1200)
-        subprocess.run(["chroot", str(rootfs), "/bin/sh", "-c", _LIKE_OFFICIAL], check=True,
-                       capture_output=True, timeout=120)
-        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], check=True, timeout=600)
-        labels = {LABEL_IMAGE_KIND: "base", LABEL_BASE_VERSION: BASE_VERSION,
-                  "orchestra.base.release": release, "orchestra.base.python": RELEASES[release]}
-        changes = [  # one LABEL per key: Podman reads `LABEL a=1 b=2` as a's value "1 b=2"
-            *(f"LABEL {key}={value}" for key, value in labels.items()),
-            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "ENV LANG=C.UTF-8",
-            'CMD ["bash"]',
-        ]
-        repository, tag = image.split(":")
-        runtime.import_image(str(tarball), repository, tag, changes)
-        log.info("base.imported", image=image, python=RELEASES[release],
-                 seconds=round(time.monotonic() - started, 1))
-    except subprocess.CalledProcessError as exc:
-        raise BuildFailed(f"building {image} failed ({exc.cmd[0]}): "
-                          f"{(exc.stderr or b'').decode(errors='replace')[-2000:]}") from exc
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)

@@ -13,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+from orchestrator.agents.base import under_timeout
 from orchestrator.archive import safe_extract, spool_directories, tar_directory, tar_files
 from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.models.result import FailureMode, TrialResult
@@ -140,11 +141,8 @@ def _command(box: Sandbox, static: bool, staged: str, timeout: float | None = No
     tools (verifier_tools)."""
     shell, util, bash = verifier_tools.wrapper(static)
     run = f"{bash} {TESTS}/test.sh"
-    if timeout is not None and static:  # the live container has no host wait of its own
-        run = f"{util}timeout -k 5 {timeout:g} {run}"
-    elif timeout is not None:
-        run = (f"if command -v timeout >/dev/null 2>&1; then timeout -k 5 {timeout:g} {run}; "
-               f"else {run}; fi")
+    if timeout is not None:  # the live container has no host wait of its own
+        run = under_timeout(run, timeout, tool=f"{util}timeout" if static else None)
     # /logs/verifier is renamed away, not removed in place: a process the agent left writing
     # there makes `rm -rf` fail ("Directory not empty"), which once kept the tests from
     # being moved in at all (test.sh: No such file). The tests' move never depends on it.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator import scrub
 from orchestrator.agents import agent_for
-from orchestrator.agents.base import render_command
+from orchestrator.agents.base import render_command, under_timeout
 from orchestrator.archive import safe_extract, tar_files
 from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.log import get_logger
@@ -95,7 +95,7 @@ def start_workers(ctx: TrialContext, task: Task, box: Sandbox, relay: TrialRelay
                 continue
             command = render_command(command, box.workdir, deadline)
             timeout = max(1, int(deadline - time.time()))
-            wrapped = (f"exec timeout -k 5 {timeout} sh -c {shlex.quote(command)} "
+            wrapped = (f"{under_timeout(f'sh -c {shlex.quote(command)}', timeout)} "
                        f">{AGENT_LOGS}/stdout.txt 2>{AGENT_LOGS}/stderr.txt")
             env = {**member.env, **agent.env(task), **secrets, "ORCHESTRA_DEADLINE": str(int(deadline))}
             worker.exec_id = ctx.runtime.spawn(container, ["sh", "-c", wrapped], env=env,

@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator.runtime.base import SandboxSpec
 from orchestrator.tasks.standins import RELEASES, base_image
-from orchestrator.trial.images import BOOTSTRAP_RELEASES, bootstrap_base
+from orchestrator.trial.baseimage import BOOTSTRAP_RELEASES, bootstrap_base
 
 PROBE = r"""
 set -e
