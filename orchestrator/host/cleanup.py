@@ -160,12 +160,12 @@ def touch_images(refs: list[str]) -> None:
 
 def prune_images(runtime: Runtime, keep_gb: float | None, keep: frozenset[str] = frozenset(),
                  spare_used_within_sec: float | None = None,
-                 mine: frozenset[str] = frozenset()) -> list[str]:
+                 mine: frozenset[str] = frozenset()) -> list[ImageFacts]:
     """Remove orchestra's task and agent images, least recently used first, until what is
     left fits keep_gb (all of them when keep_gb is None). The offline base is kept, and so
     is every image tagged with a reference in `keep`; with `spare_used_within_sec`, so is
     every image used that recently unless one of its tags is in `mine` (a running job's
-    budget: another job on this host may be using it)."""
+    budget: another job on this host may be using it). Returns the images removed."""
     try:
         usage = json.loads(USAGE_FILE.read_text())
     except (OSError, json.JSONDecodeError):
@@ -192,5 +192,5 @@ def prune_images(runtime: Runtime, keep_gb: float | None, keep: frozenset[str] =
         if not try_remove("image", runtime.remove_image, image.id):
             continue
         total -= image.size
-        removed.append((image.tags or [image.id])[0])
+        removed.append(image)
     return removed

@@ -75,11 +75,12 @@ class DiskBudget:
         removed = prune_images(self.runtime, self.budget_gb, keep=needed,
                                spare_used_within_sec=SPARE_OTHERS_SEC, mine=frozenset(self.mine - needed))
         if removed:
-            self.pruned += removed
-            for name in finished:
-                if any(not self.runtime.image_exists(ref) for ref in self.images.refs([name])):
+            gone = {tag for image in removed for tag in image.tags}
+            self.pruned += [(image.tags or [image.id])[0] for image in removed]
+            for name in finished:  # a task whose image went is built again if it runs again
+                if self.images.refs([name]) & gone:
                     self.images.forget(name)
-            log.info("images.pruned", images=removed, budget_gb=self.budget_gb)
+            log.info("images.pruned", images=self.pruned[-len(removed):], budget_gb=self.budget_gb)
 
     def check_data_root(self) -> None:
         space = self.runtime.data_root_space(self.facts)

@@ -35,9 +35,6 @@ class Engine:
     def data_root_space(self, facts=None):
         return self.space
 
-    def image_exists(self, ref):
-        return ref in self.present
-
 
 def test_only_finished_tasks_images_are_offered_to_the_pruner(monkeypatch):
     calls = []
@@ -46,7 +43,7 @@ def test_only_finished_tasks_images_are_offered_to_the_pruner(monkeypatch):
         calls.append((gb, keep, mine))
         gone = {"a-task", "a-agent"} - keep
         runtime.present -= gone
-        return sorted(gone)
+        return [SimpleNamespace(id=f"sha256:{ref}", tags=[ref]) for ref in sorted(gone)]
 
     monkeypatch.setattr(budget_module, "prune_images", prune)
     engine, images = Engine(free=50 * GB), Images()
@@ -55,6 +52,7 @@ def test_only_finished_tasks_images_are_offered_to_the_pruner(monkeypatch):
     assert calls[-1] == (5.0, frozenset({"a-task", "a-agent", "b-task", "b-agent"}), frozenset())
     budget.trial_done("a")  # a is finished: its images may go, b's may not
     assert calls[-1] == (5.0, frozenset({"b-task", "b-agent"}), frozenset({"a-task", "a-agent"}))
+    # what the pruner removed says which finished task to build again: no engine call per task
     assert images.forgotten == ["a"] and budget.pruned == ["a-agent", "a-task"]
 
 
