@@ -190,8 +190,8 @@ class ExecResult:
 class Runtime(ABC):
     """What every phase (images, sandbox, trial, steps, verify, collect, workers, cleanup,
     the watchdog) may ask of a container engine. `DockerRuntime` is the one implementation
-    and the only module that uses the engine client (client.py, docker-py); `open_runtime()`
-    makes one.
+    and its package (docker/) the only code that uses the engine client (client.py,
+    docker-py); `open_runtime()` makes one.
 
     Errors: an engine failure raises `RuntimeFault` (or the client's transport errors, which
     the CLI reports as the engine failing); a Dockerfile that does not build raises

@@ -1,0 +1,143 @@
+"""Networks and volumes, as a part of DockerRuntime (`NetworksMixin`).
+
+A network is a bridge on its own /28, chosen under a host-wide file lock so that orchestra
+processes sharing an engine never race for a block, and isolated from the host by the
+firewall where the engine shares this host (`host_isolation` says whether it is). A
+network made earlier can be adopted while no container is on it. Containers are connected
+and disconnected here; volumes are plain or bind. Removals are idempotent and wait
+(bounded) while containers being removed still hold the object.
+"""
+
+from __future__ import annotations
+
+import fcntl
+
+from orchestrator.paths import LOCK_DIR
+from orchestrator.runtime import firewall
+from orchestrator.runtime.base import Network, RuntimeFault
+from orchestrator.runtime.client import APIError, NotFound
+from orchestrator.runtime.docker.shared import DockerState, _removed
+from orchestrator.runtime.subnets import host_routes
+
+SUBNET_LOCK = LOCK_DIR / "subnets.lock"
+
+
+class NetworksMixin(DockerState):
+    def _subnets_in_use(self) -> list[str]:
+        """The engine's networks' subnets, and the host's routes (Podman refuses a subnet
+        any interface of the host uses, e.g. another engine's bridge)."""
+        used = host_routes()
+        for net in self.api.networks():
+            for conf in (net.get("IPAM") or {}).get("Config") or []:
+                if conf.get("Subnet") and ":" not in conf["Subnet"]:
+                    used.append(conf["Subnet"])
+        return used
+
+    def create_network(self, name: str, internal: bool, labels: dict[str, str]) -> Network:
+        """A bridge on a /28 that no network on the engine uses. Choosing and creating happen
+        under a host-wide file lock, so orchestra processes on one engine (Ray workers, two
+        jobs) never race for the same block."""
+        SUBNET_LOCK.parent.mkdir(parents=True, exist_ok=True)
+        with open(SUBNET_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return self._create_network(name, internal, labels)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _create_network(self, name: str, internal: bool, labels: dict[str, str]) -> Network:
+        for _ in range(5):
+            block = self.subnets.acquire(self._subnets_in_use())
+            gateway = str(next(block.hosts()))
+            try:
+                self.api.create_network(
+                    name, internal=internal, labels=labels, subnet=str(block), gateway=gateway,
+                    options={"com.docker.network.bridge.name": firewall.bridge_name(name)})
+            except APIError as exc:
+                self.subnets.release(block)
+                if "overlap" in str(exc).lower() or "already used" in str(exc).lower():
+                    continue  # another process took it between our list and create
+                raise RuntimeFault(f"network create failed: {exc}") from exc
+            with self._lock:
+                self._network_blocks[name] = block
+            isolated = self.local_engine and firewall.isolate(name, gateway)
+            return Network(name=name, gateway=gateway, subnet=str(block), internal=internal,
+                           host_isolation="iptables" if isolated else "none")
+        raise RuntimeFault("network create failed: every candidate subnet overlapped")
+
+    def remove_network(self, name: str) -> None:
+        """Idempotent; waits (bounded) while containers being removed still hold it."""
+        gateway = self._gateway_of(name)
+        try:
+            _removed("network", name, lambda: self.api.remove_network(name),
+                     lambda: self._exists(self.api.inspect_network, name))
+        finally:
+            self._release_block(name)
+        if gateway:
+            firewall.release(name, gateway)
+
+    def adopt_network(self, name: str) -> Network | None:
+        try:
+            info = self.api.inspect_network(name)
+        except NotFound:
+            return None
+        config = _ipam(info)
+        if not config.get("Subnet") or not config.get("Gateway"):
+            return None
+        if self.api.containers(all=True, filters={"network": name}):  # running, created, stopped
+            return None
+        isolated = self.local_engine and firewall.ensure(name, config["Gateway"])
+        return Network(name=name, gateway=config["Gateway"], subnet=config["Subnet"],
+                       internal=bool(info.get("Internal")),
+                       host_isolation="iptables" if isolated else "none")
+
+    def open_host_ports(self, network: Network, ports: list[int]) -> list[int] | None:
+        if network.host_isolation != "iptables" or not firewall.open_ports(network.name, network.gateway, ports):
+            return None
+        return firewall.opened(network.name)
+
+    def _gateway_of(self, name: str) -> str | None:
+        try:
+            return _ipam(self.api.inspect_network(name)).get("Gateway")
+        except APIError:
+            return None
+
+    def _release_block(self, name: str) -> None:
+        with self._lock:
+            block = self._network_blocks.pop(name, None)
+        if block is not None:
+            self.subnets.release(block)
+
+    def connect_network(self, container: str, network: str) -> None:
+        self.api.connect_container_to_network(container, network)
+
+    def connect_network_if_absent(self, container: str, network: str) -> None:
+        attached = self.api.inspect_container(container)["NetworkSettings"]["Networks"] or {}
+        if network not in attached:
+            self.api.connect_container_to_network(container, network)
+
+    def disconnect_network(self, container: str, network: str) -> None:
+        try:
+            self.api.disconnect_container_from_network(container, network, force=True)
+        except NotFound:
+            pass
+
+    def create_bind_volume(self, name: str, host_path: str, labels: dict[str, str]) -> str:
+        self.api.create_volume(name, driver="local", labels=labels,
+                               driver_opts={"type": "none", "o": "bind", "device": host_path})
+        return name
+
+    def create_volume(self, name: str, labels: dict[str, str]) -> str:
+        self.api.create_volume(name, driver="local", labels=labels)
+        return name
+
+    def remove_volume(self, name: str) -> None:
+        """Idempotent; waits (bounded) while a container being removed still uses it."""
+        _removed("volume", name, lambda: self.api.remove_volume(name, force=True),
+                 lambda: self._exists(self.api.inspect_volume, name))
+
+
+def _ipam(network: dict) -> dict:
+    """A network's address block (Subnet, Gateway) from its inspect, {} if it has none."""
+    configs = (network.get("IPAM") or {}).get("Config") or []
+    return next((c for c in configs if c.get("Gateway")), {})
