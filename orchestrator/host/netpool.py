@@ -9,7 +9,9 @@ are kept between jobs in a host-wide pool:
   and `cleanup --all` every one;
 - each has a lock file LOCK_DIR/networks/NAME; a process holds its flock for as long as
   it uses the network, so two processes (two jobs, Ray workers on one engine) never share
-  one, and a hard-killed job's networks become free when the kernel drops its locks;
+  one, and a hard-killed job's networks become free when the kernel drops its locks (a
+  lease, held without waiting and unlinked by its remover while held, checked by inode:
+  plain fcntl here, where filelock serves the other locks);
 - a claimed network is checked first: it still exists, no container is attached, and its
   host-isolation rule is in place (re-added if not);
 - at a job's end its networks are parked while the pool (idle and in use) holds fewer than

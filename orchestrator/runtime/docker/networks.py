@@ -10,8 +10,6 @@ and disconnected here; volumes are plain or bind. Removals are idempotent and wa
 
 from __future__ import annotations
 
-import fcntl
-
 from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime import firewall
 from orchestrator.runtime.base import Network, RuntimeFault
@@ -37,13 +35,11 @@ class NetworksMixin(DockerState):
         """A bridge on a /28 that no network on the engine uses. Choosing and creating happen
         under a host-wide file lock, so orchestra processes on one engine (Ray workers, two
         jobs) never race for the same block."""
+        from filelock import FileLock  # when a network is made (the pool reuses them)
+
         SUBNET_LOCK.parent.mkdir(parents=True, exist_ok=True)
-        with open(SUBNET_LOCK, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                return self._create_network(name, internal, labels)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with FileLock(SUBNET_LOCK).acquire(poll_interval=0.01):  # trials starting at once queue here
+            return self._create_network(name, internal, labels)
 
     def _create_network(self, name: str, internal: bool, labels: dict[str, str]) -> Network:
         for _ in range(5):
