@@ -23,7 +23,7 @@ from orchestrator.cli.app import (
 from orchestrator.errors import InfraError, InputError
 
 if TYPE_CHECKING:
-    from orchestrator.models.result import TrialResult
+    pass
 
 
 @tasks_app.command("check")
@@ -98,6 +98,7 @@ def tasks_doctor(
     from collections import Counter
 
     from orchestrator.job.doctor import diagnose, invalid
+    from orchestrator.models.events import Observers, TrialFinished
     from orchestrator.runtime import open_runtime
     from orchestrator.tasks.load import load_tasks_lenient
 
@@ -110,12 +111,13 @@ def tasks_doctor(
         configure_logs(verbose, None)
         runtime = open_runtime(max_pool_size=n_concurrent * 3 + 8)
 
-        def progress(result: TrialResult, done: int, total: int) -> None:
-            err.print(f"  [{done}/{total}] {result.agent} {result.task}: {result.failure_mode.value}",
+        def progress(event: TrialFinished) -> None:
+            result = event.result
+            err.print(f"  [{event.done}/{event.total}] {result.agent} {result.task}: {result.failure_mode.value}",
                       markup=False, highlight=False, soft_wrap=True)
 
         found = diagnose(runtime, tasks, jobs_dir, n_concurrent=n_concurrent, ca_bundle=ca_bundle,
-                         refresh=refresh, on_trial_done=progress) if tasks else []
+                         refresh=refresh, observers=Observers().on(TrialFinished, progress)) if tasks else []
         found += invalid(problems)
     except (InputError, InfraError) as exc:
         fail(exc)

@@ -279,9 +279,7 @@ def _run(a: RunArgs, tasks: list[Task], lineup: Manifest, options: JobOptions) -
     _terminate_as_interrupt()
     with Progress(err, live=False if a.quiet or a.verbose or a.progress_json else None,
                   json_lines=a.progress_json) as progress:
-        return run_job(runtime, tasks, lineup, options, on_trial_done=progress.trial_done,
-                       on_phase=progress.phase, on_plan=progress.plan,
-                       on_admission=progress.admission)
+        return run_job(runtime, tasks, lineup, options, progress.observers())
 
 
 def _render_and_gate(a: RunArgs, job: JobResult, name: str,

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from orchestrator.agents.base import Agent
     from orchestrator.host.netpool import NetworkPool
     from orchestrator.host.watchdog import DiskWatchdog
+    from orchestrator.models.events import Observers
     from orchestrator.runtime.base import Runtime
     from orchestrator.services.proxy import Upstreams
     from orchestrator.tasks.load import Task
@@ -59,7 +60,7 @@ class TrialSpec(BaseModel):
     def context(self, *, runtime: Runtime, job_dir: Path, images_for: Callable, watchdog: DiskWatchdog,
                 networks: NetworkPool, cancel: threading.Event, upstreams: Upstreams | None,
                 ca_file: Path | None, agent: Agent | None = None,
-                on_phase: Callable[[str, str, str], None] | None = None) -> TrialContext:
+                observers: Observers | None = None) -> TrialContext:
         """The trial's context on this side; `ca_file` holds `ca_bundle` here, `agent` is
         the orchestrator's agent when the caller made it already."""
         from orchestrator.agents import agent_for
@@ -75,7 +76,7 @@ class TrialSpec(BaseModel):
             condition_hash=manifest.condition_hash(), agent_id=lead.id,
             agent=agent or agent_for(lead, manifest_dir, ca_file), policy=self.policy,
             images_for=images_for, cancel=cancel, watchdog=watchdog, networks=networks,
-            manifest=manifest, upstreams=upstreams, on_phase=on_phase,
+            manifest=manifest, upstreams=upstreams, observers=observers,
             timeout_override=manifest.trial_budget.timeout_seconds, oci_runtime=self.oci_runtime,
             manifest_dir=manifest_dir, trust=trust_for(ca_file))
 

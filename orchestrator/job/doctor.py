@@ -30,8 +30,9 @@ from typing import Literal
 
 import orchestrator
 from orchestrator.job.options import JobOptions
-from orchestrator.job.runner import TrialDone, run_job
+from orchestrator.job.runner import run_job
 from orchestrator.log import get_logger
+from orchestrator.models.events import Observers
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import ERRORED, FailureMode, TrialResult
 from orchestrator.paths import cache_root
@@ -117,7 +118,7 @@ def invalid(problems: dict[Path, list[str]]) -> list[Diagnosis]:
 
 def diagnose(runtime: Runtime, tasks: list[Task], jobs_dir: Path, *, n_concurrent: int = 2,
              ca_bundle: Path | None = None, refresh: bool = False,
-             on_trial_done: TrialDone | None = None) -> list[Diagnosis]:
+             observers: Observers | None = None) -> list[Diagnosis]:
     """Every task's diagnosis: from the cache, or by running the oracle and nop now."""
     found = {t.name: cached(t) for t in tasks} if not refresh else {}
     todo = [t for t in tasks if found.get(t.name) is None]
@@ -128,8 +129,8 @@ def diagnose(runtime: Runtime, tasks: list[Task], jobs_dir: Path, *, n_concurren
                               n_concurrent=n_concurrent, ca_bundle=ca_bundle, max_retries=1)
 
         solvable = [t for t in todo if t.has_solution]
-        oracle = _run(runtime, solvable, "oracle", options("oracle"), on_trial_done) if solvable else {}
-        nop = _run(runtime, todo, "nop", options("nop"), on_trial_done)
+        oracle = _run(runtime, solvable, "oracle", options("oracle"), observers) if solvable else {}
+        nop = _run(runtime, todo, "nop", options("nop"), observers)
         for task in todo:
             diagnosis = classify(task, oracle.get(task.name), nop.get(task.name),
                                  jobs_dir / f"doctor-{stamp}-oracle")
@@ -145,8 +146,8 @@ def diagnose(runtime: Runtime, tasks: list[Task], jobs_dir: Path, *, n_concurren
 
 
 def _run(runtime: Runtime, tasks: list[Task], agent: Literal["oracle", "nop"], options: JobOptions,
-         on_trial_done: TrialDone | None) -> dict[str, TrialResult]:
-    run_job(runtime, tasks, default_manifest(agent), options, on_trial_done=on_trial_done)
+         observers: Observers | None) -> dict[str, TrialResult]:
+    run_job(runtime, tasks, default_manifest(agent), options, observers)
     results = {}
     for path in (options.jobs_dir / options.job_name / "trials").glob("*/result.json"):
         result = TrialResult.model_validate_json(path.read_text())

@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +29,7 @@ from orchestrator.job.preflight import check_capabilities, preflight, with_sandb
 from orchestrator.job.scheduler import Admission, Scheduler
 from orchestrator.job.summary import summarize
 from orchestrator.log import get_logger
+from orchestrator.models.events import AdmissionWaiting, Observers, Planned, TrialFinished
 from orchestrator.models.manifest import Manifest
 from orchestrator.models.result import (
     EngineOutage,
@@ -53,7 +53,6 @@ from orchestrator.util import write_json_atomic
 if TYPE_CHECKING:
     from orchestrator.services.proxy import Upstreams
 
-TrialDone = Callable[[TrialResult, int, int], None]  # (result, done, total)
 
 log = get_logger()
 
@@ -104,16 +103,11 @@ def trial_spec(options: JobOptions, manifest: Manifest, upstreams: Upstreams | N
         registry=options.registry)
 
 
-def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest,
-            options: JobOptions, on_trial_done: TrialDone | None = None,
-            on_phase: Callable[[str, str, str], None] | None = None,
-            on_plan: Callable[[int, int], None] | None = None,
-            on_admission: Callable[[Task, str | None], None] | None = None) -> JobResult:
-    """Run every trial of `tasks` under `manifest`. Observers (all optional): on_plan(total,
-    already done) once the trials to run are known, on_phase(trial_id, label, phase), on_admission(task,
-    why-waiting or None), on_trial_done(result, done, total)."""
-    job = Job(runtime, tasks, manifest, options, on_trial_done, on_phase, on_admission)
-    return job.run(on_plan)
+def run_job(runtime: Runtime, tasks: list[Task], manifest: Manifest, options: JobOptions,
+            observers: Observers | None = None) -> JobResult:
+    """Run every trial of `tasks` under `manifest`; `observers` are told its lifecycle events
+    (models/events.py: Planned, PhaseStarted, AdmissionWaiting, TrialFinished)."""
+    return Job(runtime, tasks, manifest, options, observers).run()
 
 
 class Job:
@@ -123,21 +117,18 @@ class Job:
     clean up, summarize, write result.json), whatever interrupts it."""
 
     def __init__(self, runtime: Runtime, tasks: list[Task], manifest: Manifest, options: JobOptions,
-                 on_trial_done: TrialDone | None = None,
-                 on_phase: Callable[[str, str, str], None] | None = None,
-                 on_admission: Callable[[Task, str | None], None] | None = None):
+                 observers: Observers | None = None):
         self.runtime, self.tasks, self.manifest = runtime, tasks, manifest
         self.options = with_sandbox_policy(options, manifest)
-        self.on_trial_done, self.on_phase, self.on_admission = on_trial_done, on_phase, on_admission
+        self.observers = observers or Observers()
         self.job_dir = self.options.jobs_dir / self.options.job_name
         self.cancel = threading.Event()
         self.results: list[TrialResult] = []
 
-    def run(self, on_plan: Callable[[int, int], None] | None = None) -> JobResult:
+    def run(self) -> JobResult:
         self.prepare()
         todo, total = self.plan()
-        if on_plan:
-            on_plan(total, len(self.results))
+        self.observers.emit(Planned(total, len(self.results)))
         started, interrupted = time.time(), False
         try:
             self.execute(todo, total)
@@ -185,7 +176,7 @@ class Job:
         self.ctx = self.spec.context(runtime=runtime, job_dir=self.job_dir, images_for=self.images,
                                      watchdog=self.watchdog, networks=self.networks, cancel=self.cancel,
                                      upstreams=self.upstreams, ca_file=options.ca_bundle, agent=agent,
-                                     on_phase=self.on_phase)
+                                     observers=self.observers)
 
     def _write_config(self) -> None:
         options, manifest = self.options, self.manifest
@@ -220,7 +211,7 @@ class Job:
                         message=f"resume: {len(finished)} trial(s) already complete, re-running "
                                 f"{len(todo)}" if todo else "resume: nothing left to run")
         self.results = list(finished.values())
-        self.admission.listener = self.on_admission
+        self.admission.listener = lambda task, why: self.observers.emit(AdmissionWaiting(task.name, why))
         return todo, len(items)
 
     def execute(self, todo: list[Item], total: int) -> None:
@@ -247,8 +238,7 @@ class Job:
         if result.failure_mode == FailureMode.ANSWER_LEAK and not self.cancel.is_set():
             log.error("job.answer_leak", trial=result.trial_id[:12], task=result.task, error=result.error)
             self.cancel.set()  # a leak stops the suite: no further trial starts
-        if self.on_trial_done:
-            self.on_trial_done(result, len(self.results), total)
+        self.observers.emit(TrialFinished(result, len(self.results), total))
 
     def interrupt(self) -> None:
         """Ctrl-C: nothing new starts; running trials stop now and clean up after themselves."""

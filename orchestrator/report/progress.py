@@ -12,15 +12,18 @@ import threading
 import time
 from collections import Counter
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 
-if TYPE_CHECKING:
-    from orchestrator.models.result import TrialResult
-    from orchestrator.tasks.load import Task
+from orchestrator.models.events import (
+    AdmissionWaiting,
+    Observers,
+    PhaseStarted,
+    Planned,
+    TrialFinished,
+)
 
 
 class Progress:
@@ -91,34 +94,40 @@ class Progress:
             parts.append(f"[dim]{len(self.waiting)} waiting for admission ({task}: {why})[/]")
         return Group(*parts)
 
-    def plan(self, total: int, already_done: int) -> None:
+    def observers(self) -> Observers:
+        """This view's handlers, for run_job."""
+        return (Observers().on(Planned, self.plan).on(PhaseStarted, self.phase)
+                .on(AdmissionWaiting, self.admission).on(TrialFinished, self.trial_done))
+
+    def plan(self, event: Planned) -> None:
         with self._lock:
-            self.total, self.done, self.done_before = total, already_done, already_done
+            self.total, self.done, self.done_before = event.total, event.done, event.done
             self._refresh()
 
-    def admission(self, task: Task, why: str | None) -> None:
+    def admission(self, event: AdmissionWaiting) -> None:
         with self._lock:
-            if why is None:
-                self.waiting.pop(task.name, None)
+            if event.why is None:
+                self.waiting.pop(event.task, None)
             else:
                 if self._live is None and not self._said_waiting:  # plain output: said once
-                    print(f"trials wait for admission (the host budget): {task.name}: {why}",
+                    print(f"trials wait for admission (the host budget): {event.task}: {event.why}",
                           file=sys.stderr, flush=True)
                     self._said_waiting = True
-                self.waiting[task.name] = why
+                self.waiting[event.task] = event.why
             self._refresh()
 
     def _refresh(self) -> None:
         if self._live is not None:
             self._live.update(self._render())
 
-    def phase(self, trial_id: str, label: str, phase: str) -> None:
+    def phase(self, event: PhaseStarted) -> None:
         with self._lock:
-            self.running[trial_id] = (label, phase)
+            self.running[event.trial_id] = (event.label, event.phase)
             if self._live is not None:
                 self._live.update(self._render())
 
-    def trial_done(self, result: TrialResult, done: int, total: int) -> None:
+    def trial_done(self, event: TrialFinished) -> None:
+        result, done, total = event.result, event.done, event.total
         with self._lock:
             self.done, self.total = done, total
             self.running.pop(result.trial_id, None)

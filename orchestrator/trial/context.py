@@ -19,6 +19,7 @@ from orchestrator.errors import LaunchError
 from orchestrator.host.netpool import NetworkPool
 from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.log import get_logger
+from orchestrator.models.events import Observers, PhaseStarted
 from orchestrator.models.manifest import Manifest
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import TrialDir
@@ -52,7 +53,7 @@ class TrialContext:
     networks: NetworkPool
     manifest: Manifest
     upstreams: Upstreams | None = None
-    on_phase: Callable[[str, str, str], None] | None = None  # (trial id, task, phase)
+    observers: Observers | None = None  # told PhaseStarted
     timeout_override: float | None = None
     oci_runtime: str | None = None  # e.g. runsc (gVisor) for agent containers
     manifest_dir: Path | None = None  # where the manifest's prompt paths are relative to
@@ -80,8 +81,8 @@ def phase(result: TrialResult, name: str, ctx: TrialContext) -> Iterator[None]:
         raise Cancelled()
     started = time.monotonic()
     log.info("trial.phase", trial=result.trial_id[:12], task=result.task, phase=name)
-    if ctx.on_phase is not None:
-        ctx.on_phase(result.trial_id, f"{result.task}#{result.attempt}", name)
+    if ctx.observers is not None:
+        ctx.observers.emit(PhaseStarted(result.trial_id, f"{result.task}#{result.attempt}", name))
     try:
         yield
     except (Cancelled, LaunchError):

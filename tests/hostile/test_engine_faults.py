@@ -16,6 +16,7 @@ from kit import OCI_RUNTIME
 from parts import EngineFront, dockerd_command
 
 from orchestrator.job.runner import JobOptions, run_job
+from orchestrator.models.events import Observers, PhaseStarted
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import TrialResult
 from orchestrator.runtime.client import EngineClient
@@ -38,9 +39,9 @@ def _run_with_fault(runtime: DockerRuntime, root: Path, fault, name: str):
     in_agent: set[str] = set()
     fired = threading.Event()
 
-    def on_phase(trial_id: str, _label: str, phase: str) -> None:
-        if phase == "agent":
-            in_agent.add(trial_id)
+    def on_phase(event: PhaseStarted) -> None:
+        if event.phase == "agent":
+            in_agent.add(event.trial_id)
             if len(in_agent) >= 2 and not fired.is_set():
                 fired.set()
                 threading.Thread(target=fault, daemon=True).start()
@@ -48,7 +49,7 @@ def _run_with_fault(runtime: DockerRuntime, root: Path, fault, name: str):
     options = JobOptions(job_name=name, jobs_dir=root / "jobs", n_concurrent=3, max_retries=0,
                          engine_wait=120, oci_runtime=OCI_RUNTIME)
     job = run_job(runtime, load_tasks(_dataset(root)), default_manifest("oracle"), options,
-                  on_phase=on_phase)
+                  Observers().on(PhaseStarted, on_phase))
     assert fired.is_set()
     folders = list((root / "jobs" / name / "trials").iterdir())
     trials = [TrialResult.model_validate_json((f / "result.json").read_text()) for f in folders]

@@ -8,6 +8,7 @@ from conftest import make_task, nothing_left
 
 from orchestrator.host.cleanup import touch_images
 from orchestrator.job.runner import JobOptions, run_job
+from orchestrator.models.events import Observers, PhaseStarted
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import TrialResult
 from orchestrator.runtime.base import LABEL_IMAGE_KIND
@@ -32,13 +33,14 @@ def test_a_job_under_an_image_budget_prunes_what_it_no_longer_needs(runtime, tmp
         folder = next((jobs / "image-budget/trials").glob(f"{task}__*"))
         return TrialResult.model_validate_json((folder / "result.json").read_text()).image or ""
 
-    def on_phase(_trial: str, label: str, phase: str) -> None:
-        if label.startswith("ds/budget-2") and phase == "verify":  # the first task's images by now
+    def on_phase(event: PhaseStarted) -> None:
+        if event.label.startswith("ds/budget-2") and event.phase == "verify":  # the first task's images by now
             seen_while_last_ran["budget-0"] = runtime.image_exists(image_of("budget-0"))
 
     options = JobOptions(job_name="image-budget", jobs_dir=jobs, n_concurrent=1,
                          image_budget_gb=0.0, budget_interval=0.0)
-    job = run_job(runtime, load_tasks(tmp_path / "ds"), default_manifest("oracle"), options, on_phase=on_phase)
+    job = run_job(runtime, load_tasks(tmp_path / "ds"), default_manifest("oracle"), options,
+                  Observers().on(PhaseStarted, on_phase))
     assert job.counts == {"none": 3} and job.mean_reward == 1.0  # no trial lost its image
     assert seen_while_last_ran == {"budget-0": False}  # pruned while the job still ran
     assert job.images_pruned >= 6  # task and agent image of each of the three

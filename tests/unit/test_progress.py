@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
+from orchestrator.models.events import Planned, TrialFinished
 from orchestrator.report.progress import Progress, _duration
 
 
@@ -22,10 +23,10 @@ def test_json_lines_carry_rate_eta_and_failures_by_mode(capsys, monkeypatch):
     now = [0.0]
     monkeypatch.setattr("orchestrator.report.progress.time.monotonic", lambda: now[0])
     progress = Progress(Console(file=io.StringIO()), json_lines=True)
-    progress.plan(total=1000, already_done=500)  # a resumed job: half done before
+    progress.plan(Planned(total=1000, done=500))  # a resumed job: half done before
     for i, mode in enumerate(("none", "agent_timeout", "infra_error"), start=1):
         now[0] = 60.0 * i  # a trial a minute
-        progress.trial_done(result(i, mode), 500 + i, 1000)
+        progress.trial_done(TrialFinished(result(i, mode), 500 + i, 1000))
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert [line["done"] for line in lines] == [501, 502, 503]
     assert lines[0]["rate_per_min"] == 1.0 and lines[0]["eta_seconds"] == 499 * 60  # not 501/min
@@ -35,8 +36,8 @@ def test_json_lines_carry_rate_eta_and_failures_by_mode(capsys, monkeypatch):
 
 def test_plain_lines_say_rate_eta_and_failures(capsys):
     progress = Progress(Console(file=io.StringIO()), live=False)
-    progress.plan(total=3, already_done=0)
-    progress.trial_done(result(1, "oom"), 1, 3)
+    progress.plan(Planned(total=3, done=0))
+    progress.trial_done(TrialFinished(result(1, "oom"), 1, 3))
     err = capsys.readouterr().err
     assert err.startswith("[1/3] ds/t1#0: reward - (oom)") and "failed: oom 1" in err and "/min, ETA " in err
 
