@@ -1,14 +1,20 @@
 """A job's report as Markdown and as one self-contained HTML file (inline SVG plots: reward
-per task, phase-time breakdown, and the on/off comparison when a compare*.json exists)."""
+per task, phase-time breakdown, and the on/off comparison when a compare*.json exists).
+
+report.html is report/templates/report.html.j2, rendered with autoescape (templating.py):
+this module gives it the tables and the plots' geometry; every string from the job folder
+(names, errors) is escaped there, bidi controls shown as [U+202E]."""
 
 from __future__ import annotations
 
-import html
+import urllib.parse
+from typing import Any
 
 from orchestrator.job.shadow import MemoryShadow
 from orchestrator.models.result import JobResult, TrialResult, headline_of
 from orchestrator.report.tables import PHASES, Group, JobTables
 
+TRIAL_FILES = ("result.json", "agent/stdout.txt", "verifier/test-stdout.txt")  # linked per trial
 COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1"]
 
 
@@ -68,79 +74,55 @@ def _void_names(job: JobResult) -> list[str]:
     return [f"{t.task}#{t.attempt}" for t in job.trials if t.trial_id in void]
 
 
-def _bars(title: str, labels: list[str], values: list[float], vmax: float | None = None) -> str:
+def _bars(title: str, labels: list[str], values: list[float], vmax: float | None = None) -> dict[str, Any]:
+    """A horizontal bar chart's geometry (the template draws it): a bar a label, to vmax."""
     width, bar_h, left = 640, 18, 220
     vmax = vmax or max(values + [1e-9])
-    height = 30 + bar_h * len(labels) + 10
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
-             f'<text x="4" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>']
-    for i, (label, value) in enumerate(zip(labels, values, strict=True)):
-        y = 26 + i * bar_h
-        w = 0 if vmax <= 0 else (width - left - 60) * value / vmax
-        parts += [f'<text x="{left - 6}" y="{y + 12}" font-size="11" text-anchor="end">{html.escape(label[-34:])}</text>',
-                  f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h - 4}" fill="{COLORS[0]}"/>',
-                  f'<text x="{left + w + 4:.1f}" y="{y + 12}" font-size="11">{value:.3g}</text>']
-    return "".join(parts) + "</svg>"
+    bars = [{"y": 26 + i * bar_h, "label": label[-34:], "value": value,
+             "w": 0 if vmax <= 0 else (width - left - 60) * value / vmax}
+            for i, (label, value) in enumerate(zip(labels, values, strict=True))]
+    return {"title": title, "width": width, "height": 30 + bar_h * len(labels) + 10, "bar_h": bar_h,
+            "left": left, "color": COLORS[0], "bars": bars}
 
 
-def _stacked(title: str, means: dict[str, float]) -> str:
+def _stacked(title: str, means: dict[str, float]) -> dict[str, Any]:
+    """One bar of the phases' mean times, side by side, each its colour and label."""
     width, left, total = 640, 10, sum(means.values()) or 1e-9
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="80" role="img">',
-             f'<text x="4" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>']
-    x = float(left)
+    parts, x = [], float(left)
     for i, (phase, value) in enumerate(means.items()):
         w = (width - 2 * left) * value / total
-        parts.append(f'<rect x="{x:.1f}" y="26" width="{w:.1f}" height="22" fill="{COLORS[i % len(COLORS)]}">'
-                     f'<title>{phase}: {value:.3f} s</title></rect>')
-        parts.append(f'<text x="{left + i * 88}" y="70" font-size="11" fill="{COLORS[i % len(COLORS)]}">'
-                     f'{phase} {value:.2f}s</text>')
+        parts.append({"phase": phase, "value": value, "x": x, "w": w, "label_x": left + i * 88,
+                      "color": COLORS[i % len(COLORS)]})
         x += w
-    return "".join(parts) + "</svg>"
+    return {"title": title, "width": width, "parts": parts}
 
 
-def _trial_rows(trials: list[TrialResult]) -> str:
-    """One row per trial, failures first, with the reason and links into its folder."""
+def _trial_rows(trials: list[TrialResult]) -> list[dict[str, Any]]:
+    """One row per trial, failures first, with the reason and links into its folder (each
+    segment percent-encoded: a task name may hold `#`, `?` or `%`)."""
     ordered = sorted(trials, key=lambda r: (r.failure_mode.value == "none" and r.headline >= 1,
                                             r.task, r.attempt))[:2000]
     rows = []
     for r in ordered:
-        folder = f"trials/{r.task.split('/')[-1]}__{r.trial_id[:12]}"
+        folder = urllib.parse.quote(f"{r.task.split('/')[-1]}__{r.trial_id[:12]}", safe="")
         reward = "void" if r.voided_reward is not None else (
             "-" if r.reward is None else f"{headline_of(r.reward):g}")
-        links = " ".join(f'<a href="{html.escape(folder)}/{p}">{p.split("/")[-1]}</a>'
-                         for p in ("result.json", "agent/stdout.txt", "verifier/test-stdout.txt"))
-        rows.append(f"<tr><td>{html.escape(r.task)}</td><td>{r.attempt}</td><td>{reward}</td>"
-                    f"<td>{html.escape(r.failure_mode.value)}</td>"
-                    f"<td>{html.escape((r.error or '')[:300])}</td><td>{links}</td></tr>")
-    return ("<h2>Trials</h2><table><tr><th>task</th><th>attempt</th><th>reward</th><th>failure "
-            "mode</th><th>reason</th><th>files</th></tr>" + "".join(rows) + "</table>")
+        links = [(f"trials/{folder}/{path}", path.split("/")[-1]) for path in TRIAL_FILES]
+        rows.append({"trial": r, "reward": reward, "reason": (r.error or "")[:300], "links": links})
+    return rows
 
 
 def to_html(job: JobResult, t: JobTables, compare: dict | None = None,
             trials: list[TrialResult] | None = None) -> str:
-    body = [f"<h1>Job {html.escape(job.job)}</h1>",
-            f"<p>agent <code>{html.escape(job.agent)}</code>, condition <code>{html.escape(job.condition)}</code>, "
-            f"policy <code>{html.escape(job.policy)}</code>, k = {t.k}; {job.n_trials} trials, mean reward "
-            f"<b>{job.mean_reward:.3f}</b>; tokens {t.tokens}, cost {t.cost:.4f}</p>",
-            _bars("Mean reward per task", [g.name for g in t.by_task], [g.mean_reward for g in t.by_task], 1.0),
-            _stacked("Mean phase time per trial", t.phase_means)]
-    if job.void:
-        body.insert(2, "<p><b>void (answer leak, counted as failed)</b>: "
-                    + html.escape(", ".join(_void_names(job))) + "</p>")
-    if compare:
-        classes = list(compare["per_class"])
-        body.append(_bars("memory-on minus memory-off, pass rate (pp) per class", classes,
-                          [max(0.0, compare["per_class"][c]["delta_pp"]) for c in classes], 100.0))
-        body.append(f"<p>utility delta <b>{compare['utility_delta_pp']:+.1f} pp</b>, 95% CI "
-                    f"{compare['ci95'][0]:+.1f} .. {compare['ci95'][1]:+.1f}, McNemar p = {compare['p_value']:.4g}</p>")
-    for title, header, rows in sections(job, t):
-        body.append(f"<h2>{html.escape(title)}</h2><table><tr>"
-                    + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
-                    + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-                    + "</table>")
-    if trials:
-        body.append(_trial_rows(trials))
-    style = ("body{font-family:sans-serif;margin:2em;max-width:960px}table{border-collapse:collapse;margin:.5em 0}"
-             "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}th{background:#f4f4f4}")
-    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>orchestra job "
-            f"{html.escape(job.job)}</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+    """report.html (report/templates/report.html.j2): every value escaped by the template."""
+    from orchestrator.report.templating import render
+
+    classes = list(compare["per_class"]) if compare else []
+    delta = _bars("memory-on minus memory-off, pass rate (pp) per class", classes,
+                  [max(0.0, compare["per_class"][c]["delta_pp"]) for c in classes], 100.0) if compare else None
+    return render("orchestrator.report", "report.html.j2", job=job, t=t, compare=compare,
+                  void=", ".join(_void_names(job)) if job.void else "",
+                  rewards=_bars("Mean reward per task", [g.name for g in t.by_task],
+                                [g.mean_reward for g in t.by_task], 1.0),
+                  phases=_stacked("Mean phase time per trial", t.phase_means), delta=delta,
+                  sections=sections(job, t), trials=_trial_rows(trials) if trials else [])
