@@ -6,7 +6,6 @@ InputError naming the flag or file (exit 2) before anything runs."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import signal
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import typer
 from orchestrator.cli.app import configure_logs, err, fail, human_console
 from orchestrator.cli.commands import _report_gate
 from orchestrator.errors import InfraError, InputError
+from orchestrator.models.jobconfig import JobSource
 
 if TYPE_CHECKING:
     from orchestrator.job.options import JobOptions
@@ -71,7 +71,7 @@ class RunArgs:
     progress_json: bool
     verbose: bool
     # filled in on the way
-    resumed: dict = field(default_factory=dict)  # the resumed job's config.json
+    resumed: JobSource = field(default_factory=JobSource)  # the resumed job's config.json's source
     lineup_from_resume: Manifest | None = None
 
 
@@ -98,24 +98,32 @@ def execute(a: RunArgs) -> None:
 def _take_over_resumed(a: RunArgs) -> None:
     """--resume JOB_DIR: the job's own path, folder, condition, policy, layer, k and
     endpoints replace the flags' (a changed manifest is refused: two conditions in one job)."""
+    from pydantic import ValidationError
+
+    from orchestrator.errors import validation_problems
+    from orchestrator.models.jobconfig import JobConfig
     from orchestrator.models.manifest import Manifest
 
     assert a.resume is not None
     config_file = a.resume / "config.json"
     if not config_file.is_file():
         raise InputError(f"{config_file}: not a job folder (no config.json)")
-    config = json.loads(config_file.read_text())
-    source = config.get("source") or {}
-    a.path = Path(source["path"]) if source.get("path") else a.path
+    try:
+        config = JobConfig.model_validate_json(config_file.read_text())
+        lineup = Manifest.model_validate(config.manifest)
+    except ValidationError as exc:  # the manifest's fields are named under 'manifest.'
+        prefix = "manifest." if exc.title == "Manifest" else ""
+        raise InputError(validation_problems(config_file, exc, prefix)) from None
+    source = config.source
+    a.path = Path(source.path) if source.path else a.path
     a.jobs_dir, a.job_name = a.resume.parent, a.resume.name
-    lineup = Manifest.model_validate(config["manifest"])
-    if config.get("condition_hash") and lineup.condition_hash() != config["condition_hash"]:
+    if config.condition_hash and lineup.condition_hash() != config.condition_hash:
         raise InputError(f"{config_file}: field 'manifest': it no longer gives the "
-                         f"condition hash {config['condition_hash'][:12]} this job ran "
+                         f"condition hash {config.condition_hash[:12]} this job ran "
                          "with; resume would mix two conditions. Start a new job.")
-    a.policy, a.layer = config.get("policy", a.policy), source.get("layer")
-    a.k = None if config.get("k") is None else str(config["k"])
-    a.endpoints = [Path(p) for p in source.get("endpoints", [])] or a.endpoints
+    a.policy, a.layer = config.policy, source.layer
+    a.k = None if config.k is None else str(config.k)
+    a.endpoints = [Path(p) for p in source.endpoints] or a.endpoints
     a.resumed, a.lineup_from_resume = source, lineup
 
 
@@ -235,7 +243,7 @@ def _job_options(a: RunArgs, name: str, attempts: int | None) -> JobOptions:
     assert a.path is not None
     endpoint_files = [p.resolve() for p in (a.endpoints or default_endpoint_files())]
     if a.resume is not None:
-        manifest_dir = Path(a.resumed["manifest_dir"]) if a.resumed.get("manifest_dir") else None
+        manifest_dir = Path(a.resumed.manifest_dir) if a.resumed.manifest_dir else None
     else:
         manifest_dir = a.manifest.parent.resolve() if a.manifest else None
     return JobOptions(
@@ -247,9 +255,8 @@ def _job_options(a: RunArgs, name: str, attempts: int | None) -> JobOptions:
         build_policy=a.build_policy, registry=a.registry, require=list(a.require or []),
         backend=a.backend, ray_address=a.ray_address, replay_from=a.replay_from,
         endpoints=load_endpoints(endpoint_files) if endpoint_files else None,
-        source={"path": str(a.path.resolve()), "layer": a.layer,
-                "endpoints": [str(p) for p in endpoint_files],
-                "manifest_dir": str(manifest_dir) if manifest_dir else None})
+        source=JobSource(path=str(a.path.resolve()), layer=a.layer, endpoints=[str(p) for p in endpoint_files],
+                         manifest_dir=str(manifest_dir) if manifest_dir else None))
 
 
 def _read_baseline(a: RunArgs, options: JobOptions) -> list[TrialResult] | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.models.endpoint import EndpointConfig
+from orchestrator.models.jobconfig import JobSource
 from orchestrator.tasks.load import Task
 
 LAYER_DEFAULT_K = {"regression": 1, "workflow": 3}
@@ -40,7 +41,7 @@ class JobOptions:
     engine_wait: float = 300.0  # seconds trials wait for an engine that stopped answering
     backend: str = "local"  # local | ray
     ray_address: str | None = None
-    source: dict = field(default_factory=dict)  # how to rebuild this job (for --resume)
+    source: JobSource = field(default_factory=JobSource)  # how to rebuild this job (for --resume)
 
 def attempts_for(task: Task, k: int | None) -> int:
     return k if k is not None else LAYER_DEFAULT_K.get(task.config.metadata.evaluation_layer or "", 1)

@@ -30,6 +30,7 @@ from orchestrator.job.scheduler import Admission, Scheduler
 from orchestrator.job.summary import summarize
 from orchestrator.log import get_logger
 from orchestrator.models.events import AdmissionWaiting, Observers, Planned, TrialFinished
+from orchestrator.models.jobconfig import JobConfig, TaskRef
 from orchestrator.models.manifest import Manifest
 from orchestrator.models.result import (
     EngineOutage,
@@ -180,17 +181,16 @@ class Job:
 
     def _write_config(self) -> None:
         options, manifest = self.options, self.manifest
-        write_json_atomic(self.job_dir / "config.json", {
-            "job": options.job_name,
+        write_json_atomic(self.job_dir / "config.json", JobConfig(
+            job=options.job_name,
             # Only what was set: read back, it gives the same condition hash, byte for byte.
-            "manifest": manifest.model_dump(mode="json", exclude_unset=True),
-            "condition_hash": manifest.condition_hash(), "k": options.k,
-            "n_concurrent": options.n_concurrent, "policy": options.policy,
-            "source": options.source,
-            "trials": sum(attempts_for(t, options.k) for t in self.tasks),  # the viewer's "of N"
-            "tasks": [{"name": t.name, "path": str(t.path), "content_hash": t.content_hash}
-                      for t in self.tasks],
-        })
+            manifest=manifest.model_dump(mode="json", exclude_unset=True),
+            condition_hash=manifest.condition_hash(), k=options.k,
+            n_concurrent=options.n_concurrent, policy=options.policy,
+            source=options.source,
+            trials=sum(attempts_for(t, options.k) for t in self.tasks),  # the viewer's "of N"
+            tasks=[TaskRef(name=t.name, path=str(t.path), content_hash=t.content_hash) for t in self.tasks],
+        ))
 
     def plan(self) -> tuple[list[Item], int]:
         """The trials left to run (resume skips the finished; one that can never fit fails

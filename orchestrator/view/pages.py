@@ -14,7 +14,6 @@ one job, its running-job banner, one file; the trial page's are in view/trial.py
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -80,12 +79,13 @@ def running_job(folder: Path) -> tuple[JobResult, str] | None:
 
     from orchestrator.job.options import JobOptions
     from orchestrator.job.summary import summarize
+    from orchestrator.models.jobconfig import JobConfig
     from orchestrator.models.manifest import Manifest
 
     try:
-        config = json.loads((folder / "config.json").read_text())
-        manifest = Manifest.model_validate(config["manifest"])
-    except (OSError, ValueError, KeyError):
+        config = JobConfig.model_validate_json((folder / "config.json").read_text())
+        manifest = Manifest.model_validate(config.manifest)
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
         return None
     trials = []
     for path in (folder / "trials").glob("*/result.json"):
@@ -96,17 +96,16 @@ def running_job(folder: Path) -> tuple[JobResult, str] | None:
         if result.finished_at:
             trials.append(result)
     started = min((t.started_at for t in trials if t.started_at), default=0.0)
-    options = JobOptions(job_name=str(config.get("job", folder.name)), jobs_dir=folder.parent,
-                         k=config.get("k"), policy=str(config.get("policy", "memory-on")))
+    options = JobOptions(job_name=config.job, jobs_dir=folder.parent, k=config.k, policy=config.policy)
     agent = trials[0].agent if trials else ""
     job = summarize(options, manifest, agent, trials, 0, started)
-    planned = config.get("trials")
+    planned = config.trials
     done, last = len(trials), max((t.finished_at or 0.0 for t in trials), default=0.0)
     parts = [f"{done} of {planned if planned is not None else '?'} trial(s) finished"]
     if done >= 2 and last > started:
         rate = done / (last - started) * 60
         parts.append(f"{rate:.1f} per minute")
-        if isinstance(planned, int) and planned > done:
+        if planned is not None and planned > done:
             parts.append(f"about {round((planned - done) / rate)} min left at that rate")
     if last:
         parts.append(f"the last finished {max(0, round(time.time() - last))} s ago")
