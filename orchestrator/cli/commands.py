@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import os
 import signal
 import sys
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from orchestrator.models.compare import CompareReport
     from orchestrator.models.result import JobResult, TrialResult
     from orchestrator.report.gate import Gate
 
@@ -183,7 +183,7 @@ def _write_report(job_dir: Path, job: JobResult, trials: list[TrialResult], huma
     from orchestrator.report.tables import tables
 
     aggregate = tables(trials)
-    compare = next((json.loads(p.read_text()) for p in sorted(job_dir.glob("compare*.json"))), None)
+    compare = _compare_in(job_dir)
     human.print(f"[bold]job {job.job}[/]: {job.n_trials} trials, mean reward {job.mean_reward:.3f}, "
                 f"tokens {aggregate.tokens}, cost {aggregate.cost:.4f}")
     blocks = sections(job, aggregate)
@@ -193,6 +193,22 @@ def _write_report(job_dir: Path, job: JobResult, trials: list[TrialResult], huma
     (job_dir / "report.html").write_text(to_html(job, aggregate, compare, trials))
     human.print(f"wrote {job_dir / 'report.md'} and {job_dir / 'report.html'}", soft_wrap=True)
     return blocks
+
+
+def _compare_in(job_dir: Path) -> CompareReport | None:
+    """The job's compare*.json (`orchestra compare --json` into it), for the report's on/off
+    section; a damaged one is named and left out."""
+    from pydantic import ValidationError
+
+    from orchestrator.errors import validation_problems
+    from orchestrator.models.compare import CompareReport
+
+    for path in sorted(job_dir.glob("compare*.json")):
+        try:
+            return CompareReport.model_validate_json(path.read_text())
+        except ValidationError as exc:
+            err.print(f"left out of the report: {validation_problems(path, exc)[0]}", markup=False)
+    return None
 
 
 def _report_gate(regression: Gate, baseline: Path, job_dir: Path, fail_on_regression: bool,

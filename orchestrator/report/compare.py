@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from orchestrator.errors import InputError
 from orchestrator.job.shadow import MemoryShadow, memory_shadow
+from orchestrator.models.compare import ClassDelta, CompareReport, KStats
 from orchestrator.models.result import VOID, JobResult, TrialSummary, pass_at_k, pass_hat_k, passes
 
 BOOTSTRAP_SAMPLES = 2000
@@ -70,18 +71,16 @@ def _per_task(trials: list[TrialSummary]) -> dict[str, list[bool]]:
     return by_task
 
 
-def _k_stats(trials: list[TrialSummary]) -> dict:
+def _k_stats(trials: list[TrialSummary]) -> KStats:
     by_task = _per_task(trials)
     n = len(by_task) or 1
-    return {
-        "pass_hat_k": round(pass_hat_k(by_task.values()), 4),
-        "pass_at_k": round(pass_at_k(by_task.values()), 4),
-        "mean_pass_at_1": round(sum(sum(v) / len(v) for v in by_task.values()) / n, 4),
-        "flaky": sorted(t for t, v in by_task.items() if any(v) and not all(v)),
-    }
+    return KStats(pass_hat_k=round(pass_hat_k(by_task.values()), 4),
+                  pass_at_k=round(pass_at_k(by_task.values()), 4),
+                  mean_pass_at_1=round(sum(sum(v) / len(v) for v in by_task.values()) / n, 4),
+                  flaky=sorted(t for t, v in by_task.items() if any(v) and not all(v)))
 
 
-def compare(first: JobResult, second: JobResult) -> dict:
+def compare(first: JobResult, second: JobResult) -> CompareReport:
     """Refuses (InputError, exit 2) two jobs that differ in neither policy nor condition:
     a paired difference between identical arms would only measure noise."""
     if first.policy == second.policy and first.condition_hash == second.condition_hash:
@@ -105,35 +104,27 @@ def compare(first: JobResult, second: JobResult) -> dict:
         classes[p.on.scenario_class or "-"].append(p)
     differs = [what for what, a, b in (("policy", on.policy, off.policy),
                                        ("condition", on.condition_hash, off.condition_hash)) if a != b]
-    report = {
-        "on_job": on.job, "off_job": off.job, "arms_differ_in": differs,
-        "paired": n,
-        "unpaired": list(why_unpaired),
-        "unpaired_reasons": why_unpaired,
-        "void_pairs_excluded": voided,
-        "on_pass_rate": round(on_rate, 4), "off_pass_rate": round(off_rate, 4),
-        "utility_delta_pp": round(100 * (on_rate - off_rate), 2),
-        "helpful": [f"{p.task}#{p.attempt}" for p in helpful],
-        "harmful": [f"{p.task}#{p.attempt}" for p in harmful],
-        "harmful_without_recall": [f"{p.task}#{p.attempt}" for p in discordant_harm if p not in harmful],
-        "avg_injected_chars": round(sum(p.on.injected_chars for p in pairs) / n, 1) if n else 0.0,
-        "p_value": round(mcnemar_exact(len(helpful), len(discordant_harm)), 6),
-        "ci95": bootstrap_ci([int(p.on_pass) - int(p.off_pass) for p in pairs]),
-        "per_class": {
-            cls: {"n": len(ps), "on": round(sum(p.on_pass for p in ps) / len(ps), 4),
-                  "off": round(sum(p.off_pass for p in ps) / len(ps), 4),
-                  "delta_pp": round(100 * (sum(p.on_pass for p in ps) - sum(p.off_pass for p in ps)) / len(ps), 2)}
-            for cls, ps in sorted(classes.items())
-        },
-    }
-    if max(on.k, off.k) > 1:
-        report["k"] = {"on": _k_stats(on.trials), "off": _k_stats(off.trials)}
     shadows = {arm: memory_shadow(job.trials) for arm, job in (("on", on), ("off", off))}
-    if any(shadows.values()):
-        report["memory_shadow"] = {arm: (sh.model_dump() | {"marker_rate": sh.marker_rate,
-                                                            "agreement": sh.agreement}) if sh else None
-                                   for arm, sh in shadows.items()}
-    return report
+    return CompareReport(
+        on_job=on.job, off_job=off.job, arms_differ_in=differs, paired=n,
+        unpaired=list(why_unpaired), unpaired_reasons=why_unpaired, void_pairs_excluded=voided,
+        on_pass_rate=round(on_rate, 4), off_pass_rate=round(off_rate, 4),
+        utility_delta_pp=round(100 * (on_rate - off_rate), 2),
+        helpful=[f"{p.task}#{p.attempt}" for p in helpful],
+        harmful=[f"{p.task}#{p.attempt}" for p in harmful],
+        harmful_without_recall=[f"{p.task}#{p.attempt}" for p in discordant_harm if p not in harmful],
+        avg_injected_chars=round(sum(p.on.injected_chars for p in pairs) / n, 1) if n else 0.0,
+        p_value=round(mcnemar_exact(len(helpful), len(discordant_harm)), 6),
+        ci95=bootstrap_ci([int(p.on_pass) - int(p.off_pass) for p in pairs]),
+        per_class={cls: ClassDelta(
+            n=len(ps), on=round(sum(p.on_pass for p in ps) / len(ps), 4),
+            off=round(sum(p.off_pass for p in ps) / len(ps), 4),
+            delta_pp=round(100 * (sum(p.on_pass for p in ps) - sum(p.off_pass for p in ps)) / len(ps), 2))
+            for cls, ps in sorted(classes.items())},
+        k={"on": _k_stats(on.trials), "off": _k_stats(off.trials)} if max(on.k, off.k) > 1 else None,
+        memory_shadow={arm: (sh.model_dump() | {"marker_rate": sh.marker_rate, "agreement": sh.agreement})
+                       if sh else None for arm, sh in shadows.items()} if any(shadows.values()) else None,
+    )
 
 
 def _pairs(on: JobResult, off: JobResult) -> tuple[list[Pair], dict[str, str]]:
@@ -154,50 +145,45 @@ def _pairs(on: JobResult, off: JobResult) -> tuple[list[Pair], dict[str, str]]:
     return pairs, why
 
 
-def verdict(report: dict) -> str:
+def verdict(report: CompareReport) -> str:
     """The result in one plain sentence, statistics after."""
-    n, helped, hurt = report["paired"], len(report["helpful"]), len(
-        report["harmful"]) + len(report["harmful_without_recall"])
-    chance = ("the difference is unlikely to be chance" if report["p_value"] < 0.05
+    chance = ("the difference is unlikely to be chance" if report.p_value < 0.05
               else "the difference could well be chance")
-    return (f"Memory helped on {helped} of {n} paired trials and hurt on {hurt}; {chance} "
-            f"(p = {report['p_value']:.3g}, delta {report['utility_delta_pp']:+.1f} pp).")
+    return (f"Memory helped on {len(report.helpful)} of {report.paired} paired trials and hurt on "
+            f"{report.harmed}; {chance} (p = {report.p_value:.3g}, delta {report.utility_delta_pp:+.1f} pp).")
 
 
-def to_markdown(report: dict) -> str:
-    lines = [f"# memory-on vs memory-off: {report['on_job']} vs {report['off_job']}", "",
-             verdict(report), "",
-             f"The arms differ in: {', '.join(report.get('arms_differ_in') or ['-'])}"
-             + (f"; unpaired trials: {len(report['unpaired'])}" if report.get("unpaired") else ""),
-             *[f"- not paired: {label}: {reason}" for label, reason in report.get("unpaired_reasons", {}).items()],
+def to_markdown(r: CompareReport) -> str:
+    voids = r.void_pairs_excluded
+    lines = [f"# memory-on vs memory-off: {r.on_job} vs {r.off_job}", "", verdict(r), "",
+             f"The arms differ in: {', '.join(r.arms_differ_in or ['-'])}"
+             + (f"; unpaired trials: {len(r.unpaired)}" if r.unpaired else ""),
+             *[f"- not paired: {label}: {reason}" for label, reason in r.unpaired_reasons.items()],
              "",
              "## Utility", "",
-             f"- paired trials: {report['paired']}"
-             + (f" ({len(report.get('void_pairs_excluded', []))} void pair(s) left out: "
-                f"{', '.join(report['void_pairs_excluded'])})" if report.get("void_pairs_excluded") else ""),
-             f"- pass rate on {100 * report['on_pass_rate']:.1f}%, off {100 * report['off_pass_rate']:.1f}%",
-             f"- utility delta: **{report['utility_delta_pp']:+.1f} pp** "
-             f"(95% bootstrap CI {report['ci95'][0]:+.1f} .. {report['ci95'][1]:+.1f})",
-             f"- exact McNemar p = {report['p_value']:.4g} (helpful {len(report['helpful'])} vs "
-             f"harmful {len(report['harmful']) + len(report['harmful_without_recall'])})",
-             f"- average injected chars (on arm): {report['avg_injected_chars']}", "",
+             f"- paired trials: {r.paired}"
+             + (f" ({len(voids)} void pair(s) left out: {', '.join(voids)})" if voids else ""),
+             f"- pass rate on {100 * r.on_pass_rate:.1f}%, off {100 * r.off_pass_rate:.1f}%",
+             f"- utility delta: **{r.utility_delta_pp:+.1f} pp** "
+             f"(95% bootstrap CI {r.ci95[0]:+.1f} .. {r.ci95[1]:+.1f})",
+             f"- exact McNemar p = {r.p_value:.4g} (helpful {len(r.helpful)} vs harmful {r.harmed})",
+             f"- average injected chars (on arm): {r.avg_injected_chars}", "",
              "## Helpful (on passed, off failed)", ""]
-    lines += [f"- {x}" for x in report["helpful"]] or ["- none"]
+    lines += [f"- {x}" for x in r.helpful] or ["- none"]
     lines += ["", "## Harmful (on failed, off passed, recall fired)", ""]
-    lines += [f"- {x}" for x in report["harmful"]] or ["- none"]
+    lines += [f"- {x}" for x in r.harmful] or ["- none"]
     lines += ["", "## Per class", "", "| class | n | on | off | delta pp |", "|---|---|---|---|---|"]
-    lines += [f"| {c} | {v['n']} | {v['on']:.2f} | {v['off']:.2f} | {v['delta_pp']:+.1f} |"
-              for c, v in report["per_class"].items()]
-    if report.get("memory_shadow"):
+    lines += [f"| {c} | {v.n} | {v.on:.2f} | {v.off:.2f} | {v.delta_pp:+.1f} |" for c, v in r.per_class.items()]
+    if r.memory_shadow:
         lines += ["", "## Memory shadow", "", "| metric | on | off |", "|---|---|---|"]
-        arms = {arm: MemoryShadow.model_validate(v).rows() if v else None
-                for arm, v in report["memory_shadow"].items()}
-        for i, (metric, _) in enumerate(next(r for r in arms.values() if r)):
-            lines.append(f"| {metric} | " + " | ".join(r[i][1] if r else "-" for r in (arms["on"], arms["off"])) + " |")
-    if "k" in report:
+        arms = {arm: MemoryShadow.model_validate(v).rows() if v else None for arm, v in r.memory_shadow.items()}
+        for i, (metric, _) in enumerate(next(rows for rows in arms.values() if rows)):
+            lines.append(f"| {metric} | " + " | ".join(
+                rows[i][1] if rows else "-" for rows in (arms.get("on"), arms.get("off"))) + " |")
+    if r.k:
         lines += ["", "## k attempts", "", "| arm | pass^k | pass@k | mean pass@1 | flaky |", "|---|---|---|---|---|"]
         for arm in ("on", "off"):
-            s = report["k"][arm]
-            lines.append(f"| {arm} | {s['pass_hat_k']:.2f} | {s['pass_at_k']:.2f} | "
-                         f"{s['mean_pass_at_1']:.2f} | {', '.join(s['flaky']) or '-'} |")
+            s = r.k[arm]
+            lines.append(f"| {arm} | {s.pass_hat_k:.2f} | {s.pass_at_k:.2f} | "
+                         f"{s.mean_pass_at_1:.2f} | {', '.join(s.flaky) or '-'} |")
     return "\n".join(lines) + "\n"

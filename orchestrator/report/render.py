@@ -11,6 +11,7 @@ import urllib.parse
 from typing import Any
 
 from orchestrator.job.shadow import MemoryShadow
+from orchestrator.models.compare import CompareReport
 from orchestrator.models.result import JobResult, TrialResult, headline_of
 from orchestrator.report.tables import PHASES, Group, JobTables
 
@@ -48,7 +49,7 @@ def sections(job: JobResult, t: JobTables) -> list[tuple[str, list[str], list[li
     return out
 
 
-def to_markdown(job: JobResult, t: JobTables, compare: dict | None = None) -> str:
+def to_markdown(job: JobResult, t: JobTables, compare: CompareReport | None = None) -> str:
     lines = [f"# Job {job.job}", "",
              f"agent `{job.agent}`, condition `{job.condition}` ({job.condition_hash[:12]}), policy "
              f"`{job.policy}`, k = {t.k}", "",
@@ -64,8 +65,8 @@ def to_markdown(job: JobResult, t: JobTables, compare: dict | None = None) -> st
         lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
     if compare:
         lines += ["## memory-on vs memory-off", "",
-                  f"utility delta {compare['utility_delta_pp']:+.1f} pp over {compare['paired']} pairs, "
-                  f"95% CI {compare['ci95'][0]:+.1f} .. {compare['ci95'][1]:+.1f}, McNemar p = {compare['p_value']:.4g}", ""]
+                  f"utility delta {compare.utility_delta_pp:+.1f} pp over {compare.paired} pairs, "
+                  f"95% CI {compare.ci95[0]:+.1f} .. {compare.ci95[1]:+.1f}, McNemar p = {compare.p_value:.4g}", ""]
     return "\n".join(lines)
 
 
@@ -112,14 +113,14 @@ def _trial_rows(trials: list[TrialResult]) -> list[dict[str, Any]]:
     return rows
 
 
-def to_html(job: JobResult, t: JobTables, compare: dict | None = None,
+def to_html(job: JobResult, t: JobTables, compare: CompareReport | None = None,
             trials: list[TrialResult] | None = None) -> str:
     """report.html (report/templates/report.html.j2): every value escaped by the template."""
     from orchestrator.report.templating import render
 
-    classes = list(compare["per_class"]) if compare else []
+    classes = list(compare.per_class) if compare else []
     delta = _bars("memory-on minus memory-off, pass rate (pp) per class", classes,
-                  [max(0.0, compare["per_class"][c]["delta_pp"]) for c in classes], 100.0) if compare else None
+                  [max(0.0, compare.per_class[c].delta_pp) for c in classes], 100.0) if compare else None
     return render("orchestrator.report", "report.html.j2", job=job, t=t, compare=compare,
                   void=", ".join(_void_names(job)) if job.void else "",
                   rewards=_bars("Mean reward per task", [g.name for g in t.by_task],

@@ -10,6 +10,7 @@ from typing import Any
 
 from orchestrator.errors import InputError
 from orchestrator.job.shadow import MemoryShadow
+from orchestrator.models.compare import CompareReport
 from orchestrator.models.result import JobResult, TrialSummary
 from orchestrator.report.compare import compare, verdict
 from orchestrator.view.pages import load_job, view_page
@@ -30,11 +31,11 @@ def compare_page(jobs: dict[str, Path], a: str, b: str) -> tuple[int, str]:
         report = compare(first, second)
     except InputError as exc:  # the same job twice, or arms that differ in nothing
         return refused(400, exc)
-    low, high = report["ci95"]
+    low, high = report.ci95
     return 200, view_page(
-        "compare.html.j2", f"compare {report['on_job']} vs {report['off_job']}", names=sorted(jobs),
+        "compare.html.j2", f"compare {report.on_job} vs {report.off_job}", names=sorted(jobs),
         a=a, b=b, error=None, report=report, verdict=verdict(report), pairs=_pairs(report, first, second),
-        axis=delta_axis(report["utility_delta_pp"], low, high), shadow=_shadow(report))
+        axis=delta_axis(report.utility_delta_pp, low, high), shadow=_shadow(report))
 
 
 def delta_axis(delta: float, low: float, high: float) -> dict[str, Any]:
@@ -48,16 +49,16 @@ def delta_axis(delta: float, low: float, high: float) -> dict[str, Any]:
             "ci_width": max(1.0, x(high) - x(low)), "dot": x(delta)}
 
 
-def _pairs(report: dict, first: JobResult, second: JobResult) -> list[dict[str, Any]]:
+def _pairs(report: CompareReport, first: JobResult, second: JobResult) -> list[dict[str, Any]]:
     """The paired trials, each marked helpful or harmful (or neither), in task order."""
-    helpful = set(report["helpful"])
-    harmful = set(report["harmful"]) | set(report["harmful_without_recall"])
-    on_index = {(t.task, t.attempt): t for t in (first if first.job == report["on_job"] else second).trials}
-    off_index = {(t.task, t.attempt): t for t in (first if first.job == report["off_job"] else second).trials}
+    helpful = set(report.helpful)
+    harmful = set(report.harmful) | set(report.harmful_without_recall)
+    on_index = {(t.task, t.attempt): t for t in (first if first.job == report.on_job else second).trials}
+    off_index = {(t.task, t.attempt): t for t in (first if first.job == report.off_job else second).trials}
     rows = []
     for key in sorted(set(on_index) & set(off_index)):
         label = f"{key[0]}#{key[1]}"
-        if label in report["unpaired"]:
+        if label in report.unpaired:
             continue
         mark = "helpful" if label in helpful else ("harmful" if label in harmful else "")
         rows.append({"task": key[0], "attempt": key[1], "on": _reward(on_index[key]),
@@ -66,12 +67,12 @@ def _pairs(report: dict, first: JobResult, second: JobResult) -> list[dict[str, 
     return rows
 
 
-def _shadow(report: dict) -> list[tuple[str, str, str]]:
+def _shadow(report: CompareReport) -> list[tuple[str, str, str]]:
     """(metric, on, off) rows of the arms' memory shadows ('-' for an arm without)."""
-    if not report.get("memory_shadow"):
+    if not report.memory_shadow:
         return []
     arms = {arm: MemoryShadow.model_validate(v).rows() if v else None
-            for arm, v in report["memory_shadow"].items()}
+            for arm, v in report.memory_shadow.items()}
     metrics = [m for m, _ in next((r for r in arms.values() if r), [])]
     on, off = arms.get("on"), arms.get("off")
     return [(m, on[i][1] if on else "-", off[i][1] if off else "-") for i, m in enumerate(metrics)]

@@ -99,20 +99,20 @@ OFF = job("off", "memory-off", {"a-1#0": (0.0, 0), "a-2#0": (1.0, 0), "b-1#0": (
 def test_compare_counts_match_the_hand_built_pair_and_order_does_not_matter():
     forward, backward = compare(ON, OFF), compare(OFF, ON)
     assert forward == backward
-    assert forward["on_job"] == "on" and forward["paired"] == 5
-    assert forward["helpful"] == ["a-1#0", "b-2#0"] and forward["harmful"] == ["b-1#0"]
-    assert forward["utility_delta_pp"] == 20.0  # 3/5 - 2/5
-    assert forward["per_class"]["a"] == {"n": 2, "on": 1.0, "off": 0.5, "delta_pp": 50.0}
-    assert forward["p_value"] == pytest.approx(1.0)  # 2 vs 1 discordant
-    assert set(forward) >= {"utility_delta_pp", "paired", "helpful", "harmful", "p_value", "ci95"}
+    assert forward.on_job == "on" and forward.paired == 5
+    assert forward.helpful == ["a-1#0", "b-2#0"] and forward.harmful == ["b-1#0"]
+    assert forward.utility_delta_pp == 20.0  # 3/5 - 2/5
+    assert forward.per_class["a"].model_dump() == {"n": 2, "on": 1.0, "off": 0.5, "delta_pp": 50.0}
+    assert forward.p_value == pytest.approx(1.0)  # 2 vs 1 discordant
+    assert set(forward.model_dump()) >= {"utility_delta_pp", "paired", "helpful", "harmful", "p_value", "ci95"}
 
 
 def test_compare_with_k_attempts_reports_pass_k_and_flaky_tasks():
     on = job("on", "memory-on", {"t#0": (1.0, 1), "t#1": (0.0, 1), "u#0": (1.0, 1), "u#1": (1.0, 1)}, k=2)
     off = job("off", "memory-off", {"t#0": (0.0, 0), "t#1": (0.0, 0), "u#0": (1.0, 0), "u#1": (0.0, 0)}, k=2)
-    stats = compare(off, on)["k"]
-    assert stats["on"] == {"pass_hat_k": 0.5, "pass_at_k": 1.0, "mean_pass_at_1": 0.75, "flaky": ["t"]}
-    assert stats["off"]["flaky"] == ["u"] and stats["off"]["pass_hat_k"] == 0.0
+    stats = compare(off, on).k
+    assert stats["on"].model_dump() == {"pass_hat_k": 0.5, "pass_at_k": 1.0, "mean_pass_at_1": 0.75, "flaky": ["t"]}
+    assert stats["off"].flaky == ["u"] and stats["off"].pass_hat_k == 0.0
 
 
 def test_mcnemar_and_bootstrap_numbers():
@@ -169,8 +169,8 @@ def test_compare_leaves_voided_pairs_out_and_says_how_many():
     on.trials[0].failure_mode = "answer_leak"  # a-1#0: was helpful
     on.trials[0].reward = None
     report = compare(on, off)
-    assert report["paired"] == 4 and report["void_pairs_excluded"] == ["a-1#0"]
-    assert report["helpful"] == ["b-2#0"]
+    assert report.paired == 4 and report.void_pairs_excluded == ["a-1#0"]
+    assert report.helpful == ["b-2#0"]
     assert "1 void pair(s) left out: a-1#0" in to_markdown(report)
 
 
@@ -182,7 +182,7 @@ def test_compare_refuses_arms_that_do_not_differ_and_says_it_plainly():
         compare(ON, ON)
     assert "nothing differs" in str(info.value)
     report = compare(ON, OFF)
-    assert report["arms_differ_in"] == ["policy"]
+    assert report.arms_differ_in == ["policy"]
     assert verdict(report).startswith("Memory helped on 2 of 5 paired trials and hurt on 1;")
     assert to_markdown(report).splitlines()[2] == verdict(report)
 

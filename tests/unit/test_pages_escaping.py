@@ -19,6 +19,7 @@ import pytest
 
 from orchestrator.job.options import JobOptions
 from orchestrator.job.summary import summarize
+from orchestrator.models.compare import ClassDelta, CompareReport
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.report.render import to_html
@@ -267,8 +268,9 @@ def test_report_html_escapes_and_links_encoded(jobs):
     job_dir = jobs[ON]
     results = [TrialResult.model_validate_json(p.read_text()) for p in job_dir.glob("trials/*/result.json")]
     job = pages.load_job(job_dir)
-    compare = {"per_class": {f"class {SCRIPT}": {"delta_pp": 50.0}}, "utility_delta_pp": 50.0,
-               "ci95": [0.0, 100.0], "p_value": 1.0}
+    compare = CompareReport(on_job="on", off_job="off", paired=2, on_pass_rate=1.0, off_pass_rate=0.5,
+                            per_class={f"class {SCRIPT}": ClassDelta(n=2, on=1.0, off=0.5, delta_pp=50.0)},
+                            utility_delta_pp=50.0, ci95=[0.0, 100.0], p_value=1.0)
     page = to_html(job, tables(results), compare, results)
     assert_escaped(page)
     assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>\n")
