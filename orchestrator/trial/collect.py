@@ -79,7 +79,7 @@ def copy_out(runtime: Runtime, box: Sandbox, container: str, source: str, cap_by
 def export_evidence(relay: TrialRelay, paths: TrialDir, result: TrialResult) -> None:
     """The relay snapshot replaces whatever the agent left under that name."""
     started = time.monotonic()
-    evidence = relay.evidence()
+    evidence = relay.evidence().model_dump(mode="json")
     leaked = relay.leaked_by(json.dumps(evidence))
     if leaked:  # the agent posted a key: its doing, graded as usual, the key scrubbed
         evidence = scrub_json(evidence, relay.secrets())

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from orchestrator.models.evidence import EvidenceMessage, RelayEvidence
 from orchestrator.models.result import ERRORED, VOID, TrialResult, headline_of
 from orchestrator.view.pages import FILE_PAGE_BYTES, href, view_page
 
@@ -143,23 +144,22 @@ def _turn(record: dict, markers: re.Pattern | None) -> dict[str, Any]:
 def _evidence(path: Path) -> dict[str, Any]:
     """The relay's messages, each with its thread depth; `readable` False when it is not."""
     try:
-        data = json.loads(path.read_text(errors="replace"))
-        messages = [m for m in data.get("messages") or [] if isinstance(m, dict)]
-    except (OSError, ValueError, AttributeError):
+        data = RelayEvidence.model_validate_json(path.read_text(errors="replace"))
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
         return {"readable": False, "messages": []}
-    by_id = {m.get("id"): m for m in messages}
-    names = {v.get("pubkey"): k for k, v in (data.get("identities") or {}).items() if isinstance(v, dict)}
+    messages = data.messages
+    by_id = {m.id: m for m in messages}
+    names = {v.pubkey: k for k, v in data.identities.items()}
 
-    def depth(message: dict) -> int:
+    def depth(message: EvidenceMessage) -> int:
         d, seen = 0, set()
-        while message.get("reply_to_event_id") in by_id and d < 8 and message.get("id") not in seen:
-            seen.add(message.get("id"))
-            message = by_id[message["reply_to_event_id"]]
+        while message.reply_to_event_id in by_id and d < 8 and message.id not in seen:
+            seen.add(message.id)
+            message = by_id[message.reply_to_event_id]
             d += 1
         return d
 
     return {"readable": True, "messages": [
-        {"depth": depth(m), "author": m.get("author"), "role": m.get("author_role"),
-         "reply": bool(m.get("reply_to_event_id")), "content": m.get("content"),
-         "mentions": ", ".join(names.get(p, str(p)[:8]) for p in m.get("mentioned_pubkeys") or [])}
+        {"depth": depth(m), "author": m.author, "role": m.author_role, "reply": bool(m.reply_to_event_id),
+         "content": m.content, "mentions": ", ".join(names.get(p, p[:8]) for p in m.mentioned_pubkeys)}
         for m in messages[:1000]]}

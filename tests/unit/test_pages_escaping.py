@@ -20,6 +20,12 @@ import pytest
 from orchestrator.job.options import JobOptions
 from orchestrator.job.summary import summarize
 from orchestrator.models.compare import ClassDelta, CompareReport
+from orchestrator.models.evidence import (
+    EvidenceIdentity,
+    EvidenceMessage,
+    EvidenceTrial,
+    RelayEvidence,
+)
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.report.render import to_html
@@ -74,12 +80,15 @@ def write_trial(job_dir: Path, result: TrialResult) -> Path:
                       ("verifier/test-stdout.txt", f"expected 42, found {SCRIPT} {RLO}")):
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_text(text)
-    evidence = {"identities": {f"bot{SCRIPT}": {"pubkey": "p1"}}, "messages": [
-        {"id": "m1", "author": f"alice {SCRIPT}", "author_role": "asker", "content": f"ask {SCRIPT}"},
-        {"id": "m2", "author": "bob", "author_role": f"role {SCRIPT}", "reply_to_event_id": "m1",
-         "mentioned_pubkeys": ["p1"], "content": f"The answer {SCRIPT}"}]}
+    said = {"kind": "message", "created_at": 1.0, "pubkey": "p0", "channel_id": "c"}
+    evidence = RelayEvidence(
+        trial=EvidenceTrial(run_id="j", trial_id=result.trial_id, channel_id="c"), task_name="t",
+        identities={f"bot{SCRIPT}": EvidenceIdentity(role="worker", pubkey="p1")}, messages=[
+            EvidenceMessage(id="m1", author=f"alice {SCRIPT}", author_role="asker", content=f"ask {SCRIPT}", **said),
+            EvidenceMessage(id="m2", author="bob", author_role=f"role {SCRIPT}", reply_to_event_id="m1",
+                            mentioned_pubkeys=["p1"], content=f"The answer {SCRIPT}", **said)])
     (folder / "artifacts").mkdir()
-    (folder / "artifacts/relay-evidence.json").write_text(json.dumps(evidence))
+    (folder / "artifacts/relay-evidence.json").write_text(evidence.model_dump_json())
     for name in ODD_NAMES:
         (folder / "artifacts" / name).write_text(f"{name} {SCRIPT}")
     return folder

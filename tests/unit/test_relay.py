@@ -151,7 +151,7 @@ def test_evidence_holds_no_secret_and_matches_the_schema(relay):
     q = server.store.post(user, "q?", mentions=[lead.pubkey])
     server.store.post(lead, "a", reply_to=q.id)
     doc = server.store.evidence(run_id="job", trial_id="t", task_name="x", task_event_id=q.id,
-                                scripted_events=[], observed_channels=[])
+                                scripted_events=[], observed_channels=[]).model_dump(mode="json")
     text = json.dumps(doc)
     for identity in server.store.identities.values():
         assert identity.private_key not in text
@@ -168,5 +168,5 @@ def test_evidence_is_truncated_at_the_export_limit():
     for i in range(1005):
         store.post(user, f"m{i}")
     doc = store.evidence(run_id="j", trial_id="t", task_name="x", task_event_id=None,
-                         scripted_events=[], observed_channels=[])
+                         scripted_events=[], observed_channels=[]).model_dump(mode="json")
     assert doc["truncated"] is True and len(doc["messages"]) == 1000 and doc["message_count"] == 1005

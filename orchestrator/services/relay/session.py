@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from orchestrator.log import get_logger
+from orchestrator.models.evidence import RelayEvidence
 from orchestrator.models.manifest import Manifest
 from orchestrator.services.relay.server import RelayServer
 from orchestrator.services.relay.store import Identity, RelayStore
@@ -62,7 +63,7 @@ class TrialRelay:
             self.scripted_events.append(posted.id)
         return message.id
 
-    def evidence(self) -> dict:
+    def evidence(self) -> RelayEvidence:
         return self.store.evidence(
             run_id=self.job, trial_id=self.trial_id, task_name=self.task.short_name,
             task_event_id=self.task_event_id, scripted_events=self.scripted_events,

@@ -13,6 +13,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from orchestrator.models.evidence import (
+    DirectoryEntry,
+    EvidenceIdentity,
+    EvidenceMessage,
+    EvidenceTrial,
+    RelayEvidence,
+)
 from orchestrator.services.relay import auth
 from orchestrator.tasks.slugs import MAX_VALUE_BYTES, normalise
 
@@ -214,27 +221,23 @@ class RelayStore:
 
     # ---- evidence -------------------------------------------------------------------
     def evidence(self, *, run_id: str, trial_id: str, task_name: str, task_event_id: str | None,
-                 scripted_events: list[str], observed_channels: list[str]) -> dict:
+                 scripted_events: list[str], observed_channels: list[str]) -> RelayEvidence:
         """The relay-evidence.json document (schema_version 1). No secret appears in it."""
         messages = sorted(self.read(limit=10**9), key=lambda m: (m.created_at, m.id))
         truncated = len(messages) > EXPORT_LIMIT
         lead = [i.pubkey for i in self.identities.values() if i.role == "orchestrator"]
         replies = [m for m in messages if m.pubkey in lead and m.reply_to_event_id == task_event_id]
-        return {
-            "schema_version": 1,
-            "trial": {"run_id": run_id, "trial_id": trial_id, "channel_id": self.channel_id},
-            "task_name": task_name,
-            "task_event_id": task_event_id,
-            "completion_message_id": replies[-1].id if replies else None,
-            "identities": {i.name: {"role": i.role, "pubkey": i.pubkey}
-                           for i in self.identities.values()},
-            "directory": [{k: v for k, v in d.items()} for d in self.directory()],
-            "scripted_events": scripted_events,
-            "observed_channels": observed_channels,
-            "message_count": len(messages),
-            "truncated": truncated,
-            "messages": [_message_json(m) for m in messages[:EXPORT_LIMIT]],
-        }
+        return RelayEvidence(
+            schema_version=1,
+            trial=EvidenceTrial(run_id=run_id, trial_id=trial_id, channel_id=self.channel_id),
+            task_name=task_name, task_event_id=task_event_id,
+            completion_message_id=replies[-1].id if replies else None,
+            identities={i.name: EvidenceIdentity(role=i.role, pubkey=i.pubkey) for i in self.identities.values()},
+            directory=[DirectoryEntry.model_validate(d) for d in self.directory()],
+            scripted_events=scripted_events, observed_channels=observed_channels,
+            message_count=len(messages), truncated=truncated,
+            messages=[EvidenceMessage.model_validate(_message_json(m)) for m in messages[:EXPORT_LIMIT]],
+        )
 
     def engram_log(self) -> list[dict]:
         """Every engram write (values included) for the trial's own records."""
