@@ -89,6 +89,12 @@ class StepResult(BaseModel):
 PASS_REWARD = 1.0  # a headline reward that reaches this is a pass
 
 
+def trial_folder_name(task: str, trial_id: str) -> str:
+    """A trial's folder under the job's trials/: the task's last name part and the trial id's
+    first 12 hex digits (unique in a job; the glob `*__ID12` finds it)."""
+    return f"{task.split('/')[-1]}__{trial_id[:12]}"
+
+
 def passes(reward: float | None) -> bool:
     """Whether a headline reward is a pass (no reward is not)."""
     return (reward or 0.0) >= PASS_REWARD

@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.job.shadow import MemoryShadow
 from orchestrator.models.compare import CompareReport
-from orchestrator.models.result import JobResult, TrialResult, headline_of
+from orchestrator.models.result import JobResult, TrialResult, headline_of, trial_folder_name
 from orchestrator.report.tables import PHASES, Group, JobTables
 
 TRIAL_FILES = ("result.json", "agent/stdout.txt", "verifier/test-stdout.txt")  # linked per trial
@@ -105,7 +105,7 @@ def _trial_rows(trials: list[TrialResult]) -> list[dict[str, Any]]:
                                             r.task, r.attempt))[:2000]
     rows = []
     for r in ordered:
-        folder = urllib.parse.quote(f"{r.task.split('/')[-1]}__{r.trial_id[:12]}", safe="")
+        folder = urllib.parse.quote(trial_folder_name(r.task, r.trial_id), safe="")
         reward = "void" if r.voided_reward is not None else (
             "-" if r.reward is None else f"{headline_of(r.reward):g}")
         links = [(f"trials/{folder}/{path}", path.split("/")[-1]) for path in TRIAL_FILES]

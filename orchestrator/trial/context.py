@@ -21,7 +21,7 @@ from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.log import get_logger
 from orchestrator.models.events import Observers, PhaseStarted
 from orchestrator.models.manifest import Manifest
-from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.models.result import FailureMode, TrialResult, trial_folder_name
 from orchestrator.paths import TrialDir
 from orchestrator.runtime.base import Runtime
 from orchestrator.tasks.load import Task
@@ -65,7 +65,7 @@ def trial_id(job: str, task: Task, agent_id: str, attempt: int) -> str:
 
 
 def trial_dir(ctx: TrialContext, task: Task, tid: str) -> TrialDir:
-    return TrialDir(ctx.job_dir / "trials" / f"{task.short_name}__{tid[:12]}")
+    return TrialDir(ctx.job_dir / "trials" / trial_folder_name(task.name, tid))
 
 
 class Cancelled(Exception):
