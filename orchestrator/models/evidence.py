@@ -26,7 +26,9 @@ class DirectoryEntry(BaseModel):
     display_name: str | None = None
 
 
-class EvidenceMessage(BaseModel):
+class RelayMessage(BaseModel):
+    """A message as the relay holds it, serves it (GET /messages) and exports it."""
+
     id: str
     kind: str
     created_at: float
@@ -53,4 +55,4 @@ class RelayEvidence(BaseModel):
     observed_channels: list[str] = Field(default_factory=list)
     message_count: int = 0
     truncated: bool = False  # more messages than were exported
-    messages: list[EvidenceMessage] = Field(default_factory=list)
+    messages: list[RelayMessage] = Field(default_factory=list)

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from orchestrator.models.evidence import EvidenceMessage, RelayEvidence
+from orchestrator.models.evidence import RelayEvidence, RelayMessage
 from orchestrator.models.result import ERRORED, VOID, TrialResult, headline_of
 from orchestrator.view.pages import FILE_PAGE_BYTES, href, view_page
 
@@ -151,7 +151,7 @@ def _evidence(path: Path) -> dict[str, Any]:
     by_id = {m.id: m for m in messages}
     names = {v.pubkey: k for k, v in data.identities.items()}
 
-    def depth(message: EvidenceMessage) -> int:
+    def depth(message: RelayMessage) -> int:
         d, seen = 0, set()
         while message.reply_to_event_id in by_id and d < 8 and message.id not in seen:
             seen.add(message.id)

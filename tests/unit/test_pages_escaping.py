@@ -22,9 +22,9 @@ from orchestrator.job.summary import summarize
 from orchestrator.models.compare import ClassDelta, CompareReport
 from orchestrator.models.evidence import (
     EvidenceIdentity,
-    EvidenceMessage,
     EvidenceTrial,
     RelayEvidence,
+    RelayMessage,
 )
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import FailureMode, TrialResult
@@ -84,8 +84,8 @@ def write_trial(job_dir: Path, result: TrialResult) -> Path:
     evidence = RelayEvidence(
         trial=EvidenceTrial(run_id="j", trial_id=result.trial_id, channel_id="c"), task_name="t",
         identities={f"bot{SCRIPT}": EvidenceIdentity(role="worker", pubkey="p1")}, messages=[
-            EvidenceMessage(id="m1", author=f"alice {SCRIPT}", author_role="asker", content=f"ask {SCRIPT}", **said),
-            EvidenceMessage(id="m2", author="bob", author_role=f"role {SCRIPT}", reply_to_event_id="m1",
+            RelayMessage(id="m1", author=f"alice {SCRIPT}", author_role="asker", content=f"ask {SCRIPT}", **said),
+            RelayMessage(id="m2", author="bob", author_role=f"role {SCRIPT}", reply_to_event_id="m1",
                             mentioned_pubkeys=["p1"], content=f"The answer {SCRIPT}", **said)])
     (folder / "artifacts").mkdir()
     (folder / "artifacts/relay-evidence.json").write_text(evidence.model_dump_json())

@@ -11,14 +11,14 @@ import hashlib
 import json
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from orchestrator.models.evidence import (
     DirectoryEntry,
     EvidenceIdentity,
-    EvidenceMessage,
     EvidenceTrial,
     RelayEvidence,
+    RelayMessage,
 )
 from orchestrator.services.relay import auth
 from orchestrator.tasks.slugs import MAX_VALUE_BYTES, normalise
@@ -49,19 +49,7 @@ class Identity:
         return auth.pubkey_of(self.private_key)
 
 
-@dataclass
-class Message:
-    id: str
-    kind: str
-    created_at: float
-    pubkey: str
-    author: str
-    author_role: str
-    content: str
-    channel_id: str
-    reply_to_event_id: str | None
-    mentioned_pubkeys: list[str]
-    tags: list[list[str]] = field(default_factory=list)
+Message = RelayMessage  # one model for the relay's wire, its store and the evidence
 
 
 @dataclass
@@ -236,7 +224,7 @@ class RelayStore:
             directory=[DirectoryEntry.model_validate(d) for d in self.directory()],
             scripted_events=scripted_events, observed_channels=observed_channels,
             message_count=len(messages), truncated=truncated,
-            messages=[EvidenceMessage.model_validate(_message_json(m)) for m in messages[:EXPORT_LIMIT]],
+            messages=[m.model_copy(deep=True) for m in messages[:EXPORT_LIMIT]],
         )
 
     def engram_log(self) -> list[dict]:
@@ -249,7 +237,4 @@ class RelayStore:
 
 
 def _message_json(m: Message) -> dict:
-    return {"id": m.id, "kind": m.kind, "created_at": m.created_at, "pubkey": m.pubkey,
-            "author": m.author, "author_role": m.author_role, "content": m.content,
-            "tags": m.tags, "channel_id": m.channel_id, "reply_to_event_id": m.reply_to_event_id,
-            "mentioned_pubkeys": m.mentioned_pubkeys}
+    return m.model_dump(mode="json")
