@@ -41,6 +41,7 @@ import yaml
 
 from orchestrator.errors import InputError
 from orchestrator.log import get_logger
+from orchestrator.models import trajectory
 from orchestrator.services.exchanges import conversation_key
 from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler
 
@@ -69,14 +70,10 @@ def load_script(path: Path) -> dict:
 
 def _rules_from_trajectory(path: Path) -> list[dict]:
     rules, turn, last_text = [], 0, "Done."
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
+    for _, record in trajectory.records(path):
+        if record is None:
             continue  # a malformed line of agent data is skipped, never fatal
-        event = (record.get("event") if isinstance(record, dict) else None) or {}
-        if not isinstance(event, dict):
-            continue
+        event = trajectory.event_of(record)
         if event.get("kind") == "tool_dispatch":
             tool = event["tool"]
             args = tool["args"] if isinstance(tool["args"], dict) else {"command": tool["args"]}

@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.models import trajectory
+
 if TYPE_CHECKING:
     from orchestrator.tasks.memory import FactFile
 
@@ -123,30 +125,21 @@ def _count(value: object, audit: Audit, line: int) -> int:
 
 
 def read_trajectory(path: Path) -> tuple[list[dict], list[int]]:
-    records: list[dict] = []
+    """The records that are events or memory recalls, and the numbers of the lines that are not."""
+    found: list[dict] = []
     malformed: list[int] = []
-    if not path.is_file():
-        return records, malformed
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except (ValueError, RecursionError):  # bad JSON, 100,000-deep nesting, huge ints
-                malformed.append(number)
-                continue
-            if not isinstance(record, dict) or not ({"event", "memory_recall"} & set(record)):
-                malformed.append(number)
-                continue
-            records.append(record)
-    return records, malformed
+    for number, record in trajectory.records(path):
+        if record is None or not ({"event", "memory_recall"} & set(record)):
+            malformed.append(number)
+        else:
+            found.append(record)
+    return found, malformed
 
 
 def _event_texts(event: dict) -> list[str]:
     """The places a marker counts as used: tool arguments and answer text."""
     texts = []
-    tool = event.get("tool") if isinstance(event.get("tool"), dict) else None
+    tool = trajectory.tool_of(event)
     if tool is not None and event.get("kind") in ("tool_dispatch", "tool_result"):
         args = tool.get("args")
         texts.append(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))

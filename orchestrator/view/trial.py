@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from orchestrator.models import trajectory
 from orchestrator.models.evidence import RelayEvidence, RelayMessage
 from orchestrator.models.result import ERRORED, VOID, TrialResult, headline_of
 from orchestrator.view.pages import FILE_PAGE_BYTES, href, view_page
@@ -100,18 +101,11 @@ def _trajectory(path: Path, markers: object, limit: int = 500) -> list[dict[str,
                    else [], key=len, reverse=True)  # the longest first where one holds another
     pattern = re.compile("|".join(map(re.escape, words))) if words else None
     turns: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle):
-            if number >= limit:
-                turns.append({"turn": "more", "limit": limit})
-                break
-            try:
-                record = json.loads(line)
-            except (ValueError, RecursionError):  # agent data: any JSON, or none
-                turns.append({"turn": "malformed", "line": number + 1})
-                continue
-            if isinstance(record, dict):
-                turns.append(_turn(record, pattern))
+    for number, record in trajectory.records(path):
+        if len(turns) >= limit:
+            turns.append({"turn": "more", "limit": limit})
+            break
+        turns.append({"turn": "malformed", "line": number} if record is None else _turn(record, pattern))
     return turns
 
 
@@ -125,10 +119,8 @@ def _turn(record: dict, markers: re.Pattern | None) -> dict[str, Any]:
                 "suppressed": recall.get("suppressed"), "top1": recall.get("top1"),
                 "shadowed": bool(shadow), "shadow": (shadow or {}).get("top1"),
                 "agree": bool(shadow) and recall.get("top1") == (shadow or {}).get("top1")}
-    event = record.get("event")
-    if not isinstance(event, dict):
-        event = {}
-    tool = event.get("tool") if isinstance(event.get("tool"), dict) else None
+    event = trajectory.event_of(record)
+    tool = trajectory.tool_of(event)
     if tool is None:
         return {"turn": "text", "kind": event.get("kind"),
                 "text": _marked(str(event.get("text") or ""), markers)}
