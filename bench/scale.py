@@ -13,7 +13,7 @@ nightly job would, and is watched from outside:
                           100 before the job and 100 after it (target <= 1.25)
   scale_rss_mb_at_100 / scale_rss_mb_last / scale_rss_growth_mb   the orchestrator's resident
                           memory when its 100th trial finished and when its last did (target:
-                          growth < 50)
+                          growth < 50); scale_rss_mb_at_exit after its summary and tables
   scale_threads_*, scale_fds_*   its threads and open files at the same two points, and the most
   scale_events_bytes_per_trial   events.jsonl over the trials
   scale_job_bytes_per_trial      the job folder over the trials
@@ -125,7 +125,8 @@ class Watched:
             time.sleep(0.5)
 
     def at(self, done: int) -> Sample:
-        return next(s for s in self.samples if s.done >= done)
+        """The first sample taken once `done` trials were done (the last sample if none was)."""
+        return next((s for s in self.samples if s.done >= done), self.samples[-1])
 
 
 def floor_seconds_per_trial(api, images: dict[int, str], tasks: list[Path], shared_floor) -> float:
@@ -198,11 +199,12 @@ def scale(tmp: Path, runtime, api, emit, orchestra: str, make_task, shared_floor
     emit("scale_floor_seconds_per_trial", round(floor, 3))
     emit("scale_seconds_per_trial", round((job.last_progress_at - job.started) / n, 3))
     emit("scale_vs_floor", round((job.last_progress_at - job.started) / n / floor, 2))
-    first, last = job.at(100), job.samples[-1]
+    first, last = job.at(100), job.at(n)  # when its 100th and its last trial were done
     emit("scale_rss_mb_at_100", round(first.rss_mb, 1))
     emit("scale_rss_mb_last", round(last.rss_mb, 1))
     emit("scale_rss_growth_mb", round(last.rss_mb - first.rss_mb, 1))
     emit("scale_rss_mb_max", round(max(s.rss_mb for s in job.samples), 1))
+    emit("scale_rss_mb_at_exit", round(job.samples[-1].rss_mb, 1))  # after the summary and tables
     emit("scale_threads_at_100", first.threads)
     emit("scale_threads_last", last.threads)
     emit("scale_threads_max", max(s.threads for s in job.samples))

@@ -44,16 +44,24 @@ def _cache_file() -> Path | None:
     return Path(where) if where else None
 
 
+def seconds_of(trial: TrialResult) -> float | None:
+    """A trial's wall seconds, when it really ran (None for cancelled, infeasible, unbuilt)."""
+    if trial.failure_mode in NOT_A_DURATION or not (trial.started_at and trial.finished_at):
+        return None
+    return trial.finished_at - trial.started_at
+
+
+def medians(seen: dict[str, list[float]]) -> dict[str, float]:
+    return {key: round(statistics.median(values), 3) for key, values in seen.items() if values}
+
+
 def measured(trials: Iterable[TrialResult], agent: str | None = None) -> dict[str, float]:
     """Median wall seconds per task content hash over trials that really ran."""
     seen: dict[str, list[float]] = {}
     for t in trials:
-        if t.failure_mode in NOT_A_DURATION or not (t.started_at and t.finished_at):
-            continue
-        if agent is not None and t.agent != agent:
-            continue
-        seen.setdefault(t.content_hash, []).append(t.finished_at - t.started_at)
-    return {key: round(statistics.median(values), 3) for key, values in seen.items()}
+        if (seconds := seconds_of(t)) is not None and (agent is None or t.agent == agent):
+            seen.setdefault(t.content_hash, []).append(seconds)
+    return medians(seen)
 
 
 def recorded(agent: str) -> dict[str, float]:
@@ -67,9 +75,9 @@ def recorded(agent: str) -> dict[str, float]:
         return {}
 
 
-def record(agent: str, trials: Iterable[TrialResult]) -> None:
-    """Remember this job's medians for the next one (best effort: a job never fails here)."""
-    found = measured(trials, agent)
+def record(agent: str, found: dict[str, float]) -> None:
+    """Remember this job's medians (`medians` of its trials) for the next one (best effort:
+    a job never fails here)."""
     if not found or (where := _cache_file()) is None:
         return
     try:

@@ -27,7 +27,7 @@ from orchestrator.job.enginewatch import EngineWatch
 from orchestrator.job.options import JobOptions, attempts_for
 from orchestrator.job.preflight import check_capabilities, preflight, with_sandbox_policy
 from orchestrator.job.scheduler import Admission, Scheduler
-from orchestrator.job.summary import summarize
+from orchestrator.job.summary import summarize, trial_summary
 from orchestrator.log import get_logger
 from orchestrator.models.events import AdmissionWaiting, Observers, Planned, TrialFinished
 from orchestrator.models.jobconfig import JobConfig, TaskRef
@@ -38,6 +38,7 @@ from orchestrator.models.result import (
     JobCapabilities,
     JobResult,
     TrialResult,
+    TrialSummary,
 )
 from orchestrator.runtime.base import LABEL_JOB, Runtime
 from orchestrator.tasks.load import Task
@@ -124,7 +125,11 @@ class Job:
         self.observers = observers or Observers()
         self.job_dir = self.options.jobs_dir / self.options.job_name
         self.cancel = threading.Event()
-        self.results: list[TrialResult] = []
+        # what the job keeps of each finished trial (its full result is in its folder): a
+        # summary, and its wall time by task content for durations.json (2,000 full results
+        # held 28 MB; their summaries hold about a tenth)
+        self.results: list[TrialSummary] = []
+        self.seconds: dict[str, list[float]] = {}
 
     def run(self) -> JobResult:
         self.prepare()
@@ -210,7 +215,8 @@ class Job:
             log.warning("resume.plan", finished=len(finished), rerun=len(todo),
                         message=f"resume: {len(finished)} trial(s) already complete, re-running "
                                 f"{len(todo)}" if todo else "resume: nothing left to run")
-        self.results = list(finished.values())
+        for result in finished.values():
+            self._keep(result)
         self.admission.listener = lambda task, why: self.observers.emit(AdmissionWaiting(task.name, why))
         return todo, len(items)
 
@@ -228,8 +234,13 @@ class Job:
                            lambda item: cancelled_result(ctx, item.task, item.attempt, item.retries),
                            lambda result: self._done(result, total))
 
+    def _keep(self, result: TrialResult) -> None:
+        self.results.append(trial_summary(result))
+        if (seconds := durations.seconds_of(result)) is not None and result.agent == self.agent.name:
+            self.seconds.setdefault(result.content_hash, []).append(seconds)
+
     def _done(self, result: TrialResult, total: int) -> None:
-        self.results.append(result)
+        self._keep(result)
         try:
             self.budget.trial_done(result.task)
         except EngineDiskFull:
@@ -258,11 +269,11 @@ class Job:
                 if isinstance(result, BaseException):  # a crashed attempt: cancelled below
                     continue
                 if result.trial_id not in {r.trial_id for r in self.results}:
-                    self.results.append(result)
+                    self._keep(result)
         seen = {r.trial_id for r in self.results}
         for item in todo:  # anything that never reached a final result
             if trial_id(ctx.job, item.task, ctx.agent_id, item.attempt) not in seen:
-                self.results.append(cancelled_result(ctx, item.task, item.attempt, item.retries))
+                self._keep(cancelled_result(ctx, item.task, item.attempt, item.retries))
         left = _clean_up_job(self.runtime, options.job_name, self.watchdog, self.networks,
                              self.upstreams, self.executor)
         try:
@@ -280,7 +291,7 @@ class Job:
         job = summarize(self.options, self.manifest, self.lead.agent, self.results, self.images.built,
                         started, self.admission)
         job.images_pushed, job.images_pruned, job.order = self.images.pushed, len(self.budget.pruned), self.order
-        durations.record(self.agent.name, self.results)
+        durations.record(self.agent.name, durations.medians(self.seconds))
         watch = getattr(self, "engine_watch", None)
         if watch is not None:
             job.engine_outages = [EngineOutage(gone_at=gone, seconds=round(back - gone, 1))

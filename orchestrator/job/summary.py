@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 
 from orchestrator.job.options import JobOptions
 from orchestrator.job.scheduler import Admission
@@ -23,30 +24,33 @@ from orchestrator.models.result import (
 )
 
 
-def summarize(options: JobOptions, manifest: Manifest, agent: str, results: list[TrialResult],
-              images_built: int, started: float, admission: Admission | None = None) -> JobResult:
-    results = sorted(results, key=lambda r: (r.task, r.attempt))
-    counts = Counter(r.failure_mode.value for r in results)
+def summarize(options: JobOptions, manifest: Manifest, agent: str,
+              results: Sequence[TrialResult | TrialSummary], images_built: int, started: float,
+              admission: Admission | None = None) -> JobResult:
+    """The job's result from its trials' results, or from their summaries (what a running
+    job keeps of each finished trial: about a tenth of the memory)."""
+    summaries = sorted((r if isinstance(r, TrialSummary) else trial_summary(r) for r in results),
+                       key=lambda s: (s.task, s.attempt))
+    counts = Counter(s.failure_mode.value for s in summaries)
     by_task: dict[str, list[float]] = {}
-    for r in results:
-        by_task.setdefault(r.task, []).append(r.headline)
+    for s in summaries:
+        by_task.setdefault(s.task, []).append(s.headline)
     k = max((len(v) for v in by_task.values()), default=options.k or 1)
     passed = [[passes(v) for v in vs] for vs in by_task.values()]
-    summaries = [trial_summary(r) for r in results]
     shadow = memory_shadow(summaries)
     return JobResult(
         job=options.job_name, condition=manifest.condition,
         condition_hash=manifest.condition_hash(), agent=agent, policy=options.policy, k=k,
-        n_trials=len(results), counts=dict(counts),
-        mean_reward=round(sum(r.headline for r in results) / len(results), 6) if results else 0.0,
-        errored=[r.trial_id for r in results if r.failure_mode in ERRORED],
-        void=[r.trial_id for r in results if r.failure_mode in VOID],
+        n_trials=len(summaries), counts=dict(counts),
+        mean_reward=round(sum(s.headline for s in summaries) / len(summaries), 6) if summaries else 0.0,
+        errored=[s.trial_id for s in summaries if s.failure_mode in ERRORED],
+        void=[s.trial_id for s in summaries if s.failure_mode in VOID],
         pass_at_k=round(pass_at_k(passed), 6) if k > 1 and passed else None,
         pass_hat_k=round(pass_hat_k(passed), 6) if k > 1 and passed else None,
         images_built=images_built, started_at=started, finished_at=time.time(),
         peak_cpus=admission.peak_cpus if admission else None,
         peak_memory_mb=admission.peak_memory_mb if admission else None,
-        retried=sum(1 for r in results if r.retries),
+        retried=sum(1 for s in summaries if s.retries),
         trials=summaries, memory_shadow=shadow.model_dump() if shadow else None,
     )
 

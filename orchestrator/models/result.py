@@ -209,6 +209,11 @@ class TrialSummary(BaseModel):
     retries: int = 0
     node: str | None = None
 
+    @property
+    def headline(self) -> float:
+        """The reward that counts, as TrialResult.headline: 0 for errored and void trials."""
+        return self.reward if self.reward is not None else 0.0
+
 
 class JobCapabilities(BaseModel):
     """What the runtime declared it could enforce for this job (runtime.base.Capabilities)."""

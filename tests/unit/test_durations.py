@@ -24,9 +24,9 @@ def test_recorded_per_agent_and_read_back(tmp_path, monkeypatch):
     monkeypatch.delenv("ORCHESTRA_DURATIONS", raising=False)
     monkeypatch.setenv("ORCHESTRA_CACHE", str(tmp_path))
     assert durations.recorded("oracle") == {}
-    durations.record("oracle", [trial("a", 4), trial("b", 8)])
-    durations.record("nop", [trial("a", 1, agent="nop")])
-    durations.record("oracle", [trial("b", 6)])  # a later job's measure replaces the earlier
+    durations.record("oracle", durations.measured([trial("a", 4), trial("b", 8)], "oracle"))
+    durations.record("nop", durations.measured([trial("a", 1, agent="nop")], "nop"))
+    durations.record("oracle", durations.measured([trial("b", 6)], "oracle"))  # a later job's measure replaces the earlier
     assert durations.recorded("oracle") == {"a": 4.0, "b": 6.0}
     assert durations.recorded("nop") == {"a": 1.0}
     (tmp_path / "durations.json").write_text("not json")
@@ -43,11 +43,11 @@ def test_unknown_first_then_longest_first_stable():
 def test_the_record_keeps_the_newest_and_can_be_turned_off(tmp_path, monkeypatch):
     monkeypatch.setenv("ORCHESTRA_DURATIONS", str(tmp_path / "d.json"))
     monkeypatch.setattr(durations, "MAX_PER_AGENT", 2)
-    durations.record("oracle", [trial("a", 1), trial("b", 2)])
-    durations.record("oracle", [trial("c", 3)])
-    durations.record("oracle", [trial("b", 4)])
+    durations.record("oracle", durations.measured([trial("a", 1), trial("b", 2)], "oracle"))
+    durations.record("oracle", durations.measured([trial("c", 3)], "oracle"))
+    durations.record("oracle", durations.measured([trial("b", 4)], "oracle"))
     assert durations.recorded("oracle") == {"c": 3.0, "b": 4.0}  # a, the oldest, went
     monkeypatch.setenv("ORCHESTRA_DURATIONS", "")
-    durations.record("oracle", [trial("z", 9)])
+    durations.record("oracle", durations.measured([trial("z", 9)], "oracle"))
     assert durations.recorded("oracle") == {}
     assert "z" not in (tmp_path / "d.json").read_text()
