@@ -171,6 +171,8 @@ class Job:
 
             assert options.endpoints is not None  # preflight refused endpoints without a config
             self.upstreams = Upstreams.open(in_use, options.endpoints, options.replay_from)
+        # before any trial, not beside them: the reaper removes a dead job's objects by its
+        # job label, and a resumed job has the same name (its new objects would go too)
         reap_orphans(runtime)
         self._write_config()
         ca_bundle = options.ca_bundle.read_bytes() if options.ca_bundle else None
@@ -276,6 +278,7 @@ class Job:
                 self._keep(cancelled_result(ctx, item.task, item.attempt, item.retries))
         left = _clean_up_job(self.runtime, options.job_name, self.watchdog, self.networks,
                              self.upstreams, self.executor)
+        self.images.flush()
         try:
             self.budget.finish()
         except Exception as exc:  # the budget never costs a job its result

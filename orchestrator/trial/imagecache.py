@@ -64,6 +64,7 @@ class ImageCache:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._touched: dict[str, float] = {}  # task name -> when its images were last said used
+        self._saying: list[threading.Thread] = []  # those sayings, off the trials' path
         self.built = 0
         self.pushed = 0
         self.pulled = 0
@@ -86,8 +87,19 @@ class ImageCache:
                 self._touched[task.name] = float("-inf")  # never: said at once
             if time.monotonic() - self._touched[task.name] > TOUCH_EVERY_SEC:  # in use, said now and
                 self._touched[task.name] = time.monotonic()  # then: other jobs' budgets spare it
-                touch_images([self._done[task.name].task_image, self._done[task.name].agent_image])
+                refs = [self._done[task.name].task_image, self._done[task.name].agent_image]
+                saying = threading.Thread(target=touch_images, args=(refs,), name="touch", daemon=True)
+                saying.start()
+                with self._guard:
+                    self._saying.append(saying)
             return self._done[task.name]
+
+    def flush(self, timeout: float = 10.0) -> None:
+        """Wait for the images' use to be written (the job's end)."""
+        with self._guard:
+            saying, self._saying = self._saying, []
+        for thread in saying:
+            thread.join(timeout)
 
     def refs(self, task_names: Iterable[str]) -> frozenset[str]:
         """The image references of these tasks' images (those this cache has made)."""
