@@ -1,6 +1,7 @@
 """A job's lifecycle events, for whoever watches it run (the live view, a pipeline's
-progress lines, tests): one frozen dataclass per kind, and `Observers`, where a watcher
-registers a handler for the kinds it cares about. A job emits; it never knows who listens.
+progress lines, tests): one NamedTuple per kind (immutable and typed, at a tenth of a
+frozen dataclass's cost at import), and `Observers`, where a watcher registers a handler
+for the kinds it cares about. A job emits; it never knows who listens.
 
   Planned          the trials to run are known: `total` planned, `done` already complete
                    (a resumed job's)
@@ -15,34 +16,29 @@ thread-safe.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from orchestrator.models.result import TrialResult
 
 
-@dataclass(frozen=True)
-class Planned:
+class Planned(NamedTuple):
     total: int
     done: int
 
 
-@dataclass(frozen=True)
-class PhaseStarted:
+class PhaseStarted(NamedTuple):
     trial_id: str
     label: str  # task#attempt
     phase: str
 
 
-@dataclass(frozen=True)
-class AdmissionWaiting:
+class AdmissionWaiting(NamedTuple):
     task: str
     why: str | None  # None: it no longer waits
 
 
-@dataclass(frozen=True)
-class TrialFinished:
+class TrialFinished(NamedTuple):
     result: TrialResult
     done: int
     total: int
