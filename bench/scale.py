@@ -152,7 +152,10 @@ def left_behind(api, job: str) -> int:
 
 def first_trial_event_after(events: Path, since: float) -> float:
     for line in events.read_text().splitlines():
-        event = json.loads(line)
+        try:
+            event = json.loads(line)
+        except ValueError:  # the killed process's half-written last line
+            continue
         if event.get("event") == "trial.phase":
             at = dt.datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
             if at >= since:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.abc
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,6 +54,7 @@ def configure(verbose: bool = False, json_file: Path | None = None) -> None:
     handlers.append(console)
     if json_file is not None:
         json_file.parent.mkdir(parents=True, exist_ok=True)
+        _end_the_last_line(json_file)
         file_handler = logging.FileHandler(json_file)
         file_handler.setLevel(logging.DEBUG)
         file_handler.setFormatter(logging.Formatter("%(message)s"))
@@ -70,3 +72,18 @@ def configure(verbose: bool = False, json_file: Path | None = None) -> None:
         logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=False,
     )
+
+
+def _end_the_last_line(path: Path) -> None:
+    """A process killed mid-write (SIGKILL, a full disk) can leave events.jsonl's last line
+    half written; the resumed job's first event goes on a line of its own, so only that
+    half line is unreadable, not the next one too."""
+    try:
+        with open(path, "rb+") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            if size:
+                handle.seek(size - 1)
+                if handle.read(1) != b"\n":
+                    handle.write(b"\n")
+    except FileNotFoundError:
+        pass

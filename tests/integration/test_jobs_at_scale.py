@@ -72,6 +72,13 @@ def test_a_sigkilled_job_resumes_and_ends_with_every_trial_exactly_once(runtime,
         if r["trial_id"] in done_before:
             assert r["finished_at"] < job["started_at"]
     assert orchestra_objects(runtime) == ([], [])  # the killed job's leftovers were reaped
+    unreadable = []
+    for line in (job_dir / "events.jsonl").read_text().splitlines():
+        try:
+            json.loads(line)
+        except ValueError:
+            unreadable.append(line)
+    assert len(unreadable) <= 1  # at most the killed process's half line, never the next one
 
 
 class FlakyEngine(DockerRuntime):
