@@ -60,7 +60,7 @@ def configure(verbose: bool = False, json_file: Path | None = None) -> None:
         file_handler.setFormatter(logging.Formatter("%(message)s"))
         handlers.append(file_handler)
     logging.basicConfig(level=logging.DEBUG, handlers=handlers, force=True)
-    for noisy in ("urllib3", "docker"):
+    for noisy in ("urllib3", "docker", "filelock"):  # their debug lines are not events
         logging.getLogger(noisy).setLevel(logging.WARNING)
     structlog.configure(
         processors=[
