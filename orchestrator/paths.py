@@ -26,7 +26,7 @@ ARTIFACTS = "/logs/artifacts"
 VERIFIER_LOGS = "/logs/verifier"
 TESTS = "/tests"
 SOLUTION = "/solution"
-AGENT_STACK = "/opt/orchestra"
+AGENT_STACK = "/opt/orchestra"  # in the container; AGENT_STACK_SOURCE is its source on the host
 INSTRUCTION = "/logs/agent/instruction.md"
 
 

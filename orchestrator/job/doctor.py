@@ -36,7 +36,7 @@ from orchestrator.models.events import Observers
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import ERRORED, FailureMode, TrialResult
 from orchestrator.paths import cache_root
-from orchestrator.runtime.base import BuildFailed, Runtime, SandboxSpec
+from orchestrator.runtime.base import BuildFailed, ContainerSpec, Runtime
 from orchestrator.tasks.load import Task
 from orchestrator.trial.baseimage import BASE_VERSION
 from orchestrator.trial.images import ensure_task_images
@@ -285,7 +285,7 @@ def leak_preflight(runtime: Runtime, task: Task, ca_bundle: Path | None = None) 
     except BuildFailed:
         return []  # the oracle's verdict already said the build failed
     name = f"orchestra-doctor-{hashlib.sha256(task.name.encode()).hexdigest()[:12]}-{int(time.time())}"
-    spec = SandboxSpec(image=image, name=name, labels={"orchestra.kind": "doctor", "orchestra.job": "doctor"},
+    spec = ContainerSpec(image=image, name=name, labels={"orchestra.kind": "doctor", "orchestra.job": "doctor"},
                        command=["sleep", "600"], cpus=1.0, memory_mb=512, pids_limit=256, network="none",
                        entrypoint=["/bin/sh", "-c", "exec \"$@\"", "sh"])
     container = runtime.create(spec)

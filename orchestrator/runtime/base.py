@@ -37,7 +37,7 @@ class VolumeMount:
 
 
 @dataclass
-class SandboxSpec:
+class ContainerSpec:
     """One container to create. Quotas are the task's, applied as given."""
 
     image: str
@@ -285,7 +285,7 @@ class Runtime(ABC):
 
     # ---- containers ----------------------------------------------------------------
     @abstractmethod
-    def create(self, spec: SandboxSpec) -> str: ...
+    def create(self, spec: ContainerSpec) -> str: ...
     @abstractmethod
     def start(self, container: str) -> None: ...
     @abstractmethod

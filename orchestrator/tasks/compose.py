@@ -37,7 +37,7 @@ _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s|us))+$")
 
 
-class Healthcheck(BaseModel):
+class ComposeHealthcheck(BaseModel):
     model_config = ConfigDict(extra="forbid")
     test: list[str] | str
     interval: str = "30s"
@@ -75,7 +75,7 @@ class Service(BaseModel):
     working_dir: str | None = None
     volumes: list[str] = []
     depends_on: dict[str, Dependency] = {}
-    healthcheck: Healthcheck | None = None
+    healthcheck: ComposeHealthcheck | None = None
 
     @field_validator("build", mode="before")
     @classmethod

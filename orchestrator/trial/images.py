@@ -32,7 +32,6 @@ from orchestrator.trial.trust import CA_PATH, CA_VARIABLES
 
 log = get_logger()
 
-AGENT_STACK = AGENT_STACK_SOURCE
 BASE_IMAGE = base_image("bookworm")  # the default stand-in
 _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.IGNORECASE | re.MULTILINE)
 
@@ -72,7 +71,7 @@ def build_once(runtime: Runtime, tag: str, build: Callable[[], None]) -> int:
 
 
 def stack_hash() -> str:
-    return hash_tree(AGENT_STACK)
+    return hash_tree(AGENT_STACK_SOURCE)
 
 
 def base_references(dockerfile: str) -> list[str]:
@@ -245,7 +244,7 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
         context = tar_files({"Dockerfile": (
             f"FROM {task_image}\nCOPY agent-stack /opt/orchestra\n"
             "COPY bin-links/ /usr/local/bin/\n").encode()})
-        context = _append_tree(context, AGENT_STACK, "agent-stack")
+        context = _append_tree(context, AGENT_STACK_SOURCE, "agent-stack")
         runtime.build_image(context, agent_image, {**labels, LABEL_IMAGE_KIND: "agent-image"}, 300)
 
     built += build_once(runtime, agent_image, build_agent_image)

@@ -23,22 +23,28 @@ from orchestrator.host.netpool import NetworkPool
 from orchestrator.log import get_logger
 from orchestrator.models.result import AppliedLimits
 from orchestrator.models.task import Healthcheck
-from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, LOGS, VERIFIER_LOGS
+from orchestrator.paths import (
+    AGENT_LOGS,
+    AGENT_STACK,
+    AGENT_STACK_SOURCE,
+    ARTIFACTS,
+    LOGS,
+    VERIFIER_LOGS,
+)
 from orchestrator.runtime.base import (
     LABEL_JOB,
     LABEL_KIND,
     LABEL_TRIAL,
+    ContainerSpec,
     DiskQuotas,
     LoopDisk,
     Network,
     Runtime,
     RuntimeFault,
-    SandboxSpec,
     VolumeMount,
 )
 from orchestrator.tasks.load import Task
 from orchestrator.trial import verifier_tools
-from orchestrator.trial.images import AGENT_STACK as AGENT_STACK_DIR
 from orchestrator.trial.sidecars import start_sidecars, volume_mounts, wait_for
 from orchestrator.trial.trust import APPEND, Trust
 
@@ -149,13 +155,13 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
     # (read-only; a running container cannot gain a mount later)
     tools = verifier_tools.host_tools() if task.config.verifier.environment_mode == "shared" else {}
     box.static_tools = bool(tools)
-    spec = SandboxSpec(
+    spec = ContainerSpec(
         image=image, name=f"{name}-agent", labels=box.labels("agent"),
         command=["sleep", "infinity"], cpus=environment.cpus, memory_mb=environment.memory_mb,
         pids_limit=environment.pids_limit, network=box.network.name, workdir=box.workdir,
         env={**box.trust.env, **env}, drop_all_capabilities=environment.drop_all_capabilities,
         mounts=mounts, runtime=oci_runtime,
-        read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK, **tools, **binds, **box.trust.binds},
+        read_only_binds={str(AGENT_STACK_SOURCE): AGENT_STACK, **tools, **binds, **box.trust.binds},
     )
     box.agent_container = runtime.create(spec)
     box.containers.append(box.agent_container)

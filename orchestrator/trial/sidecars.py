@@ -17,13 +17,13 @@ from orchestrator.log import get_logger
 from orchestrator.runtime.base import (
     LABEL_IMAGE_KIND,
     BuildFailed,
+    ContainerSpec,
     HealthProbe,
     Runtime,
     RuntimeFault,
-    SandboxSpec,
     VolumeMount,
 )
-from orchestrator.tasks.compose import Compose, Healthcheck, Service
+from orchestrator.tasks.compose import Compose, ComposeHealthcheck, Service
 from orchestrator.tasks.load import Task, hash_tree, image_repository
 from orchestrator.trial.images import build_context, resolve_bases
 
@@ -75,7 +75,7 @@ def start_sidecars(runtime: Runtime, task: Task, box: Sandbox, name: str) -> dic
         service = compose.services[service_name]
         wait_for(runtime, compose, service, started)
         command = service.command
-        spec = SandboxSpec(
+        spec = ContainerSpec(
             image=sidecar_image(runtime, task, service_name, service), name=f"{name}-{service_name}",
             labels=box.labels("sidecar"), command=command if isinstance(command, list) or command is None
             else ["sh", "-c", command], cpus=env.cpus, memory_mb=env.memory_mb,
@@ -118,7 +118,7 @@ def wait_for(runtime: Runtime, compose: Compose, service: Service, started: dict
             time.sleep(0.2)
 
 
-def _probe(healthcheck: Healthcheck) -> HealthProbe:
+def _probe(healthcheck: ComposeHealthcheck) -> HealthProbe:
     """A compose healthcheck in the runtime's terms."""
     return HealthProbe(test=healthcheck.command, interval_sec=healthcheck.seconds("interval"),
                        timeout_sec=healthcheck.seconds("timeout"), retries=healthcheck.retries,

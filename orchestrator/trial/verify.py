@@ -18,7 +18,7 @@ from orchestrator.archive import safe_extract, spool_directories, tar_directory,
 from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import ARTIFACTS, LOGS, TESTS, VERIFIER_LOGS, TrialDir
-from orchestrator.runtime.base import LABEL_IMAGE_KIND, Runtime, SandboxSpec
+from orchestrator.runtime.base import LABEL_IMAGE_KIND, ContainerSpec, Runtime
 from orchestrator.tasks.load import Task
 from orchestrator.trial import verifier_tools
 from orchestrator.trial.collect import copy_out
@@ -251,7 +251,7 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         env = {**box.egress.env(direct=[box.network.gateway]), **env}
     # snapshot: the tests go onto the loop disk before the container exists; separate: copied in
     staged = _stage_on_disk(task, box) if mounts else STAGED_TESTS
-    spec = SandboxSpec(
+    spec = ContainerSpec(
         image=image, name=f"{box.name}-verifier" + (f"-{re.sub(r'[^a-zA-Z0-9_.-]', '-', task.step)}" if task.step else ""),
         labels=box.labels("verifier"),
         command=_command(box, bool(tools), staged), cpus=environment.cpus,

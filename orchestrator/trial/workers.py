@@ -16,11 +16,18 @@ from orchestrator.archive import safe_extract, tar_files
 from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.log import get_logger
 from orchestrator.models.manifest import flag_env
-from orchestrator.paths import AGENT_LOGS, AGENT_STACK, ARTIFACTS, INSTRUCTION, LOGS, TrialDir
-from orchestrator.runtime.base import Runtime, SandboxSpec
+from orchestrator.paths import (
+    AGENT_LOGS,
+    AGENT_STACK,
+    AGENT_STACK_SOURCE,
+    ARTIFACTS,
+    INSTRUCTION,
+    LOGS,
+    TrialDir,
+)
+from orchestrator.runtime.base import ContainerSpec, Runtime
 from orchestrator.tasks.load import Task
 from orchestrator.tasks.memory import StateRoots, file_seed_archive
-from orchestrator.trial.images import AGENT_STACK as AGENT_STACK_DIR
 from orchestrator.trial.sandbox import Sandbox, require_runtime
 
 if TYPE_CHECKING:
@@ -57,14 +64,14 @@ def start_workers(ctx: TrialContext, task: Task, box: Sandbox, relay: TrialRelay
         for index in range(member.count):
             name = member.id if member.count == 1 else f"{member.id}-{index + 1}"
             roots = StateRoots.fresh()
-            spec = SandboxSpec(
+            spec = ContainerSpec(
                 image=image, name=f"{box.name}-{name}", labels=box.labels("worker"),
                 command=["sleep", "infinity"], cpus=environment.cpus, memory_mb=environment.memory_mb,
                 pids_limit=environment.pids_limit, network=box.network.name, workdir=box.workdir,
                 env={**box.trust.env, **environment.env, **flag_env(member, flags),
                      **roots.env(box.workdir), "ORCHESTRA_AGENT_ID": name},
                 drop_all_capabilities=environment.drop_all_capabilities,
-                read_only_binds={str(AGENT_STACK_DIR): AGENT_STACK, **box.trust.binds},
+                read_only_binds={str(AGENT_STACK_SOURCE): AGENT_STACK, **box.trust.binds},
                 runtime=ctx.oci_runtime)
             container = ctx.runtime.create(spec)
             box.containers.append(container)

@@ -17,7 +17,7 @@ from orchestrator.cli import commands as cli
 from orchestrator.host.cleanup import owner_labels
 from orchestrator.models.result import TrialResult
 from orchestrator.runtime import docker as docker_runtime
-from orchestrator.runtime.base import SandboxSpec
+from orchestrator.runtime.base import ContainerSpec
 from orchestrator.runtime.docker import DockerRuntime
 
 
@@ -60,7 +60,7 @@ class RivalRemover(DockerRuntime):
 
 
 def _sleeper(runtime: DockerRuntime, network: str, label: str) -> str:
-    spec = SandboxSpec(image="orchestra/base:bookworm", name=f"race-{uuid.uuid4().hex[:8]}",
+    spec = ContainerSpec(image="orchestra/base:bookworm", name=f"race-{uuid.uuid4().hex[:8]}",
                        labels={"orchestra.job": label, "orchestra.kind": "agent",
                                **owner_labels()},
                        command=["sleep", "infinity"], cpus=0.5, memory_mb=64, pids_limit=32,

@@ -20,7 +20,7 @@ from conftest import ROOT, wait_for
 from parts import accept_forever, pipe_both_ways
 
 from orchestrator.errors import InfraError
-from orchestrator.runtime.base import RuntimeFault, SandboxSpec
+from orchestrator.runtime.base import ContainerSpec, RuntimeFault
 from orchestrator.runtime.client import APIError, EngineClient, ImageNotFound, NotFound
 from orchestrator.runtime.docker import DockerRuntime, connect
 
@@ -37,7 +37,7 @@ def engine():
 
 @pytest.fixture
 def sleeper(runtime):
-    container = runtime.create(SandboxSpec(
+    container = runtime.create(ContainerSpec(
         image=IMAGE, name=f"engine-client-{id(runtime)}", command=["sleep", "infinity"], cpus=0.5,
         memory_mb=128, pids_limit=64, labels={"orchestra.job": "engine-client", "orchestra.pid": "1"},
         network="none"))

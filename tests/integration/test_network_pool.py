@@ -90,12 +90,12 @@ def test_a_claimed_network_whose_firewall_rule_is_gone_gets_it_back(runtime, poo
 
 def test_a_parked_network_a_container_still_holds_is_not_claimed(runtime, pool_dir):
     from orchestrator.host.cleanup import owner_labels
-    from orchestrator.runtime.base import SandboxSpec
+    from orchestrator.runtime.base import ContainerSpec
 
     maker = NetworkPool(runtime, "busy-a")
     network = maker.acquire(internal=True)
     maker.close()
-    container = runtime.create(SandboxSpec(
+    container = runtime.create(ContainerSpec(
         image="orchestra/base:bookworm", name=f"{network.name}-squatter", command=["sleep", "60"], cpus=0.5, memory_mb=128, pids_limit=64,
         labels={"orchestra.job": "busy-squatter", **owner_labels()}, network=network.name))
     try:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from orchestrator.runtime.base import SandboxSpec
+from orchestrator.runtime.base import ContainerSpec
 from orchestrator.tasks.standins import RELEASES, base_image
 from orchestrator.trial.baseimage import BOOTSTRAP_RELEASES, bootstrap_base
 
@@ -54,7 +54,7 @@ def test_every_stand_in_behaves_like_an_official_python_image(runtime, release):
         pytest.skip(f"{base_image(release)} is built on demand and this engine has none yet")
     image = bootstrap_base(runtime, release)
     name = f"orchestra-probe-{release}"
-    spec = SandboxSpec(image=image, name=name, labels={"orchestra.kind": "probe", "orchestra.job": "probe"},
+    spec = ContainerSpec(image=image, name=name, labels={"orchestra.kind": "probe", "orchestra.job": "probe"},
                        command=["sleep", "300"], cpus=1.0, memory_mb=512, pids_limit=256, network="none")
     container = runtime.create(spec)
     try:

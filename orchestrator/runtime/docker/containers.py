@@ -1,4 +1,4 @@
-"""Containers, as a part of DockerRuntime (`ContainersMixin`): made from a SandboxSpec
+"""Containers, as a part of DockerRuntime (`ContainersMixin`): made from a ContainerSpec
 with its limits (CPUs, memory without swap, pids, capabilities, no-new-privileges, an init,
 a capped log) and orchestra's labels, then started (never `run()`, which auto-pulls);
 their state, health, exit (`wait`), OOM kills and the limits the engine really applied;
@@ -19,8 +19,8 @@ from orchestrator.runtime.base import (
     LABEL_PID,
     TRIMMED_CAPABILITIES,
     ContainerLimits,
+    ContainerSpec,
     RuntimeFault,
-    SandboxSpec,
 )
 from orchestrator.runtime.client import APIError, ImageNotFound, NotFound
 from orchestrator.runtime.docker.shared import DockerState, _removed
@@ -36,7 +36,7 @@ GVISOR_PIDS_PER_PROCESS = 16
 
 
 class ContainersMixin(DockerState):
-    def create(self, spec: SandboxSpec) -> str:
+    def create(self, spec: ContainerSpec) -> str:
         memory = spec.memory_mb * 1024 * 1024
         host_config = {
             "NanoCpus": int(spec.cpus * 1e9), "Memory": memory, "MemorySwap": memory,
