@@ -242,7 +242,7 @@ def test_a_running_job_is_shown_as_it_grows(viewer):
     """A job without result.json yet: its page lists the trials finished so far, says how
     many of the planned, at what rate, and reloads itself; finished, it is the plain page."""
     url, root = viewer
-    make_task(root / "slow", "slow", solve="sleep 3\ntouch /app/ok\n")
+    make_task(root / "slow", "slow", solve="sleep 2\ntouch /app/ok\n")
     proc = subprocess.Popen([ORCHESTRA, "run", "--path", str(root / "slow"), "--agent", "oracle", "-k", "3",
                              "-n", "1", "--jobs-dir", str(root / "jobs"), "--job-name", "growing", "-q"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
