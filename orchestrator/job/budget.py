@@ -76,11 +76,12 @@ class DiskBudget:
                                spare_used_within_sec=SPARE_OTHERS_SEC, mine=frozenset(self.mine - needed))
         if removed:
             gone = {tag for image in removed for tag in image.tags}
-            self.pruned += [(image.tags or [image.id])[0] for image in removed]
+            names = [(image.tags or [image.id])[0] for image in removed]
+            self.pruned += names
             for name in finished:  # a task whose image went is built again if it runs again
                 if self.images.refs([name]) & gone:
                     self.images.forget(name)
-            log.info("images.pruned", images=self.pruned[-len(removed):], budget_gb=self.budget_gb)
+            log.info("images.pruned", images=names, budget_gb=self.budget_gb)
 
     def check_data_root(self) -> None:
         space = self.runtime.data_root_space(self.facts)

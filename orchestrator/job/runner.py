@@ -265,14 +265,15 @@ class Job:
         the result summarized and written. Returns it and what clean-up could not remove."""
         ctx, options = self.ctx, self.options
         scheduler = getattr(self, "scheduler", None)
+        seen = {r.trial_id for r in self.results}
         if scheduler is not None:
             scheduler.stop(timeout=15.0 if interrupted else 3600.0)
             for _item, result in scheduler.drain():
                 if isinstance(result, BaseException):  # a crashed attempt: cancelled below
                     continue
-                if result.trial_id not in {r.trial_id for r in self.results}:
+                if result.trial_id not in seen:
+                    seen.add(result.trial_id)
                     self._keep(result)
-        seen = {r.trial_id for r in self.results}
         for item in todo:  # anything that never reached a final result
             if trial_id(ctx.job, item.task, ctx.agent_id, item.attempt) not in seen:
                 self._keep(cancelled_result(ctx, item.task, item.attempt, item.retries))

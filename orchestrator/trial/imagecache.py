@@ -90,8 +90,8 @@ class ImageCache:
                 refs = [self._done[task.name].task_image, self._done[task.name].agent_image]
                 saying = threading.Thread(target=touch_images, args=(refs,), name="touch", daemon=True)
                 saying.start()
-                with self._guard:
-                    self._saying.append(saying)
+                with self._guard:  # the finished ones go: a long job says it every 10 minutes a task
+                    self._saying = [t for t in self._saying if t.is_alive()] + [saying]
             return self._done[task.name]
 
     def flush(self, timeout: float = 10.0) -> None:
