@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import logging
 import os
@@ -26,7 +27,8 @@ class _HideRich(importlib.abc.MetaPathFinder):
 
 
 def _import_structlog() -> ModuleType:
-    """structlog, loaded without the parts of rich not yet loaded. With rich installed,
+    """structlog, loaded without the parts of rich not yet loaded, and with asyncio loaded
+    at its first use (_OnFirstUse). With rich installed,
     structlog imports rich's traceback and pretty-printer for its console renderer: 40-70 ms
     of every run's start-up (python -X importtime). Orchestra renders JSON lines (and text
     tracebacks), so those rich modules are hidden while structlog loads; the CLI's own rich
@@ -35,11 +37,25 @@ def _import_structlog() -> ModuleType:
         return sys.modules["structlog"]
     hide = _HideRich()
     sys.meta_path.insert(0, hide)
+    on_first_use = "asyncio" not in sys.modules
+    if on_first_use:
+        sys.modules["asyncio"] = _OnFirstUse("asyncio")
     try:
         import structlog
     finally:
         sys.meta_path.remove(hide)
+        if on_first_use and isinstance(sys.modules.get("asyncio"), _OnFirstUse):
+            del sys.modules["asyncio"]  # the next `import asyncio` is the real one
     return structlog
+
+
+class _OnFirstUse(ModuleType):
+    """What structlog's modules get for asyncio, which they import for their async logging
+    methods alone (orchestra never calls them; loading asyncio costs 11 ms of every run's
+    start-up): the real module is imported when one of its attributes is first used."""
+
+    def __getattr__(self, attr: str) -> object:
+        return getattr(importlib.import_module(self.__name__), attr)
 
 
 structlog = _import_structlog()

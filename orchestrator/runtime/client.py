@@ -46,15 +46,29 @@ def _may_need_ssh() -> bool:
         return False
 
 
-# docker-py imports paramiko (0.2-0.3 s, measured) whenever it is installed, for ssh:// alone.
-# Where the engine cannot be ssh, it is hidden while docker-py loads (docker-py then simply
-# has no SSH adapter, as without paramiko), and visible again after.
-if "paramiko" not in sys.modules and not _may_need_ssh():
-    sys.modules["paramiko"] = None  # type: ignore[assignment]
+# Two packages docker-py's import would load for nothing are hidden while it loads, and
+# visible again after (python -X importtime, this machine):
+# - paramiko (0.2-0.3 s), for ssh:// alone: hidden where the engine cannot be ssh (docker-py
+#   then has no SSH adapter, as without paramiko);
+# - requests' character detection (charset_normalizer, or chardet: 13 ms), which guesses the
+#   encoding of a text answer that declares none. The engine answers JSON and byte streams;
+#   without it requests takes such text as UTF-8 (its documented fallback).
+_HIDDEN = [] if "requests" in sys.modules else [
+    name for name in ("charset_normalizer", "chardet") if name not in sys.modules]
+if "paramiko" not in sys.modules and "docker" not in sys.modules and not _may_need_ssh():
+    _HIDDEN.append("paramiko")
+if _HIDDEN:
+    import warnings
+
+    for _name in _HIDDEN:
+        sys.modules[_name] = None  # type: ignore[assignment]
     try:
-        import docker
+        with warnings.catch_warnings():  # requests warns that it has no character detection
+            warnings.simplefilter("ignore")
+            import docker
     finally:
-        del sys.modules["paramiko"]
+        for _name in _HIDDEN:
+            del sys.modules[_name]
 import docker  # noqa: E402
 import urllib3  # noqa: E402
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound  # noqa: E402

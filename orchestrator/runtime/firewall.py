@@ -85,12 +85,13 @@ def isolate(network: str, gateway: str) -> bool:
     if not os.path.isdir(f"/sys/class/net/{bridge}"):
         log.warning("firewall.no_bridge", bridge=bridge, network=network[:64])
         return False
-    while _iptables("-D", *_legacy(bridge, gateway)).returncode == 0:
-        pass  # a network kept from before chains: its one rule goes
+    jumped = _iptables("-C", *_jump(bridge, chain)).returncode == 0
     if not _fill(chain, gateway, []):
         return False
-    if _iptables("-C", *_jump(bridge, chain)).returncode == 0:
+    if jumped:  # a pool network isolated before (every claim): its chain is closed again
         return True
+    while _iptables("-D", *_legacy(bridge, gateway)).returncode == 0:
+        pass  # a network kept from before chains (no jump yet): its one rule goes
     result = _iptables("-I", *_jump(bridge, chain))
     if result.returncode != 0:
         log.warning("firewall.isolate_failed", bridge=bridge, error=result.stderr.strip()[:300])

@@ -28,8 +28,11 @@ def bootstrap_base(runtime: Runtime, release: str = "bookworm", force: bool = Fa
     ca-certificates into a folder, make it behave like the official python images, and
     `docker import` it. Present and of this recipe's version: nothing to do."""
     image = base_image(release)
+    if not force and _base_version(runtime, image) == BASE_VERSION:  # every trial: no lock taken
+        log.info("base.present", image=image)
+        return image
     with image_lock(image):
-        if not force and _base_version(runtime, image) == BASE_VERSION:
+        if not force and _base_version(runtime, image) == BASE_VERSION:  # another builder made it
             log.info("base.present", image=image)
             return image
         _debootstrap_import(runtime, release, image)

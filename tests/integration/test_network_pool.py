@@ -136,3 +136,29 @@ def test_with_the_pool_off_a_job_removes_its_networks(runtime, tmp_path, pool_di
     assert trials[0].reward == {"reward": 1.0}
     assert not _exists(runtime, trials[0].limits.network)
     assert list(pool_dir.iterdir()) == []
+
+
+def test_ports_are_written_only_when_they_change_and_read_back_from_the_kernel(
+        runtime, pool_dir, monkeypatch):
+    """A trial that opens no port costs no iptables commit on a network whose chain is
+    closed; one that opens ports has them read back, and closed again at release."""
+    fills: list[list[int]] = []
+    real_fill = firewall._fill
+    monkeypatch.setattr(firewall, "_fill", lambda chain, gateway, ports: fills.append(list(ports))
+                        or real_fill(chain, gateway, ports))
+    pool = NetworkPool(runtime, "ports-a")
+    try:
+        network = pool.acquire(internal=False)
+        assert fills == [[]]  # made (or claimed): its chain written closed once
+        assert runtime.open_host_ports(network, []) == [] and fills == [[]]
+        pool.release(network)
+        assert fills == [[]]  # nothing was open: nothing to close
+        again = pool.acquire(internal=False)
+        assert again is network
+        assert runtime.open_host_ports(network, [5000, 4000, 5000]) == [4000, 5000]
+        assert firewall.opened(network.name) == [4000, 5000] and fills == [[], [4000, 5000]]
+        pool.release(network)
+        assert firewall.opened(network.name) == [] and fills == [[], [4000, 5000], []]
+        assert runtime.open_host_ports(network, []) == [] and len(fills) == 3
+    finally:
+        pool.close()

@@ -102,6 +102,7 @@ class DockerRuntime(EngineMixin, ImagesMixin, NetworksMixin, ContainersMixin, Ex
         self.api = engine or connect(max_pool_size)  # the Engine API client: tests read back from it
         self.subnets = SubnetPool()
         self._network_blocks: dict[str, Block] = {}
+        self._ports_open: dict[str, list[int]] = {}
         self._runtime_paths: dict[str, str] | None = None  # OCI runtime name -> its binary
         self._lock = threading.Lock()
         # Podman's Docker-compatible API, where some calls differ (README "Engines")

@@ -36,7 +36,8 @@ class DockerState(Runtime):
     subnets: SubnetPool
     _network_blocks: dict[str, Block]  # network name -> the block it holds
     _runtime_paths: dict[str, str] | None  # OCI runtime name -> its binary
-    _lock: threading.Lock  # over _network_blocks
+    _ports_open: dict[str, list[int]]  # network name -> its gateway's ports this process opened
+    _lock: threading.Lock  # over _network_blocks and _ports_open
     podman: bool  # Podman's Docker-compatible API, where some calls differ (README "Engines")
     local_engine: bool  # the engine shares this host (its socket, or loopback TCP)
     _loop_disks: LoopDisks | None
