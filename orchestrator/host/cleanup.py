@@ -88,10 +88,11 @@ def try_remove(kind: str, remove: Callable[[str], object], name: str) -> bool:
         return False
 
 
-def remaining(runtime: Runtime, label: str | list[str]) -> list[str]:
-    """What still carries `label` (and loop disks of that job): "kind name" lines."""
+def remaining(runtime: Runtime, label: str | list[str], engine_objects: bool = True) -> list[str]:
+    """What still carries `label` (and loop disks of that job): "kind name" lines. Without
+    `engine_objects`, the loop disks alone (the caller's own listing just found none)."""
     labels, job, mine = _scope(label)
-    containers, networks, volumes = runtime.labelled(*labels)
+    containers, networks, volumes = runtime.labelled(*labels) if engine_objects else ([], [], [])
     left = ([f"container {c[:12]}" for c in containers] + [f"network {n}" for n in networks]
             + [f"volume {v}" for v in volumes])
     if job is not None and (quotas := runtime.loop_disks()) is not None:

@@ -330,14 +330,21 @@ def _clean_up_job(runtime: Runtime, job: str, watchdog: DiskWatchdog, networks: 
     if upstreams is not None:
         steps.append(("upstreams", upstreams.close))
     steps += [("executor_reap", lambda: executor.reap(label)), ("executor_close", executor.close)]
-    steps.append(("reap", lambda: _log_reaped(reap(runtime, own(label)))))
+    reaped: dict[str, int] = {}
+
+    def reap_the_job() -> None:
+        reaped.update(reap(runtime, own(label)))
+        _log_reaped(reaped)
+    steps.append(("reap", reap_the_job))
     for name, step in steps:
         try:
             step()
         except Exception as exc:
             log.warning("job.cleanup_step_failed", step=name, error=str(exc)[:300])
+    # the reap's listing (just now) found none of the job's objects: none can be left
+    listed_none = bool(reaped) and not any(reaped[k] for k in ("containers", "networks", "volumes"))
     try:
-        left = remaining(runtime, own(label))
+        left = remaining(runtime, own(label), engine_objects=not listed_none)
     except Exception as exc:  # the engine is gone: nothing more can be checked
         log.error("job.cleanup_unverified", error=str(exc)[:300])
         return [f"(unverified: {exc.__class__.__name__})"]

@@ -86,9 +86,11 @@ def isolate(network: str, gateway: str) -> bool:
         log.warning("firewall.no_bridge", bridge=bridge, network=network[:64])
         return False
     jumped = _iptables("-C", *_jump(bridge, chain)).returncode == 0
+    if jumped and _closed(chain):  # a pool network as its last job left it (the usual claim)
+        return True
     if not _fill(chain, gateway, []):
         return False
-    if jumped:  # a pool network isolated before (every claim): its chain is closed again
+    if jumped:  # its chain had a port open (its job was killed) or was changed: closed again
         return True
     while _iptables("-D", *_legacy(bridge, gateway)).returncode == 0:
         pass  # a network kept from before chains (no jump yet): its one rule goes
@@ -97,6 +99,15 @@ def isolate(network: str, gateway: str) -> bool:
         log.warning("firewall.isolate_failed", bridge=bridge, error=result.stderr.strip()[:300])
         return False
     return True
+
+
+def _closed(chain: str) -> bool:
+    """The chain, read back, is exactly what _fill writes with no port open: replies, then
+    REJECT. (Reading costs ~1.5 ms; writing it, any rule at all, 12-16 ms with iptables-nft.)"""
+    listed = _iptables("-S", chain)
+    rules = [line.split(None, 2)[2] for line in listed.stdout.splitlines() if line.startswith("-A ")]
+    return listed.returncode == 0 and len(rules) == 2 and "--ctstate" in rules[0] \
+        and rules[0].endswith("-j ACCEPT") and rules[1].startswith("-j REJECT")
 
 
 def ensure(network: str, gateway: str) -> bool:

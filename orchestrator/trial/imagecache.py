@@ -24,6 +24,10 @@ from orchestrator.trial.images import TaskImages, ensure_task_images
 
 log = get_logger()
 TOUCH_EVERY_SEC = 600.0  # how often a job says it still uses its images (cleanup's LRU)
+# A saying waits this long (or until the job ends) before it writes: the trial that asked is
+# then waiting on the engine to start its container, not computing beside it (loading the
+# file lock's module and writing cost 10-15 ms of CPU, measured).
+TOUCH_DELAY_SEC = 0.25
 
 
 def registry_ref(registry: str, local: str) -> str:
@@ -65,6 +69,7 @@ class ImageCache:
         self._guard = threading.Lock()
         self._touched: dict[str, float] = {}  # task name -> when its images were last said used
         self._saying: list[threading.Thread] = []  # those sayings, off the trials' path
+        self._ending = threading.Event()  # flush(): sayings still waiting write now
         self.built = 0
         self.pushed = 0
         self.pulled = 0
@@ -88,14 +93,19 @@ class ImageCache:
             if time.monotonic() - self._touched[task.name] > TOUCH_EVERY_SEC:  # in use, said now and
                 self._touched[task.name] = time.monotonic()  # then: other jobs' budgets spare it
                 refs = [self._done[task.name].task_image, self._done[task.name].agent_image]
-                saying = threading.Thread(target=touch_images, args=(refs,), name="touch", daemon=True)
+                saying = threading.Thread(target=self._say_used, args=(refs,), name="touch", daemon=True)
                 saying.start()
                 with self._guard:  # the finished ones go: a long job says it every 10 minutes a task
                     self._saying = [t for t in self._saying if t.is_alive()] + [saying]
             return self._done[task.name]
 
+    def _say_used(self, refs: list[str]) -> None:
+        self._ending.wait(TOUCH_DELAY_SEC)
+        touch_images(refs)
+
     def flush(self, timeout: float = 10.0) -> None:
         """Wait for the images' use to be written (the job's end)."""
+        self._ending.set()
         with self._guard:
             saying, self._saying = self._saying, []
         for thread in saying:

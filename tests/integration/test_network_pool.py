@@ -9,6 +9,8 @@ iptables rule is checked and re-added), the orphan reaper leaves parked networks
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from conftest import make_task, run
 from typer.testing import CliRunner
@@ -149,7 +151,7 @@ def test_ports_are_written_only_when_they_change_and_read_back_from_the_kernel(
     pool = NetworkPool(runtime, "ports-a")
     try:
         network = pool.acquire(internal=False)
-        assert fills == [[]]  # made (or claimed): its chain written closed once
+        assert fills == [[]]  # made: its chain written closed once
         assert runtime.open_host_ports(network, []) == [] and fills == [[]]
         pool.release(network)
         assert fills == [[]]  # nothing was open: nothing to close
@@ -162,3 +164,20 @@ def test_ports_are_written_only_when_they_change_and_read_back_from_the_kernel(
         assert runtime.open_host_ports(network, []) == [] and len(fills) == 3
     finally:
         pool.close()
+    claimer = NetworkPool(runtime, "ports-b")  # parked closed: claimed with nothing written
+    try:
+        claimed = claimer.acquire(internal=False)
+        assert claimed.name == network.name and claimed.host_isolation == "iptables"
+        assert len(fills) == 3 and firewall.installed(claimed.name)
+        assert runtime.open_host_ports(claimed, [4321]) == [4321]
+    finally:  # the job is killed: its lock goes with its process, the port stays open
+        for _net, fd in claimer._held.values():
+            os.close(fd)
+        claimer._held.clear()
+    taker = NetworkPool(runtime, "ports-c")
+    try:
+        again = taker.acquire(internal=False)
+        assert again.name == network.name and firewall.opened(network.name) == []  # closed again
+        assert fills[-1] == [] and len(fills) == 5
+    finally:
+        taker.close()
