@@ -42,3 +42,17 @@ def test_the_examples_run_on_podmans_socket_and_its_differences_are_recorded(pod
     left = subprocess.run([PODMAN, *storage, "ps", "-a", "-q", "--filter", "label=orchestra.pid"],
                           capture_output=True, text=True, timeout=60)
     assert left.stdout.strip() == ""
+
+
+def test_the_engine_is_told_apart_by_its_ping(podman, runtime):
+    """One /_ping says which engine answers (Podman adds its Libpod-* headers), and its
+    differences follow from that: the workdir is not copied up into a volume there."""
+    from orchestrator.runtime.client import EngineClient
+    from orchestrator.runtime.docker import DockerRuntime
+
+    url, _storage = podman
+    on_podman = DockerRuntime(engine=EngineClient(base_url=url))
+    assert on_podman.podman and on_podman.api.server.startswith("Libpod/")
+    assert on_podman.engine_facts().kind == "podman" and not on_podman.volume_copy_up
+    assert not runtime.podman and runtime.api.server.startswith("Docker/")
+    assert runtime.engine_facts().kind == "docker" and runtime.volume_copy_up

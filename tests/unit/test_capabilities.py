@@ -22,7 +22,7 @@ from orchestrator.runtime.docker import DockerRuntime
     ("ssh://ci@big-box", False),
 ])
 def test_local_engine(url, local):
-    runtime = DockerRuntime(engine=SimpleNamespace(base_url=url, components=[]))
+    runtime = DockerRuntime(engine=SimpleNamespace(base_url=url, podman=False))
     assert runtime.local_engine is local
 
 

@@ -20,7 +20,7 @@ class FailingEngine:
     """An Engine API client whose every call raises `error`."""
 
     base_url = "tcp://10.0.0.5:2376"  # another host: no loop disks, no firewall
-    components: list[str] = []
+    podman = False
 
     def __init__(self, error: BaseException):
         self.error = error

@@ -106,7 +106,7 @@ class DockerRuntime(EngineMixin, ImagesMixin, NetworksMixin, ContainersMixin, Ex
         self._runtime_paths: dict[str, str] | None = None  # OCI runtime name -> its binary
         self._lock = threading.Lock()
         # Podman's Docker-compatible API, where some calls differ (README "Engines")
-        self.podman = any("podman" in name.lower() for name in getattr(self.api, "components", []))
+        self.podman = bool(getattr(self.api, "podman", False))
         self.volume_copy_up = not self.podman
         # facts of this process and its engine's address, read once (every trial asks)
         self.local_engine = _is_local(self.api.base_url)
