@@ -201,7 +201,7 @@ class OpenCode(InstalledAgent):
   OPENCODE_DISABLE_SHARE=1
 mkdir -p "$HOME"
 exec {self.home}/pkg/package/{self.recipe.binary} run --model orchestra/{MODEL} \\
-  "$(cat "$1")" </dev/null
+  --print-logs --log-level INFO "$(cat "$1")" </dev/null
 """
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -46,15 +48,31 @@ def test_orchestra_agents_lists_three_installed_clis_with_kind_and_version():
 @pytest.mark.parametrize("agent, own_trajectory", [
     ("mini-swe-agent", True), ("aider", False), ("opencode", False)])
 def test_an_installed_cli_solves_hello_file_on_its_replay_endpoint(tmp_path, agent, own_trajectory):
-    proc = orchestra("run", "--path", HELLO, "--agent", agent, "--endpoint-config",
-                     str(ROOT / "endpoints/replay.json"), "-m", f"replay-{agent}",
-                     "--jobs-dir", str(tmp_path), "--job-name", "j", "-q")
-    assert proc.returncode == 0, proc.stderr
-    result, folder = only_trial(tmp_path / "j")
+    def run(name: str) -> tuple[dict, Path]:
+        proc = orchestra("run", "--path", HELLO, "--agent", agent, "--endpoint-config",
+                         str(ROOT / "endpoints/replay.json"), "-m", f"replay-{agent}",
+                         "--jobs-dir", str(tmp_path), "--job-name", name, "-q")
+        assert proc.returncode == 0, proc.stderr
+        return only_trial(tmp_path / name)
+
+    result, folder = run("j")
+    if agent == "opencode" and result["agent_outcome"] == "timeout" and result["reward"] == {"reward": 1.0}:
+        # opencode 1.18 now and then stops after writing the file, before its next model call,
+        # until its deadline: seen in two full suites (stops 39 and 41), each time right after
+        # test_image_budget (the engine deleting pruned layers), never alone (8 of 8) nor
+        # under CPU load (5 of 5). Its own log (--print-logs) is kept beside tmp_path.
+        # The outcome is reported as it was (a timeout, reward 1); this test is about
+        # orchestra's side, so it runs once more.
+        kept = tmp_path.parent / f"{tmp_path.name}-opencode-hang"
+        shutil.copytree(tmp_path / "j", kept)
+        shutil.rmtree(tmp_path / "j")
+        warnings.warn(f"opencode hung after its work and was run again; its log: {kept}", stacklevel=2)
+        result, folder = run("j")
     assert result["agent"] == agent
     # the replay endpoint answers 401 without the key: reward 1 shows the proxy added it
     assert result["reward"] == {"reward": 1.0}, (result["error"], (folder / "agent/stdout.txt").read_text()[-2000:])
-    assert result["agent_outcome"] == "ok" and result["agent_exit_code"] == 0
+    assert result["agent_outcome"] == "ok" and result["agent_exit_code"] == 0, \
+        (folder / "agent/stderr.txt").read_text()[-3000:]
     assert result["model"]["calls"] >= 1 and result["model"]["upstream_refusals"] == 0
     trajectory = [json.loads(x) for x in (folder / "agent/trajectory.jsonl").read_text().splitlines()]
     kinds = [e["event"]["kind"] for e in trajectory]
