@@ -28,11 +28,11 @@ class _HideRich(importlib.abc.MetaPathFinder):
 
 def _import_structlog() -> ModuleType:
     """structlog, loaded without the parts of rich not yet loaded, and with asyncio loaded
-    at its first use (_OnFirstUse). With rich installed,
-    structlog imports rich's traceback and pretty-printer for its console renderer: 40-70 ms
-    of every run's start-up (python -X importtime). Orchestra renders JSON lines (and text
-    tracebacks), so those rich modules are hidden while structlog loads; the CLI's own rich
-    imports are unaffected. Every orchestra module gets structlog from here."""
+    at its first use (_OnFirstUse). With rich installed, structlog imports rich's traceback
+    and pretty-printer for its console renderer: 40-70 ms of every run's start-up (python -X
+    importtime). Orchestra renders JSON lines (and text tracebacks), so those rich modules
+    are hidden while structlog loads; the CLI's own rich imports are unaffected. Every
+    orchestra module gets structlog from here."""
     if "structlog" in sys.modules:
         return sys.modules["structlog"]
     hide = _HideRich()

@@ -28,14 +28,18 @@ def bootstrap_base(runtime: Runtime, release: str = "bookworm", force: bool = Fa
     ca-certificates into a folder, make it behave like the official python images, and
     `docker import` it. Present and of this recipe's version: nothing to do."""
     image = base_image(release)
-    if not force and _base_version(runtime, image) == BASE_VERSION:  # every trial: no lock taken
+
+    def present() -> bool:
+        if force or _base_version(runtime, image) != BASE_VERSION:
+            return False
         log.info("base.present", image=image)
+        return True
+
+    if present():  # every trial asks: no lock taken
         return image
     with image_lock(image):
-        if not force and _base_version(runtime, image) == BASE_VERSION:  # another builder made it
-            log.info("base.present", image=image)
-            return image
-        _debootstrap_import(runtime, release, image)
+        if not present():  # another builder may have made it meanwhile
+            _debootstrap_import(runtime, release, image)
     return image
 
 
