@@ -51,12 +51,12 @@ def _kind(internal: bool) -> str:
     return "int" if internal else "pub"
 
 
-def _try_lock(name: str, create: bool = False) -> int | None:
+def _try_lock(name: str) -> int | None:
     """The flock of a pool network's lock file, without waiting; None if another process
     holds it or the file is gone (a remover unlinks it while holding the lock)."""
     path = POOL_DIR / name
     try:
-        fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
+        fd = os.open(path, os.O_RDWR)
     except OSError:
         return None
     try:
@@ -66,6 +66,25 @@ def _try_lock(name: str, create: bool = False) -> int | None:
     except OSError:
         os.close(fd)
         return None
+    return fd
+
+
+def _new_lock(name: str) -> int:
+    """A new network's lock file, which appears under its name already locked: made under
+    a draft name, locked, then linked. Created in place, it was unlocked for a moment, and a
+    job claiming from the pool then could lock it, find no such network (not made yet) and
+    unlink it: the maker's trial failed to start (seen once in tests/hostile)."""
+    POOL_DIR.mkdir(parents=True, exist_ok=True)
+    draft = POOL_DIR / f".{name}.{os.getpid()}"
+    fd = os.open(draft, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.link(draft, POOL_DIR / name)  # fails if the name exists
+    except OSError:
+        os.close(fd)
+        raise
+    finally:
+        os.unlink(draft)
     return fd
 
 
@@ -138,10 +157,10 @@ class NetworkPool:
 
     def _create(self, internal: bool) -> Network:
         name = f"{PREFIX}{_kind(internal)}-{uuid.uuid4().hex[:12]}"
-        POOL_DIR.mkdir(parents=True, exist_ok=True)
-        fd = _try_lock(name, create=True)
-        if fd is None:
-            raise OSError(f"cannot create the network lock file {POOL_DIR / name}")
+        try:
+            fd = _new_lock(name)
+        except OSError as exc:
+            raise OSError(f"cannot create the network lock file {POOL_DIR / name}: {exc}") from exc
         try:
             network = self.runtime.create_network(
                 name, internal=internal, labels={LABEL_KIND: "network", LABEL_POOL: "1", **owner_labels()})
@@ -159,7 +178,7 @@ class NetworkPool:
             held, self._held = self._held, {}
             self._free = {True: [], False: []}
         try:
-            parked = len(os.listdir(POOL_DIR)) - len(held)
+            parked = sum(n.startswith(PREFIX) for n in os.listdir(POOL_DIR)) - len(held)
         except OSError:
             parked = 0
         for name, (_network, fd) in held.items():
