@@ -20,6 +20,7 @@ Errors are docker-py's: `APIError` (an HTTP error; `NotFound`, `ImageNotFound`) 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -157,9 +158,12 @@ class Hijacked:
             pass  # an ssh channel: stdin simply ends when we stop sending
 
     def close(self) -> None:
-        try:
+        """Never fails: the exec's stream is over. Over ssh:// the tunnel's ssh process may
+        have exited with it, and closing then flushes a dead pipe (BrokenPipeError, seen in
+        `make test`: it turned a finished exec into the trial's infra_error)."""
+        with contextlib.suppress(OSError):
             self.sock.close()
-        finally:
+        with contextlib.suppress(OSError):
             self.response.close()
 
 

@@ -114,3 +114,22 @@ def test_a_subclass_wraps_only_what_it_defines():
     assert set(vars(Rival)) & set(public_methods(Rival)) == {"remove", "rival_only", "refused"}
     for name in public_methods(RivalsRival):
         assert not hasattr(getattr(RivalsRival, name).__wrapped__, "__wrapped__"), name
+
+
+def test_closing_an_exec_stream_whose_transport_died_neither_raises_nor_skips_a_part():
+    """Over ssh:// the tunnel's ssh process can exit with the exec's stream; closing then
+    flushes a dead pipe. The exec is over: its close must not turn it into an infra error."""
+    from orchestrator.runtime.client import Hijacked
+
+    closed: list[str] = []
+
+    class Dead:
+        def __init__(self, name: str):
+            self.name = name
+
+        def close(self) -> None:
+            closed.append(self.name)
+            raise BrokenPipeError(32, "Broken pipe")
+
+    Hijacked(Dead("socket"), Dead("response")).close()  # type: ignore[arg-type]
+    assert closed == ["socket", "response"]
