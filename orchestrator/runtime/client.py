@@ -183,8 +183,7 @@ class EngineClient:
         # One round trip proves the engine answers and says which engine it is: Podman's
         # compatible API adds Libpod-* headers to /_ping (/version tells too, at 8x the cost:
         # 5.7 ms against 0.7 on this machine's dockerd).
-        ping = self.api._get(self.api._url("/_ping"))
-        self.api._raise_for_status(ping)
+        ping = self._ping()
         self.server = ping.headers.get("Server", "")  # "Docker/20.10.24 (linux)", "Libpod/4.3.1 (linux)"
         self.podman = "Libpod-Api-Version" in ping.headers
         self.api_version = self.api.api_version
@@ -199,8 +198,13 @@ class EngineClient:
     # ---- system, images ----------------------------------------------------------------
     def ping(self, timeout: float | None = None) -> bool:
         """The engine's /_ping, within `timeout` seconds (default: the client's)."""
+        return self._ping(timeout).text == "OK"
+
+    def _ping(self, timeout: float | None = None) -> Response:
         api = self.api
-        return api._result(api._get(api._url("/_ping"), timeout=timeout or self.timeout)) == "OK"
+        response = api._get(api._url("/_ping"), timeout=timeout or self.timeout)
+        api._raise_for_status(response)
+        return response
 
     def info(self) -> dict:
         return self.api.info()

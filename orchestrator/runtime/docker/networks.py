@@ -57,7 +57,7 @@ class NetworksMixin(DockerState):
             with self._lock:
                 self._network_blocks[name] = block
             isolated = self.local_engine and firewall.isolate(name, gateway)
-            self._closed(name, isolated)
+            self._remember_closed(name, isolated)
             return Network(name=name, gateway=gateway, subnet=str(block), internal=internal,
                            host_isolation="iptables" if isolated else "none")
         raise RuntimeFault("network create failed: every candidate subnet overlapped")
@@ -86,7 +86,7 @@ class NetworksMixin(DockerState):
         if self.api.containers(all=True, filters={"network": name}):  # running, created, stopped
             return None
         isolated = self.local_engine and firewall.ensure(name, config["Gateway"])
-        self._closed(name, isolated)
+        self._remember_closed(name, isolated)
         return Network(name=name, gateway=config["Gateway"], subnet=config["Subnet"],
                        internal=bool(info.get("Internal")),
                        host_isolation="iptables" if isolated else "none")
@@ -111,7 +111,7 @@ class NetworksMixin(DockerState):
                 self._ports_open.pop(network.name, None)
         return firewall.opened(network.name) if opened else None
 
-    def _closed(self, name: str, isolated: bool) -> None:
+    def _remember_closed(self, name: str, isolated: bool) -> None:
         """The network's chain was just written with no port open (or it has none)."""
         with self._lock:
             if isolated:
