@@ -31,8 +31,19 @@ tasks_app = typer.Typer(no_args_is_help=True, help="Inspect and validate tasks."
 images_app = typer.Typer(no_args_is_help=True, help="Manage task and base images.")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(images_app, name="images")
-console = Console()
-err = Console(stderr=True)
+
+
+def unwrapped_console(stderr: bool = False) -> Console:
+    """A console that wraps only on a terminal. Piped or redirected, rich would hard-wrap
+    every line at 80 columns (or $COLUMNS): a CI log would show a path cut in two and a
+    message no grep finds. Off a terminal each print is written whole, one line."""
+    out = Console(stderr=stderr)
+    out.soft_wrap = not out.is_terminal
+    return out
+
+
+console = unwrapped_console()
+err = unwrapped_console(stderr=True)
 
 
 def _version(value: bool) -> None:

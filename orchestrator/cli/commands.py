@@ -292,6 +292,8 @@ def main() -> None:
     # package's metadata at the first model (tens of ms of each run's start-up)
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "1")
     gc.disable()  # until a command has loaded what it needs (imports_done)
+    if not err.is_terminal:  # typer's usage errors: click's plain lines, not a box cut at 80
+        app.rich_markup_mode = None
     try:
         app()
     except KeyboardInterrupt:

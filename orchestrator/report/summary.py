@@ -12,8 +12,7 @@ COLUMNS = ("task", "attempt", "reward", "failure mode", "agent s", "verify s", "
 TIMINGS = ("agent s", "verify s", "total s")
 
 
-def render_job(job: JobResult, trials: list[TrialResult], console: Console | None = None) -> None:
-    console = console or Console()
+def render_job(job: JobResult, trials: list[TrialResult], console: Console) -> None:
     rows = []
     for r in sorted(trials, key=lambda t: (t.task, t.attempt)):
         reward = "-" if r.reward is None else f"{headline_of(r.reward):g}"
@@ -83,8 +82,7 @@ def _plain(console: Console, title: str, header: list[str], rows: list[list[str]
                       markup=False, highlight=False, soft_wrap=True)
 
 
-def render_problems(title: str, problems: list[str], console: Console | None = None) -> None:
-    console = console or Console(stderr=True)
+def render_problems(title: str, problems: list[str], console: Console) -> None:
     console.print(f"[bold red]{title}[/]")
     for problem in problems:
         console.print(f"  - {problem}", markup=False, highlight=False)

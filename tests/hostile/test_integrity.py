@@ -627,7 +627,7 @@ def test_a_leaked_answer_is_void_and_fails_every_gate(runtime, tmp_path):
     make_leaky_task(tmp_path / "ds", "leaky")
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle",
                            "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "void"],
-                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+                          capture_output=True, text=True)
     assert proc.returncode == 4, proc.stderr
     job = json.loads((tmp_path / "jobs/void/result.json").read_text())
     assert job["mean_reward"] == 0.0 and len(job["void"]) == 1 and job["trials"][0]["reward"] is None

@@ -212,7 +212,7 @@ def test_bad_task_inputs_exit_2_naming_the_file(tmp_path, rel, content, fragment
     (task / rel).parent.mkdir(parents=True, exist_ok=True)
     (task / rel).write_text(content)
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(task), "--jobs-dir", str(tmp_path / "j")],
-                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "300"})
+                          capture_output=True, text=True)
     assert proc.returncode == 2 and fragment in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -259,7 +259,7 @@ def test_a_full_job_disk_stops_the_job_cleanly_and_keeps_written_results(runtime
         make_task(tmp_path / "ds", "c-later", solve="touch /app/ok\n", toml=SMALL)
         proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-n", "1",
                                "--jobs-dir", str(mount), "--job-name", "full", "-q"],
-                              capture_output=True, text=True, env={**os.environ, "COLUMNS": "300"}, timeout=300)
+                              capture_output=True, text=True, timeout=300)
         assert proc.returncode == 3, proc.stderr
         assert "no space left" in proc.stderr and "Traceback" not in proc.stderr
         written = json.loads(next((mount / "full/trials").glob("a-small__*/result.json")).read_text())
@@ -303,7 +303,7 @@ def test_gvisor_runs_every_container_of_a_trial_and_shows_none_of_the_host_kerne
     make_task(tmp_path / "ds", "gvisor-pids", solve=forks, toml=SMALL + "pids_limit = 32\n")
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "--runtime", "runsc",
                            "--jobs-dir", str(tmp_path / "j"), "--job-name", "gvisor", "-q"],
-                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, timeout=600)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     host_release = os.uname().release
     for folder in (tmp_path / "j/gvisor/trials").iterdir():

@@ -429,7 +429,7 @@ def test_a_read_only_jobs_dir_is_exit_2_naming_it(tmp_path):
         make_task(tmp_path / "ds", "t", toml=SMALL, solve="touch /app/ok\n")
         proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q",
                                "--jobs-dir", str(folder)], capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "COLUMNS": "250"})
+                              env={**os.environ})
     finally:
         subprocess.run(["umount", str(folder)], check=True)
     assert proc.returncode == 2, proc.stderr

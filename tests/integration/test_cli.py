@@ -16,7 +16,7 @@ ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 
 def orchestra(*args: str, env: dict | None = None, cwd: Path | None = None):
     return subprocess.run([ORCHESTRA, *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "COLUMNS": "200", **(env or {})}, cwd=cwd)
+                          env={**os.environ, **(env or {})}, cwd=cwd)
 
 
 def count_containers(runtime) -> int:

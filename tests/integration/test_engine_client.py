@@ -180,7 +180,7 @@ def test_an_engine_over_tcp_with_tls_and_client_certificates_runs_a_job(runtime,
     _certificates(certs)
     front = TlsFront(certs)
     env = {**os.environ, "DOCKER_HOST": f"tcp://127.0.0.1:{front.port}", "DOCKER_TLS_VERIFY": "1",
-           "DOCKER_CERT_PATH": str(certs), "COLUMNS": "200"}
+           "DOCKER_CERT_PATH": str(certs)}
     try:
         proc = subprocess.run([ORCHESTRA, "run", "--path", str(ROOT / "tasks/examples/hello-file"),
                                "--agent", "oracle", "-q", "--jobs-dir", str(tmp_path / "jobs"),
@@ -225,7 +225,7 @@ def test_an_engine_over_ssh_runs_a_job_and_an_unknown_host_key_is_refused(runtim
     from parts import ssh_engine
 
     with ssh_engine(tmp_path / "ssh") as ssh:
-        env = {**ssh.env, "DOCKER_HOST": ssh.url, "COLUMNS": "200"}
+        env = {**ssh.env, "DOCKER_HOST": ssh.url}
         common = [ORCHESTRA, "run", "--path", str(ROOT / "tasks/examples/hello-file"), "--agent",
                   "oracle", "-q", "--jobs-dir", str(tmp_path / "jobs")]
         proc = subprocess.run([*common, "--job-name", "over-ssh", "--json", "-"], capture_output=True,

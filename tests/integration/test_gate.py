@@ -17,7 +17,7 @@ TASKS = ("alpha", "beta", "gamma", "delta")
 
 def orchestra(*args):
     return subprocess.run([ORCHESTRA, *args], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200"}, timeout=900)
+                          env={**os.environ}, timeout=900)
 
 
 def release(root: Path, name: str, fails: dict[str, set[int]]) -> Path:

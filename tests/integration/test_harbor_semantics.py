@@ -432,7 +432,7 @@ def test_tasks_check_lists_what_each_task_needs_that_this_host_lacks(runtime, tm
               test="curl -s https://example.com > /dev/null\n")
     make_task(tmp_path / "ds", "modest", toml="[environment]\ncpus = 0.5\n")
     out = subprocess.run([str(Path(sys.executable).parent / "orchestra"), "tasks", "check", str(tmp_path / "ds")],
-                         capture_output=True, text=True, env={"COLUMNS": "250", "PATH": "/usr/bin:/bin"})
+                         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     needy = out.stdout.split("ok  ds/needy")[1].split("ok  ")[0]
     assert "FROM node:20-bookworm is not on this engine and no offline base stands in" in needy

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -27,7 +26,7 @@ ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 
 def start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([ORCHESTRA, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "COLUMNS": "200"})
+                            text=True)
 
 
 def results(job_dir: Path) -> list[dict]:
@@ -147,7 +146,7 @@ def test_admission_never_oversubscribes_and_a_trial_that_cannot_fit_fails_alone(
     make_task(tmp_path / "big", "small", toml="[environment]\ncpus = 1\n", solve="touch /app/ok")
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "big"), "--max-cpus", "2",
                            "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "fit", "-q"],
-                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     results = {r["task"].split("/")[-1]: r for r in
                (json.loads(p.read_text()) for p in (tmp_path / "jobs/fit/trials").glob("*/result.json"))}
@@ -182,7 +181,7 @@ def test_report_writes_markdown_html_and_junit_for_a_real_job(runtime, tmp_path)
         assert proc.returncode == 0, proc.stderr
     job_dir = tmp_path / "jobs" / "nop"
     proc = subprocess.run([ORCHESTRA, "report", str(job_dir), "--junit", str(tmp_path / "junit.xml"),
-                           "--fail-under", "0.5"], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+                           "--fail-under", "0.5"], capture_output=True, text=True)
     assert proc.returncode == 1 and "below --fail-under" in proc.stderr
     assert "Per task" in proc.stdout and "Failure modes" in proc.stdout
     suite = ET.parse(tmp_path / "junit.xml").getroot()

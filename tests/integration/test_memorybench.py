@@ -119,7 +119,7 @@ def test_the_reference_agent_reports_the_memory_shadow_in_every_format(tmp_path)
         shutil.copytree(SUITE / name, tmp_path / "mb" / name)
     common = ["--path", str(tmp_path / "mb"), "--manifest", str(ROOT / "manifests/solo-replay.yaml"),
               "--jobs-dir", str(tmp_path / "jobs"), "-n", "4"]
-    env = {**os.environ, "COLUMNS": "200"}
+    env = {**os.environ}
     on = subprocess.run([ORCHESTRA, "run", *common, "--job-name", "on"], capture_output=True, text=True, env=env)
     off = subprocess.run([ORCHESTRA, "run", *common, "--job-name", "off", "--policy", "memory-off"],
                          capture_output=True, text=True, env=env)

@@ -27,7 +27,7 @@ def podman(tmp_path_factory):
 
 def test_the_examples_run_on_podmans_socket_and_its_differences_are_recorded(podman, tmp_path):
     url, storage = podman
-    env = {**os.environ, "DOCKER_HOST": url, "COLUMNS": "200"}
+    env = {**os.environ, "DOCKER_HOST": url}
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(ROOT / "tasks/examples"), "--agent", "oracle",
                            "-q", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "podman", "--json", "-"],
                           capture_output=True, text=True, env=env, timeout=900)

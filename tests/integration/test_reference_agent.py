@@ -153,7 +153,7 @@ def test_bad_manifests_and_missing_keys_exit_2(tmp_path, text, fragment):
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--manifest", str(path),
                            "--jobs-dir", str(tmp_path / "jobs"), "--endpoints", str(ENDPOINTS[0]),
                            "--endpoints", str(ENDPOINTS[1])],
-                          capture_output=True, text=True, env={**env, "COLUMNS": "200"})
+                          capture_output=True, text=True, env={**env})
     assert proc.returncode == 2, proc.stderr
     assert fragment in proc.stderr, proc.stderr
     assert not (tmp_path / "jobs").exists() or not list((tmp_path / "jobs").rglob("result.json"))

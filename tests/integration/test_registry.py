@@ -39,7 +39,7 @@ def test_a_private_image_is_pulled_with_the_configs_credentials_under_every_poli
     task = make_task(tmp_path / "ds", "private", toml=f'[environment]\ndocker_image = "{image}"\n',
                      solve="touch /app/ok\n")
     (task / "environment/Dockerfile").unlink()  # only the registry has it
-    env = {**os.environ, "DOCKER_CONFIG": str(credentials), "COLUMNS": "200"}
+    env = {**os.environ, "DOCKER_CONFIG": str(credentials)}
     sources = {}
     for policy in ("prefer-prebuilt", "pull", "build"):
         pusher.remove_image(image, force=True)  # gone locally: each policy must pull it
@@ -71,7 +71,7 @@ def test_registry_pushes_what_the_job_built_and_a_refused_login_stops_it_before_
     make_task(tmp_path / "ds", "to-push", solve="touch /app/ok\n")
     common = [ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q",
               "--jobs-dir", str(tmp_path / "jobs"), "--registry", f"{host}/orchestra-test"]
-    env = {**os.environ, "DOCKER_CONFIG": str(credentials), "COLUMNS": "200"}
+    env = {**os.environ, "DOCKER_CONFIG": str(credentials)}
     proc = subprocess.run([*common, "--job-name", "pushed", "--json", "-"], capture_output=True,
                           text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

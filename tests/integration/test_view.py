@@ -51,7 +51,7 @@ RELAY_TEST = """
 
 def orchestra(*args):
     return subprocess.run([ORCHESTRA, *args], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200"}, timeout=600)
+                          env={**os.environ}, timeout=600)
 
 
 @pytest.fixture(scope="module")

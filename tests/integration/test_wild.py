@@ -129,7 +129,7 @@ def test_the_doctor_names_every_verdict_caches_it_and_run_skips_the_broken(runti
     make_task(ds, "unbuildable", toml=SMALL, dockerfile="FROM node:20\nRUN true\n", solve="touch /app/ok\n")
     (make_task(ds, "invalid", toml=SMALL) / "tests/test.sh").unlink()  # as 5 tasks of one dataset
     jobs = tmp_path / "jobs"
-    env = {**os.environ, "ORCHESTRA_CACHE": str(tmp_path / "cache"), "COLUMNS": "250"}
+    env = {**os.environ, "ORCHESTRA_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run([ORCHESTRA, "tasks", "doctor", str(ds), "--jobs-dir", str(jobs), "--json"],
                           capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 1, proc.stderr[-3000:]

@@ -32,7 +32,7 @@ def cluster(tmp_path_factory):
 
 def orchestra(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([ORCHESTRA, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**loopback_env(), "COLUMNS": "200"})
+                          env={**loopback_env()})
 
 
 def test_every_node_is_on_loopback(cluster):

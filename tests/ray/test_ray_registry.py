@@ -40,7 +40,7 @@ def test_a_node_on_another_engine_pulls_what_the_driver_built_and_pushed(tmp_pat
                  "--registry", f"{registry.host}/orchestra-test", "--jobs-dir", str(tmp_path / "jobs"),
                  "--job-name", "pushed", "--json", "-"],
                 capture_output=True, text=True, timeout=600,
-                env={**loopback_env(), "DOCKER_CONFIG": str(registry.credentials), "COLUMNS": "200"})
+                env={**loopback_env(), "DOCKER_CONFIG": str(registry.credentials)})
         finally:
             cluster.stop()
         assert proc.returncode == 0, proc.stderr[-3000:]

@@ -4,6 +4,7 @@ condition; a damaged one is refused on --resume with the file and field named (e
 from __future__ import annotations
 
 import json
+import os
 
 from typer.testing import CliRunner
 
@@ -37,10 +38,30 @@ def test_a_damaged_config_is_refused_on_resume_naming_file_and_field(tmp_path):
     written(tmp_path, k="two")
     result = CliRunner().invoke(app, ["run", "--resume", str(tmp_path / "jobs/j")])
     assert result.exit_code == 2
-    assert f"{tmp_path / 'jobs/j/config.json'}: field 'k'" in result.output.replace("\n", "")
+    assert f"{tmp_path / 'jobs/j/config.json'}: field 'k'" in result.output
 
 
 def test_a_damaged_manifest_in_the_config_is_named_under_manifest(tmp_path):
     written(tmp_path, manifest={"roster": "nobody"})
     result = CliRunner().invoke(app, ["run", "--resume", str(tmp_path / "jobs/j")])
-    assert result.exit_code == 2 and "field 'manifest.roster'" in result.output.replace("\n", "")
+    assert result.exit_code == 2 and "field 'manifest.roster'" in result.output
+
+
+def test_a_long_path_in_an_error_stays_on_one_line_when_piped(tmp_path):
+    """Off a terminal nothing is hard-wrapped: a 150-character path is one line a log
+    search finds, whatever the temp folder's length."""
+    import subprocess
+    import sys
+
+    deep = tmp_path / ("d" * (150 - len(str(tmp_path)) - 1))
+    assert len(str(deep)) == 150
+    piped = subprocess.run([sys.executable, "-c", "from orchestrator.cli import main; main()",
+                            "run", "--resume", str(deep)], capture_output=True, text=True,
+                           env={k: v for k, v in os.environ.items() if k != "COLUMNS"})
+    assert piped.returncode == 2, piped.stderr
+    assert any(str(deep) in line for line in piped.stderr.splitlines()), piped.stderr
+    usage = subprocess.run([sys.executable, "-c", "from orchestrator.cli import main; main()",
+                            "run", "--path", str(deep), "--n-concurrent", "many"],
+                           capture_output=True, text=True)
+    assert usage.returncode == 2 and "╭" not in usage.stderr  # click's plain error, no box
+    assert any("'--n-concurrent'" in line and "integer" in line for line in usage.stderr.splitlines())
