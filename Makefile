@@ -45,8 +45,12 @@ eval-local: base-image local-model
 test-tools:
 	./scripts/ensure-test-tools.sh
 
-test: base-image test-tools
-	$(BIN)/pytest tests -q --durations=40
+# make test: lint first (ruff, mypy), then every stand-in base (bullseye too: its conformance
+# probe runs), then the whole suite, which ends with the parts line and fails when a promised
+# real part did not run (tests/partsline.py; README "Test parts").
+test: lint base-image test-tools
+	$(BIN)/orchestra images bootstrap --release bullseye
+	$(BIN)/pytest tests -q --durations=40 --require-parts
 
 test-hostile: base-image
 	$(BIN)/pytest tests/hostile -q

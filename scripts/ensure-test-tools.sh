@@ -16,7 +16,11 @@ command -v podman >/dev/null 2>&1 || missing+=(podman)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "orchestra: installing ${missing[*]} (for the tests)..." >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 || \
-    echo "orchestra: ${missing[*]} could not be installed; the tests that need them will be skipped" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq "${missing[@]}" >/tmp/orchestra-test-tools.log 2>&1 \
+    || { apt-get update -qq >>/tmp/orchestra-test-tools.log 2>&1 && apt-get install -y -qq "${missing[@]}" >>/tmp/orchestra-test-tools.log 2>&1; } \
+    || { echo "orchestra: could not install ${missing[*]} for the tests (apt-get's output: /tmp/orchestra-test-tools.log)" >&2; tail -5 /tmp/orchestra-test-tools.log >&2; exit 1; }
+  exit 0
 fi
-exit 0
+echo "orchestra: the tests need ${missing[*]}, and this machine cannot install them (not root, or no apt-get): install them, or see README's 'Test parts' for running with a part waived" >&2
+exit 1

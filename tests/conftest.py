@@ -9,6 +9,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from partsline import (  # noqa: F401  (pytest's hooks: the parts line at the session's end)
+    pytest_addoption,
+    pytest_configure,
+    pytest_runtest_makereport,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
 
 from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest

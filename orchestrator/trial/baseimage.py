@@ -18,7 +18,7 @@ from orchestrator.trial.images import image_lock
 
 log = get_logger()
 BOOTSTRAP_RELEASES = ("bookworm", "trixie")  # `orchestra images bootstrap`; bullseye on demand
-BASE_VERSION = "2"  # bump when the base's recipe changes: an older base is rebuilt
+BASE_VERSION = "3"  # bump when the base's recipe changes: an older base is rebuilt
 LABEL_BASE_VERSION = "orchestra.base.version"
 BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
 
@@ -60,6 +60,9 @@ for name in python3 python pip3 pip; do
   [ -e /usr/local/bin/$name ] || ln -s $target /usr/local/bin/$name
 done
 [ -e /usr/bin/python ] || ln -s python3 /usr/bin/python
+# OpenSSL's default CA file: bookworm's openssl package links it, bullseye's does not (the
+# conformance probe's ssl.get_default_verify_paths() found it missing there)
+[ -e /usr/lib/ssl/cert.pem ] || ln -s /etc/ssl/certs/ca-certificates.crt /usr/lib/ssl/cert.pem
 apt-get clean; rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 """
 

@@ -83,6 +83,7 @@ def test_an_engine_answering_500s_for_a_while_costs_no_trial(tmp_path, runtime):
     assert nothing_left(runtime) == {}
 
 
+@pytest.mark.part("engine-restart")
 def test_dockerd_stopped_and_started_mid_job_costs_no_trial(tmp_path, runtime):
     command = dockerd_command()
     if command is None:

@@ -315,12 +315,11 @@ def test_bystanders_are_graded_and_the_orchestrator_stays_bounded(integrity):
         FIGURES[f"{name}_relay_p95_s"] = round(loud["p95"], 4)
         FIGURES[f"{name}_relay_p95_quiet_s"] = round(quiet["p95"], 4)
         assert loud["n"] >= 50 and quiet["n"] >= 50
-        # Beside both floods a bystander's relay still answers: within 10x its quiet p95 or
-        # 250 ms over it, a bound a starved relay (seconds, or refused) breaks and a busy
-        # machine does not. The tight figure (target <= 2x) is bench's
-        # bystander_relay_p95_ratio: on 2 cores under a CPU hog the p95 of a few ms doubles
-        # from scheduling alone, so a 2x bound here flipped with noise (issue 24).
-        assert loud["p95"] <= max(10 * quiet["p95"], quiet["p95"] + 0.25), (loud, quiet)
+        # Beside both floods a bystander's relay still answers. Hang guard only: a starved
+        # relay takes seconds or refuses (the test reads n >= 50 answers above); its p95 is
+        # a few ms quiet, so 2 s is hundreds of times that. How close it stays to quiet is a
+        # speed figure, bench's bystander_relay_p95_ratio (target <= 2x), not a test's.
+        assert loud["p95"] < 2.0, (loud, quiet)
     # the floods ran while the bystanders measured (the first wave of four)
     for name in FIRST:
         assert t[name][0].timings.agent > WINDOW_SEC - 1, name

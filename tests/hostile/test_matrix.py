@@ -276,6 +276,7 @@ def test_an_unreachable_engine_exits_3(tmp_path):
     assert proc.returncode == 3 and "Docker engine unreachable" in proc.stderr
 
 
+@pytest.mark.part("gvisor")
 def test_gvisor_runs_every_container_of_a_trial_and_shows_none_of_the_host_kernel(runtime, tmp_path):
     """`--runtime runsc`: the agent container and the verifier in every mode run under
     gVisor, read back from the engine; inside, the kernel is gVisor's (uname, /proc/version)

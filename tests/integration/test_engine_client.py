@@ -217,6 +217,7 @@ def test_require_passes_where_the_engine_enforces_it(runtime, tmp_path):
     assert bad.returncode == 2 and "--require gpu: not a capability" in bad.stderr
 
 
+@pytest.mark.part("ssh")
 # ---- ssh:// ------------------------------------------------------------------------------
 def test_an_engine_over_ssh_runs_a_job_and_an_unknown_host_key_is_refused(runtime, tmp_path):
     """DOCKER_HOST=ssh://: docker-py's SSH adapter over the ssh binary (the user's ssh and

@@ -25,6 +25,7 @@ def podman(tmp_path_factory):
         yield engine.url, engine.storage
 
 
+@pytest.mark.part("podman")
 def test_the_examples_run_on_podmans_socket_and_its_differences_are_recorded(podman, tmp_path):
     url, storage = podman
     env = {**os.environ, "DOCKER_HOST": url}
@@ -44,6 +45,7 @@ def test_the_examples_run_on_podmans_socket_and_its_differences_are_recorded(pod
     assert left.stdout.strip() == ""
 
 
+@pytest.mark.part("podman")
 def test_the_engine_is_told_apart_by_its_ping(podman, runtime):
     """One /_ping says which engine answers (Podman adds its Libpod-* headers), and its
     differences follow from that: the workdir is not copied up into a volume there."""

@@ -27,6 +27,7 @@ def registry(tmp_path_factory):
         yield reg.host, reg.credentials
 
 
+@pytest.mark.part("registry")
 def test_a_private_image_is_pulled_with_the_configs_credentials_under_every_policy(
         registry, runtime, tmp_path, monkeypatch):
     host, credentials = registry
@@ -65,6 +66,7 @@ def test_a_private_image_is_pulled_with_the_configs_credentials_under_every_poli
     pusher.close()
 
 
+@pytest.mark.part("registry")
 def test_registry_pushes_what_the_job_built_and_a_refused_login_stops_it_before_any_trial(
         registry, tmp_path):
     host, credentials = registry

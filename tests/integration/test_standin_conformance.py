@@ -1,14 +1,14 @@
 """Stand-ins behave like what they stand for (issue 25): one probe of the official python
-images' documented properties, run against every base `orchestra images bootstrap` builds
-(and bullseye when this engine has it), with no network."""
+images' documented properties, run against every stand-in base: bookworm, trixie and
+bullseye (`make test` bootstraps all three; one missing is built here), with no network."""
 
 import json
 
 import pytest
 
 from orchestrator.runtime.base import ContainerSpec
-from orchestrator.tasks.standins import RELEASES, base_image
-from orchestrator.trial.baseimage import BOOTSTRAP_RELEASES, bootstrap_base
+from orchestrator.tasks.standins import RELEASES
+from orchestrator.trial.baseimage import bootstrap_base
 
 PROBE = r"""
 set -e
@@ -43,15 +43,8 @@ PY
 """
 
 
-def releases(runtime) -> list[str]:
-    extra = [r for r in RELEASES if r not in BOOTSTRAP_RELEASES and runtime.image_exists(base_image(r))]
-    return list(BOOTSTRAP_RELEASES) + extra
-
-
-@pytest.mark.parametrize("release", list(RELEASES))
+@pytest.mark.parametrize("release", [pytest.param(r, marks=pytest.mark.part(f"standin-{r}")) for r in RELEASES])
 def test_every_stand_in_behaves_like_an_official_python_image(runtime, release):
-    if release not in releases(runtime):
-        pytest.skip(f"{base_image(release)} is built on demand and this engine has none yet")
     image = bootstrap_base(runtime, release)
     name = f"orchestra-probe-{release}"
     spec = ContainerSpec(image=image, name=name, labels={"orchestra.kind": "probe", "orchestra.job": "probe"},

@@ -103,6 +103,7 @@ def browse(url: str, root: Path, shot: str) -> str:
     return dom.stdout
 
 
+@pytest.mark.part("chromium")
 def test_the_jobs_list_and_a_failing_relay_trial(viewer):
     url, root = viewer
     jobs = browse(url, root, "jobs.png")

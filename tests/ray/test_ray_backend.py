@@ -35,6 +35,7 @@ def orchestra(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
                           env={**loopback_env()})
 
 
+@pytest.mark.part("ray")
 def test_every_node_is_on_loopback(cluster):
     assert cluster.addresses() == ["127.0.0.1"]
 
@@ -122,6 +123,7 @@ def test_an_exception_from_orchestras_own_code_on_a_node_stops_the_job(cluster, 
     assert orchestra_objects(runtime) == ([], [])
 
 
+@pytest.mark.part("gvisor")
 def test_gvisor_on_a_ray_node_shows_gvisors_kernel_inside_the_trial(cluster, runtime, tmp_path):
     """`--backend ray --runtime runsc`: the node's containers run under gVisor (the payload
     once dropped the OCI runtime); the trial sees gVisor's kernel, not the host's."""

@@ -23,6 +23,7 @@ from cluster import Cluster, loopback_env  # noqa: E402
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 
 
+@pytest.mark.part("registry")
 def test_a_node_on_another_engine_pulls_what_the_driver_built_and_pushed(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("rr")  # short: Podman's own socket paths must fit 108 bytes
     task = make_task(tmp_path / "ds", "pushed", solve="touch /app/ok\n",  # new to both engines:

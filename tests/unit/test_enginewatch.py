@@ -28,8 +28,9 @@ def test_an_outage_is_recorded_from_the_first_no_to_the_first_yes():
     threading.Timer(0.3, lambda: setattr(engine, "down", False)).start()
     started = time.time()
     assert watch.wait() is True
-    assert 0.25 <= time.time() - started < 2
-    assert len(watch.outages) == 1 and 0.2 <= watch.down_seconds <= 2
+    # it waited for the 0.3 s outage (the lower bounds); the upper ones are hang guards
+    assert 0.25 <= time.time() - started < 10
+    assert len(watch.outages) == 1 and 0.2 <= watch.down_seconds <= 10
 
 
 def test_a_wait_past_the_bound_stops_the_job_and_a_cancel_ends_it_quietly():
