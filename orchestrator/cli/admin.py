@@ -90,10 +90,12 @@ def tasks_doctor(
     healthy (oracle 1, nop 0), broken (oracle below 1, with the reason: build failed, an
     image stood in, a test needing a network this host lacks, a timeout...), weak-test (nop
     scores), no-solution, leaky (the built image holds the task's tests or solution, or a
-    .git with commits past its HEAD), invalid (it does not load: its problems). Verdicts
-    are cached by task content: a rerun of an unchanged dataset runs nothing. `orchestra run --skip-broken` leaves out broken, leaky
-    and no-solution tasks. Exit codes: 0 every task healthy; 1 some task is not; 2 bad input;
-    3 the engine failed."""
+    .git with commits past its HEAD), not-scanned (oracle 1, nop 0, but the leak scan
+    could not look, e.g. no python3 in the image: the reason is said), invalid (it does not
+    load: its problems). Verdicts are cached by task content and --ca-bundle: a rerun of an
+    unchanged dataset runs nothing. `orchestra run --skip-broken` (same --ca-bundle) leaves
+    out broken, leaky and no-solution tasks; not-scanned ones run. Exit codes: 0 every task
+    healthy; 1 some task is not; 2 bad input; 3 the engine failed."""
     from collections import Counter
 
     from orchestrator.job.doctor import diagnose, invalid

@@ -55,6 +55,7 @@ class RunArgs:
     ray_address: str | None
     oci_runtime: str | None
     build_policy: str
+    bases: str | None
     require: list[str] | None
     registry: str | None
     ca_bundle: Path | None
@@ -83,7 +84,7 @@ def execute(a: RunArgs) -> None:
         tasks = _tasks(a)
         lineup = _lineup(a)
         options = _job_options(a, name, attempts)
-        baseline_trials = _read_baseline(a, options)
+        baseline_trials = _read_baseline(a, options, tasks)
         job = _run(a, tasks, lineup, options)
     except (InputError, InfraError) as exc:
         fail(exc)
@@ -194,8 +195,10 @@ def _tasks(a: RunArgs) -> list[Task]:
         from orchestrator.tasks.load import load_tasks_lenient
 
         tasks, problems = load_tasks_lenient(a.path)
-        tasks, left = skipped_by_run(tasks)
-        left += invalid(problems)
+        plan = skipped_by_run(tasks, a.ca_bundle)
+        if note := plan.note(a.path, a.ca_bundle):
+            err.print(note, markup=False, highlight=False, soft_wrap=True)
+        tasks, left = plan.keep, plan.left + invalid(problems)
     else:
         tasks = load_tasks(a.path)
     _note_ignored_fields(tasks)
@@ -252,24 +255,33 @@ def _job_options(a: RunArgs, name: str, attempts: int | None) -> JobOptions:
         longest_first=a.order == "longest-first", image_budget_gb=a.image_budget_gb,
         max_cpus=a.max_cpus, max_memory_mb=a.max_memory_mb, resume=a.resume is not None,
         oci_runtime=a.oci_runtime, retry_errors=a.retry_errors, ca_bundle=a.ca_bundle,
-        build_policy=a.build_policy, registry=a.registry, require=list(a.require or []),
+        build_policy=a.build_policy, bases=a.bases, registry=a.registry, require=list(a.require or []),
         backend=a.backend, ray_address=a.ray_address, replay_from=a.replay_from,
         endpoints=load_endpoints(endpoint_files) if endpoint_files else None,
         source=JobSource(path=str(a.path.resolve()), layer=a.layer, endpoints=[str(p) for p in endpoint_files],
                          manifest_dir=str(manifest_dir) if manifest_dir else None))
 
 
-def _read_baseline(a: RunArgs, options: JobOptions) -> list[TrialResult] | None:
-    """--baseline, read now: a bad one is refused before any trial runs. It also gives
-    -k auto its attempts and the scheduler its durations (longest first)."""
+def _gate_names(a: RunArgs) -> tuple[str, str]:
+    """The two jobs as the gate's messages name them."""
+    return f"job {a.jobs_dir / (a.job_name or '')}", f"job {a.baseline}"
+
+
+def _read_baseline(a: RunArgs, options: JobOptions, tasks: list[Task]) -> list[TrialResult] | None:
+    """--baseline, read now: a bad one is refused before any trial runs, and so is one the
+    gate could compare nothing with (no task in common by name or content hash, none of
+    --gate-layer's, none graded there) or whose tasks changed (without --allow-changed).
+    It also gives -k auto its attempts and the scheduler its durations (longest first)."""
     if a.baseline is None:
         return None
     from orchestrator.job.durations import measured
-    from orchestrator.report.gate import check_options
+    from orchestrator.report.gate import TaskKey, check_comparable, check_options
     from orchestrator.report.load import load_trials
 
     baseline_trials = load_trials(a.baseline)
     check_options(a.flaky, a.alpha)
+    here = {t.name: TaskKey(frozenset({t.content_hash}), t.config.metadata.evaluation_layer) for t in tasks}
+    check_comparable(here, baseline_trials, _gate_names(a), a.allow_changed, a.gate_layer)
     if a.k == "auto":
         options.k = _auto_k(baseline_trials, a.detect_drop, a.alpha, a.gate_layer)
     options.durations = measured(baseline_trials)
@@ -306,14 +318,16 @@ def _render_and_gate(a: RunArgs, job: JobResult, name: str,
         write_output(a.json_out, job)
     leaks = job.counts.get("answer_leak", 0)
     if leaks:
-        err.print(f"[bold red]answer leak[/] in {leaks} trial(s): the agent read a task's memory "
-                  "source files; the suite was stopped and its results are void.")
+        err.print(f"[bold red]answer leak[/] in {leaks} trial(s): the agent read what grades it (a "
+                  "task's tests or solution files, or its memory source files); the suite was "
+                  "stopped and its results are void.")
         raise typer.Exit(4)
     if a.baseline is not None and baseline_trials is not None:
         from orchestrator.report.gate import gate
 
         try:
-            regression = gate(trials, baseline_trials, a.allow_changed, a.gate_layer, a.flaky, a.alpha)
+            regression = gate(trials, baseline_trials, a.allow_changed, a.gate_layer, a.flaky, a.alpha,
+                              names=_gate_names(a))
         except InputError as exc:  # the job's results are written; only the gate refuses
             fail(exc)
         _report_gate(regression, a.baseline, a.jobs_dir / name, a.fail_on_regression, human)
@@ -326,22 +340,34 @@ def _positive_int(option: str, value: str) -> int:
 
 
 def _auto_k(baseline_trials: list[TrialResult], drop: float, alpha: float, gate_layer: str | None) -> int:
-    """-k auto: attempts enough to tell a drop of `drop` from chance against the baseline."""
+    """-k auto: attempts enough to tell a drop of `drop` from chance against the baseline,
+    said with what they cannot tell: tasks the baseline ran too few times for any k (run
+    with the baseline's own attempts), and tasks left to the one-attempt rule at k=1."""
     from orchestrator.report.gate import attempts_to_tell
 
     if gate_layer is not None:
         baseline_trials = [t for t in baseline_trials if t.layer == gate_layer]
-    k, cannot = attempts_to_tell(baseline_trials, drop, alpha)
-    if cannot:
-        k = max(k, max((sum(1 for t in baseline_trials if t.task == name.split(" ")[0])
-                        for name in cannot), default=1))
-    err.print(f"-k auto: k={k}, the fewest attempts that tell a drop of {drop:g} in a task's pass "
-              f"rate from chance (80% power, alpha {alpha:g}) against the baseline's attempts", soft_wrap=True)
-    if cannot:
-        err.print(f"-k auto: no k up to 20 can tell it for {len(cannot)} task(s) with so few baseline "
-                  f"attempts ({', '.join(cannot[:5])}{', ...' if len(cannot) > 5 else ''}); rerun the "
-                  "baseline with more attempts (-k)", soft_wrap=True)
-    return k
+    plan = attempts_to_tell(baseline_trials, drop, alpha)
+
+    def say(text: str) -> None:
+        err.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    told = [t for t in plan.tasks if t.k is not None]
+    say(f"-k auto: k={plan.k} against the baseline's attempts (it ran each task up to "
+        f"{plan.baseline_k} time(s)); {len(told)} of {len(plan.tasks)} task(s) it passed can tell a "
+        f"drop of {drop:g} in pass rate from chance with 80% power at alpha {alpha:g}")
+    if cannot := plan.cannot:
+        shown = ", ".join(f"{t.task} ({t.baseline} in the baseline)" for t in cannot[:5])
+        need = (f"rerun the baseline with -k {plan.baseline_k_needed} (and this job with as many) to tell it"
+                if plan.baseline_k_needed else f"no k up to {plan.most} on both sides tells it")
+        say(f"-k auto: no k up to {plan.most} can tell it for {len(cannot)} task(s) the baseline ran "
+            f"too few times ({shown}{', ...' if len(cannot) > 5 else ''}): they run with the "
+            f"baseline's own attempts and the gate cannot promise to catch that drop; {need}")
+    if plan.one_attempt:
+        say(f"-k auto: k=1 against {len(plan.one_attempt)} task(s) the baseline ran once: they are "
+            "judged by the one-attempt rule (passed there, failed now), which cannot tell a "
+            "regression from chance: a task that passes 90% of the time fails the gate 1 time in 10")
+    return plan.k
 
 
 def _cancel_counts(job_dir: Path) -> str:

@@ -11,11 +11,20 @@ once on every task and classifies it:
   no-solution    no solution/solve.sh, so the oracle cannot tell (nop still runs)
   leaky          the built image holds the task's tests or solution (by content, at any
                  path), or a .git whose history has commits past its checked-out HEAD
+  not-scanned    oracle 1 and nop 0, but the leak scan could not look (no python3 in the
+                 image, the scan failed or timed out, a .git history it could not read,
+                 the engine failed): the reason is said; neither leaky nor clean
   invalid        the task does not load (its problems, by file and field); nothing runs
 
-Verdicts are cached by task content (plus orchestra's version and the bases' recipe) in
-`$ORCHESTRA_CACHE/doctor/`, so a rerun of an unchanged dataset runs nothing; `orchestra
-run --skip-broken` leaves out tasks the doctor found broken, leaky or no-solution.
+Each diagnosis also says its leak scan: `clean`, `leaky`, `not scanned: <why>`, or empty
+when there was nothing to scan (the oracle's verdict came first). A weak-test or
+no-solution task whose scan could not look keeps its verdict, the reason saying so.
+
+Verdicts are cached by task content, plus every option that changes a verdict (the CA
+bundle's content), orchestra's version and the bases' recipe, in `$ORCHESTRA_CACHE/doctor/`,
+so a rerun of an unchanged dataset runs nothing; `orchestra run --skip-broken` (with the
+same --ca-bundle) leaves out tasks the doctor found broken, leaky or no-solution; a
+not-scanned task runs.
 """
 
 from __future__ import annotations
@@ -26,9 +35,10 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 import orchestrator
+from orchestrator.errors import BuildFailed, InfraError
 from orchestrator.job.options import JobOptions
 from orchestrator.job.runner import run_job
 from orchestrator.log import get_logger
@@ -36,7 +46,7 @@ from orchestrator.models.events import Observers
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import ERRORED, FailureMode, TrialResult
 from orchestrator.paths import cache_root
-from orchestrator.runtime.base import BuildFailed, ContainerSpec, Runtime
+from orchestrator.runtime.base import ContainerSpec, ExecResult, Runtime
 from orchestrator.tasks.load import Task
 from orchestrator.trial.baseimage import BASE_VERSION
 from orchestrator.trial.images import ensure_task_images
@@ -44,8 +54,9 @@ from orchestrator.util import write_json_atomic
 
 log = get_logger()
 
-VERDICTS = ("healthy", "broken", "weak-test", "no-solution", "leaky", "invalid")
+VERDICTS = ("healthy", "broken", "weak-test", "no-solution", "leaky", "not-scanned", "invalid")
 SKIPPED_BY_RUN = {"broken", "no-solution", "leaky"}  # and invalid tasks, which never load
+NOT_SCANNED: Final = "not scanned"
 # What a verifier's or build's output says when it needed a network this host lacks.
 NETWORK_SIGNS = re.compile(
     r"(Could not resolve host|Temporary failure in name resolution|Name or service not known|"
@@ -71,17 +82,22 @@ class Diagnosis:
     nop: float | None = None
     stand_ins: list[dict] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
+    leak_scan: str = ""  # clean | leaky | not scanned: <why> | "" (not scanned: nothing to scan)
     checked_at: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-RULES_VERSION = "2"  # bump when classify()'s reasons change: cached verdicts are then redone
+RULES_VERSION = "3"  # bump when classify()'s reasons change: cached verdicts are then redone
 
 
-def cache_key(task: Task) -> str:
-    key = f"{task.content_hash}\0{orchestrator.__version__}\0{BASE_VERSION}\0{RULES_VERSION}"
+def cache_key(task: Task, ca_bundle: Path | None = None) -> str:
+    """The task's content and every doctor option that changes a verdict: the CA bundle
+    (by content: a build behind a TLS-intercepting proxy fails without it). The others
+    (--n-concurrent, --jobs-dir, --json, --verbose, --refresh) change no verdict."""
+    ca = hashlib.sha256(ca_bundle.read_bytes()).hexdigest() if ca_bundle is not None else "-"
+    key = f"{task.content_hash}\0{orchestrator.__version__}\0{BASE_VERSION}\0{RULES_VERSION}\0ca={ca}"
     return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
@@ -89,24 +105,54 @@ def cache_dir() -> Path:
     return cache_root() / "doctor"
 
 
-def cached(task: Task) -> Diagnosis | None:
-    path = cache_dir() / f"{cache_key(task)}.json"
+def cached(task: Task, ca_bundle: Path | None = None) -> Diagnosis | None:
+    path = cache_dir() / f"{cache_key(task, ca_bundle)}.json"
     try:
         return Diagnosis(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         return None
 
 
-def skipped_by_run(tasks: list[Task]) -> tuple[list[Task], list[Diagnosis]]:
-    """`orchestra run --skip-broken`: the tasks to run, and the diagnoses of those left out."""
-    keep, left = [], []
+@dataclass
+class SkipPlan:
+    """`orchestra run --skip-broken`'s answer: the tasks to run, the diagnoses of those left
+    out, and the tasks the doctor has no verdict for (never checked, changed since, or
+    checked with another --ca-bundle): they run unchecked."""
+    keep: list[Task]
+    left: list[Diagnosis]
+    unchecked: list[Task]
+
+    def note(self, path: Path, ca_bundle: Path | None = None) -> str | None:
+        """What --skip-broken says on stderr when it could not judge some tasks."""
+        if not self.unchecked:
+            return None
+        doctor = f"`orchestra tasks doctor {path}" + (f" --ca-bundle {ca_bundle}`" if ca_bundle else "`")
+        checked = len(self.keep) + len(self.left) - len(self.unchecked)
+        if checked == 0:
+            return (f"--skip-broken: no doctor verdicts exist for {path} (none of its "
+                    f"{len(self.unchecked)} task(s) was checked as it is now"
+                    + (", with this --ca-bundle" if ca_bundle else "") + "), so nothing is left "
+                    f"out for being broken; {doctor} makes them (cached; then run again)")
+        names = ", ".join(t.name for t in self.unchecked[:5]) + (
+            f" and {len(self.unchecked) - 5} more" if len(self.unchecked) > 5 else "")
+        return (f"--skip-broken: {len(self.unchecked)} task(s) have no doctor verdict (never "
+                f"checked, or changed since) and run unchecked: {names}; {doctor} makes them")
+
+
+def skipped_by_run(tasks: list[Task], ca_bundle: Path | None = None) -> SkipPlan:
+    """`orchestra run --skip-broken`: the tasks to run, the diagnoses of those left out, and
+    those without a verdict. A not-scanned task runs: the scan could not look, which says
+    nothing against the task."""
+    plan = SkipPlan([], [], [])
     for task in tasks:
-        found = cached(task)
+        found = cached(task, ca_bundle)
         if found is not None and found.verdict in SKIPPED_BY_RUN:
-            left.append(found)
-        else:
-            keep.append(task)
-    return keep, left
+            plan.left.append(found)
+            continue
+        plan.keep.append(task)
+        if found is None:
+            plan.unchecked.append(task)
+    return plan
 
 
 def invalid(problems: dict[Path, list[str]]) -> list[Diagnosis]:
@@ -120,7 +166,7 @@ def diagnose(runtime: Runtime, tasks: list[Task], jobs_dir: Path, *, n_concurren
              ca_bundle: Path | None = None, refresh: bool = False,
              observers: Observers | None = None) -> list[Diagnosis]:
     """Every task's diagnosis: from the cache, or by running the oracle and nop now."""
-    found = {t.name: cached(t) for t in tasks} if not refresh else {}
+    found = {t.name: cached(t, ca_bundle) for t in tasks} if not refresh else {}
     todo = [t for t in tasks if found.get(t.name) is None]
     if todo:
         stamp = time.strftime("%Y-%m-%d__%H-%M-%S")
@@ -135,14 +181,26 @@ def diagnose(runtime: Runtime, tasks: list[Task], jobs_dir: Path, *, n_concurren
             diagnosis = classify(task, oracle.get(task.name), nop.get(task.name),
                                  jobs_dir / f"doctor-{stamp}-oracle")
             if diagnosis.verdict in ("healthy", "weak-test", "no-solution"):
-                diagnosis.leaks = leak_preflight(runtime, task, ca_bundle)
-                if diagnosis.leaks:
-                    diagnosis.verdict = "leaky"
-                    diagnosis.reason = "; ".join(diagnosis.leaks)
+                judge_leaks(diagnosis, leak_preflight(runtime, task, ca_bundle))
             diagnosis.checked_at = time.time()
-            write_json_atomic(cache_dir() / f"{cache_key(task)}.json", diagnosis.as_dict())
+            write_json_atomic(cache_dir() / f"{cache_key(task, ca_bundle)}.json", diagnosis.as_dict())
             found[task.name] = diagnosis
     return [found[t.name] for t in tasks]  # type: ignore[misc]
+
+
+def judge_leaks(diagnosis: Diagnosis, scan: LeakScan) -> None:
+    """The leak scan's finding on a diagnosis: a leak found makes it leaky (whatever else
+    the scan could not read); a scan that could not look makes a healthy task
+    not-scanned, and is said in any other verdict's reason. Never leaky, never clean,
+    for what was not looked at."""
+    diagnosis.leaks = list(scan.leaks)
+    diagnosis.leak_scan = scan.status if scan.status != NOT_SCANNED else f"{NOT_SCANNED}: {scan.why}"
+    if scan.leaks:
+        diagnosis.verdict, diagnosis.reason = "leaky", "; ".join(scan.leaks)
+    elif scan.status == NOT_SCANNED:
+        if diagnosis.verdict == "healthy":
+            diagnosis.verdict = "not-scanned"
+        diagnosis.reason += f"; leak scan not done: {scan.why}"
 
 
 def _run(runtime: Runtime, tasks: list[Task], agent: Literal["oracle", "nop"], options: JobOptions,
@@ -236,9 +294,9 @@ def _last_line(text: str) -> str:
 # ---- leak preflight --------------------------------------------------------------------
 SCAN = r"""
 import hashlib, json, os, subprocess, sys
-want, found, gits = set(json.loads(sys.argv[1])), {}, []
+want, found, gits, unread = set(json.loads(sys.argv[1])), {}, [], []
 for top in ("/",):
-    for root, dirs, files in os.walk(top):
+    for root, dirs, files in os.walk(top, onerror=lambda e: unread.append(str(e.filename))):
         dirs[:] = [d for d in dirs if os.path.join(root, d) not in ("/proc", "/sys", "/dev", "/opt/orchestra")]
         if ".git" in dirs:
             gits.append(root)
@@ -252,23 +310,40 @@ for top in ("/",):
                 continue
             if digest in want:
                 found.setdefault(digest, []).append(path)
+def git(repo, *args):
+    return subprocess.run(["git", "-c", "safe.directory=*", "-C", repo, *args],
+                          capture_output=True, text=True, timeout=30)
 future = {}
 for repo in gits:
     try:
-        out = subprocess.run(["git", "-C", repo, "rev-list", "--all", "--not", "HEAD", "--count"],
-                             capture_output=True, text=True, timeout=30)
-        future[repo] = int(out.stdout.strip()) if out.returncode == 0 else "unreadable"
-    except (OSError, ValueError, subprocess.TimeoutExpired):
+        head = git(repo, "rev-parse", "-q", "--verify", "HEAD").returncode == 0
+        out = git(repo, "rev-list", "--all", "--count", *(["--not", "HEAD"] if head else []))
+        lines = (out.stderr or out.stdout).strip().splitlines() or ["(nothing said)"]
+        future[repo] = int(out.stdout.strip()) if out.returncode == 0 else "git failed: " + lines[-1][:200]
+    except FileNotFoundError:
         future[repo] = "no git in the image"
-print(json.dumps({"found": found, "future": future}))
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        future[repo] = f"git failed: {exc}"[:200]
+print(json.dumps({"found": found, "future": future, "unread": unread[:20]}))
 """
 MIN_LEAK_BYTES = 64  # a tiny file (an empty __init__.py, "#!/bin/bash") proves nothing
+SCAN_SECONDS = 300
 
 
-def leak_preflight(runtime: Runtime, task: Task, ca_bundle: Path | None = None) -> list[str]:
+@dataclass
+class LeakScan:
+    """What the leak scan found: `clean` (it looked everywhere and found nothing), `leaky`
+    (`leaks` says what), or `not scanned` (`why`: it could not look, or not everywhere)."""
+    status: Literal["clean", "leaky", "not scanned"]
+    leaks: list[str] = field(default_factory=list)
+    why: str = ""
+
+
+def leak_preflight(runtime: Runtime, task: Task, ca_bundle: Path | None = None) -> LeakScan:
     """What the task's built image holds that it must not: its tests or solution files (by
-    content, at any path), or a git history past its HEAD. An image without python3 is
-    not scanned (said)."""
+    content, at any path), or a git history past its HEAD. A scan that could not look (no
+    python3 in the image, the image not built, the engine failing, the scan failing or
+    timing out, a .git history unreadable) is `not scanned`, with why: never clean."""
     secrets: dict[str, str] = {}
     for folder in [*task.tests_dirs, task.solution_dir]:
         for path in sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []:
@@ -282,25 +357,61 @@ def leak_preflight(runtime: Runtime, task: Task, ca_bundle: Path | None = None) 
     try:
         image = ensure_task_images(runtime, task, "doctor",
                                    ca_bundle=ca_bundle.read_bytes() if ca_bundle else None).task_image
-    except BuildFailed:
-        return []  # the oracle's verdict already said the build failed
+    except BuildFailed as exc:
+        return LeakScan(NOT_SCANNED, why=f"the image did not build ({_last_line(str(exc))})")
+    except InfraError as exc:
+        return LeakScan(NOT_SCANNED, why=f"the image could not be made: {_last_line(str(exc))}")
     name = f"orchestra-doctor-{hashlib.sha256(task.name.encode()).hexdigest()[:12]}-{int(time.time())}"
     spec = ContainerSpec(image=image, name=name, labels={"orchestra.kind": "doctor", "orchestra.job": "doctor"},
-                       command=["sleep", "600"], cpus=1.0, memory_mb=512, pids_limit=256, network="none",
-                       entrypoint=["/bin/sh", "-c", "exec \"$@\"", "sh"])
-    container = runtime.create(spec)
+                         command=["sleep", str(SCAN_SECONDS + 60)], cpus=1.0, memory_mb=512, pids_limit=256,
+                         network="none", entrypoint=["/bin/sh", "-c", "exec \"$@\"", "sh"])
+    container = None
     try:
+        container = runtime.create(spec)
         runtime.start(container)
         done = runtime.exec(container, ["python3", "-c", SCAN, json.dumps(sorted(secrets))],
-                            deadline=time.time() + 300, capture=4_000_000, user="0")
-        if done.exit_code != 0:
-            return [] if b"not found" not in done.output else ["image not scanned: no python3 in it"]
-        report = json.loads(done.output.decode(errors="replace").strip().splitlines()[-1])
+                            deadline=time.time() + SCAN_SECONDS, capture=4_000_000, user="0")
+    except InfraError as exc:
+        return LeakScan(NOT_SCANNED, why=f"the engine failed: {_last_line(str(exc))}")
     finally:
-        runtime.remove(container)
-    leaks = [f"the image holds {secrets[digest]} at {', '.join(paths[:3])}"
-             for digest, paths in sorted(report["found"].items())]
-    for repo, count in sorted(report["future"].items()):
-        if isinstance(count, int) and count > 0:
-            leaks.append(f"{repo}/.git holds {count} commit(s) past its HEAD (the repository's future)")
-    return leaks
+        if container is not None:
+            try:
+                runtime.remove(container)
+            except InfraError as exc:
+                log.warning("doctor.scan_container_left", container=container, error=str(exc))
+    return read_scan(done, secrets)
+
+
+def read_scan(done: ExecResult, secrets: dict[str, str]) -> LeakScan:
+    """The scan's output as a LeakScan (pure: unit-tested without an engine)."""
+    output = done.output.decode(errors="replace").strip()
+    if done.timed_out or done.exit_code is None:
+        return LeakScan(NOT_SCANNED, why=f"the scan did not finish within {SCAN_SECONDS} s"
+                        if done.timed_out else "the scan did not finish (its container stopped)")
+    if done.exit_code != 0:
+        if done.exit_code in (126, 127) and ("not found" in output or "no such file" in output.lower()):
+            return LeakScan(NOT_SCANNED, why="no python3 in the image")
+        return LeakScan(NOT_SCANNED, why=f"the scan exited {done.exit_code}: {_last_line(output) or '(no output)'}")
+    try:
+        report = json.loads(output.splitlines()[-1])
+        found, future = dict(report["found"]), dict(report["future"])
+        unread = list(report.get("unread", []))
+    except (IndexError, ValueError, KeyError, TypeError):
+        return LeakScan(NOT_SCANNED, why=f"the scan's output was not its report: {output[-200:] or '(none)'}")
+    leaks = [f"the image holds {secrets.get(digest, digest[:12])} at {', '.join(paths[:3])}"
+             for digest, paths in sorted(found.items())]
+    unreadable = []
+    for repo, count in sorted(future.items()):
+        if isinstance(count, int):
+            if count > 0:
+                leaks.append(f"{repo}/.git holds {count} commit(s) past its HEAD (the repository's future)")
+        else:
+            unreadable.append(f"{repo}/.git's history not read ({count})")
+    if unread:
+        unreadable.append(f"folders not read: {', '.join(unread[:3])}" + (
+            f" and {len(unread) - 3} more" if len(unread) > 3 else ""))
+    if leaks:
+        return LeakScan("leaky", leaks=leaks, why="; ".join(unreadable))
+    if unreadable:
+        return LeakScan(NOT_SCANNED, why="; ".join(unreadable))
+    return LeakScan("clean")
