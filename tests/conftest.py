@@ -121,3 +121,50 @@ def make_leaky_task(root: Path, name: str) -> Path:
                        traj tool shell "cat memory/project/secret.md" --output "$out"
                        touch /app/ok
                      """)
+
+
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+_PROBE = ("import sys, urllib.request\n"
+          "try:\n    urllib.request.urlopen('https://pypi.org/simple/six/', timeout=15).read(64)\n"
+          "except Exception as e:\n    sys.exit(str(e)[:200])\n")
+
+
+@pytest.fixture(scope="session")
+def container_network(runtime) -> str:
+    """How a container on this host reaches PyPI, probed once: 'direct' (its own trust store
+    will do), 'intercepted' (only with the host's CA bundle: a TLS-intercepting proxy, as on
+    these machines) or 'none'. Tests that need the network derive their expectation from
+    it instead of assuming this host's proxy, and skip (part network-containers) on 'none'."""
+    import subprocess
+
+    from orchestrator.tasks.standins import base_image
+
+    def reaches(with_ca: bool) -> bool:
+        mount = ["-v", f"{HOST_CA}:/host-ca.pem:ro", "-e", "SSL_CERT_FILE=/host-ca.pem"] if with_ca else []
+        done = subprocess.run(["docker", "run", "--rm", "--label", "orchestra.kind=probe", *mount,
+                               base_image("bookworm"), "python3", "-c", _PROBE],
+                              capture_output=True, text=True, timeout=120)
+        return done.returncode == 0
+    if reaches(with_ca=False):
+        return "direct"
+    return "intercepted" if HOST_CA.exists() and reaches(with_ca=True) else "none"
+
+
+def needs_container_network(found: str) -> None:
+    """Skip, saying why, where containers reach no package index."""
+    if found == "none":
+        pytest.skip("needs PyPI from inside containers, which this host does not reach (network-containers)")
+
+
+@pytest.fixture(scope="session")
+def host_network() -> bool:
+    """Whether this host reaches PyPI and the npm registry (installed agent CLIs come from
+    them on a machine's first run), with the host's own trust store."""
+    import urllib.request
+
+    try:
+        for url in ("https://pypi.org/simple/six/", "https://registry.npmjs.org/is-number"):
+            urllib.request.urlopen(url, timeout=15).read(64)
+    except OSError:
+        return False
+    return True

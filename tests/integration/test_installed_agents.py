@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -36,6 +35,20 @@ def files_holding(root: Path, secret: str) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
+pytestmark = pytest.mark.part("network-host")
+
+
+@pytest.fixture(autouse=True)
+def _installable(host_network):
+    """The CLIs come from PyPI and npm on a machine's first run: where they are not cached
+    yet and this host reaches neither, these tests skip saying so (never a pass)."""
+    from orchestrator.agents.install import installed
+    from orchestrator.agents.installed import INSTALLED
+
+    if not host_network and not all(installed(cls.recipe) for cls in INSTALLED.values()):
+        pytest.skip("needs PyPI and npm from the host to install the agent CLIs (network-host)")
+
+
 def test_orchestra_agents_lists_three_installed_clis_with_kind_and_version():
     proc = orchestra("agents", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -57,17 +70,14 @@ def test_an_installed_cli_solves_hello_file_on_its_replay_endpoint(tmp_path, age
 
     result, folder = run("j")
     if agent == "opencode" and result["agent_outcome"] == "timeout" and result["reward"] == {"reward": 1.0}:
-        # opencode 1.18 now and then stops after writing the file, before its next model call,
-        # until its deadline: seen in two full suites (stops 39 and 41), each time right after
-        # test_image_budget (the engine deleting pruned layers), never alone (8 of 8) nor
-        # under CPU load (5 of 5). Its own log (--print-logs) is kept beside tmp_path.
-        # The outcome is reported as it was (a timeout, reward 1); this test is about
-        # orchestra's side, so it runs once more.
+        # opencode 1.18 now and then stops after writing the file, before its next model
+        # call, until its deadline: seen in full suites (stops 39 and 41), each time right
+        # after test_image_budget, never alone (8 of 8) nor under CPU load (5 of 5); the cause
+        # inside opencode is not found. Not retried (a rerun would hide it): reported as the
+        # expected failure it is, with opencode's own log (--print-logs) kept for reading.
         kept = tmp_path.parent / f"{tmp_path.name}-opencode-hang"
         shutil.copytree(tmp_path / "j", kept)
-        shutil.rmtree(tmp_path / "j")
-        warnings.warn(f"opencode hung after its work and was run again; its log: {kept}", stacklevel=2)
-        result, folder = run("j")
+        pytest.xfail(f"opencode hung after its work (known, cause not found); its log: {kept}/*/agent/stderr.txt")
     assert result["agent"] == agent
     # the replay endpoint answers 401 without the key: reward 1 shows the proxy added it
     assert result["reward"] == {"reward": 1.0}, (result["error"], (folder / "agent/stdout.txt").read_text()[-2000:])

@@ -63,7 +63,9 @@ def _trials(job_dir: Path) -> dict[str, TrialResult]:
     return found
 
 
-def test_wild_shapes_load_build_on_stand_ins_and_score_honestly(runtime, tmp_path):
+def test_wild_shapes_load_build_on_stand_ins_and_score_honestly(runtime, tmp_path, container_network):
+    """pytest-at-grading installs pytest from PyPI in test.sh: 1.0 where containers reach
+    PyPI (with the host's CA bundle), an honest 0.0 where they reach no index."""
     ds = tmp_path / "wild"
     make_task(ds, "pytest-at-grading", toml=WILD_TOML, dockerfile="FROM python:3.12.9-slim\nWORKDIR /app\n",
               solve="echo 42 > /app/answer.txt\n", test=PYTEST_TEST, files={"tests/test_outputs.py": TEST_OUTPUTS})
@@ -95,9 +97,9 @@ def test_wild_shapes_load_build_on_stand_ins_and_score_honestly(runtime, tmp_pat
                   JobOptions(job_name="wild", jobs_dir=tmp_path / "jobs", n_concurrent=2, ca_bundle=HOST_CA))
     t = _trials(tmp_path / "jobs/wild")
     assert {name: (r.failure_mode.value, r.headline) for name, r in t.items()} == {
-        "pytest-at-grading": ("none", 1.0), "trixie-python": ("none", 1.0), "two-keys": ("none", 0.75),
+        "pytest-at-grading": ("none", 0.0 if container_network == "none" else 1.0), "trixie-python": ("none", 1.0), "two-keys": ("none", 0.75),
         "compose-named-data": ("none", 1.0), "ubuntu": ("none", 1.0)}, {n: r.error for n, r in t.items()}
-    assert job.mean_reward == round((4 + 0.75) / 5, 6)
+    assert job.mean_reward == round((4 + 0.75 - (container_network == "none")) / 5, 6)
     wild = t["pytest-at-grading"]
     assert wild.ignored_fields[-1] == "environment.image" and wild.schema_version == "2.0"  # read, not gated
     assert wild.stand_ins[0]["stand_in"] == "orchestra/base:bookworm" and wild.stand_ins[0]["python"] == "3.11"
