@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -14,8 +15,10 @@ from orchestrator.errors import InputError, OrchestraError
 EXIT_CODES = ("Exit codes, one meaning each: 0 done (whatever the rewards); 1 a gate you asked for "
               "failed (--fail-on-regression, --fail-under); 2 bad input, named by file and field "
               "(nothing started, nothing written lost); 3 the engine or the host failed (Docker "
-              "unreachable, the job folder's disk full); 4 an answer leak stopped the suite; 130 "
-              "cancelled (Ctrl-C, SIGTERM; results kept, `--resume` continues).")
+              "unreachable, the job folder's disk full); 4 an answer leak stopped the suite; 70 "
+              "orchestra itself failed (a bug: a short message, the traceback in a file it names); "
+              "130 cancelled (Ctrl-C, SIGTERM; results kept, `--resume` continues). A gate with "
+              "nothing to compare (no task in common) is bad input, 2, never a pass.")
 
 
 def one_paragraph(text: str) -> str:
@@ -23,6 +26,22 @@ def one_paragraph(text: str) -> str:
     return " ".join(text.split())
 
 
+def _flag_shows_no_value() -> None:
+    """A flag (--version, --retry-errors, --help...) takes no value, so --help shows none.
+    typer's rich panels (on a terminal) print every option's type, a flag's as `<bool>`,
+    as if it took one; click's plain help (piped) already shows none. A flag is any
+    is_flag option that is not a count."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:  # click's Context
+        return None if self.is_flag and not self.count else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flag_shows_no_value()
 app = typer.Typer(add_completion=False, no_args_is_help=True, epilog=EXIT_CODES,
                   help="orchestra: run AI agents on tasks in containers and grade them. "
                        "Output that is data (--json -, --markdown -) goes to stdout alone; "
