@@ -177,7 +177,8 @@ class Job:
         self._write_config()
         ca_bundle = options.ca_bundle.read_bytes() if options.ca_bundle else None
         self.images = ImageCache(runtime, options.job_name, lead.install if lead.agent == "command" else None,
-                                 ca_bundle, options.build_policy, options.registry)
+                                 ca_bundle, options.build_policy, options.registry,
+                                 options.bases or manifest.sandbox.bases or "auto")
         self.watchdog = DiskWatchdog(runtime, options.job_name)
         self.networks = NetworkPool(runtime, options.job_name)
         self.spec = trial_spec(options, manifest, self.upstreams, ca_bundle)

@@ -66,6 +66,10 @@ class SandboxPolicy(_Strict):
 
     oci_runtime: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     require: list[Literal["disk-quota", "host-isolation"]] = []
+    # FROM bases the engine lacks: auto (pulled, else a stand-in when no registry answers) |
+    # pull (a failed pull is the task's build_error) | offline (never pulled: stand-ins);
+    # `orchestra run --bases` wins over it
+    bases: Literal["auto", "pull", "offline"] | None = None
 
 
 class Manifest(_Strict):

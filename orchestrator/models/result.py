@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -124,6 +125,37 @@ def headline_of(reward: dict[str, float]) -> float:
     return float(sum(reward.values()) / len(reward))
 
 
+BaseSource = Literal["local", "pulled", "stand-in", "orchestra", "failed"]
+
+
+class BaseImage(BaseModel):
+    """One FROM reference of a build the trial used (task image, tests/Dockerfile, a compose
+    service's build), and where its image came from (DESIGN 5)."""
+
+    reference: str  # as the Dockerfile names it
+    used_for: str = "task"  # task | verifier | sidecar:<service>
+    # local: the engine had it; pulled: from its registry now; stand-in: orchestra's base in its
+    # place; orchestra: orchestra/base named; failed: not had (the build failed for it)
+    source: BaseSource
+    digest: str | None = None  # the registry's manifest digest (sha256:...) of what was used
+    image_id: str | None = None  # the local image id the build started from
+    stand_in: str | None = None  # orchestra/base:<release>, when one stood in
+    python: str | None = None  # the stand-in's python
+    reason: str | None = None  # why a stand-in: the pull's error, or --bases offline
+    warning: str | None = None  # a digest pin the stand-in does not honour
+    pull_error: str | None = None  # the failed pull's error (a stand-in's, or a build error's)
+
+
+class BuildFailure(BaseModel):
+    """A build that failed: which FROM reference, on what (a stand-in, or nothing: the pull
+    that failed), and the build's own error."""
+
+    reference: str | None = None  # the FROM reference the build started from (the first that stood in or failed)
+    stand_in: str | None = None  # what the build ran on in its place, if anything
+    pull_error: str | None = None  # the pull that failed, when that was the reference's fate
+    message: str
+
+
 class TrialResult(BaseModel):
     trial_id: str
     job: str
@@ -150,6 +182,8 @@ class TrialResult(BaseModel):
     healthchecks: int | None = None  # [environment] healthcheck runs before the agent
     base_alias: dict[str, str] = {}  # FROM reference -> the offline base that stood in
     stand_ins: list[dict] = []  # each: reference, stand_in, release, python, reason, warning
+    bases: list[BaseImage] = []  # every FROM reference built on: local, pulled (its digest) or stood in, and why
+    build_failure: BuildFailure | None = None  # build_error: the reference, the stand-in or the failed pull
     limits: AppliedLimits = AppliedLimits()
     verifier_limits: AppliedLimits | None = None  # the verifier container's, read back
     # every container of the trial -> the OCI runtime it ran under, read back from the engine:

@@ -158,6 +158,28 @@ class ImageFacts:
     workdir: str = ""
     size: int = 0
     created: float = 0.0
+    digests: list[str] = field(default_factory=list)  # repository@sha256:..., where it came from a registry
+    layers: int = 0  # filesystem layers (an imported root filesystem has one)
+
+
+@dataclass
+class PulledImage:
+    """What a pull brought: the reference asked for, the local image id, the registry's
+    manifest digest (sha256:...), as the engine reported it."""
+
+    ref: str
+    id: str
+    digest: str | None = None
+
+
+class PullFailed(BuildFailed):
+    """A pull that brought no image. `unreachable`: no registry answered (no route, no name,
+    refused connection, TLS failure: an air-gapped host), as against a registry that
+    answered and refused (no such image, no access)."""
+
+    def __init__(self, message: str, unreachable: bool):
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 @dataclass
@@ -232,7 +254,9 @@ class Runtime(ABC):
     def build_image(self, context_tar: bytes, tag: str, labels: dict[str, str],
                     timeout_sec: float) -> None: ...
     @abstractmethod
-    def pull(self, ref: str, timeout_sec: float = 600) -> None: ...
+    def pull(self, ref: str, timeout_sec: float = 600) -> PulledImage:
+        """`ref` from its registry as the engine pulls it (its registry mirrors, the Docker
+        config's credentials); PullFailed with the engine's reason when it brings none."""
     @abstractmethod
     def push(self, ref: str, timeout_sec: float = 600) -> None:
         """A local image to its registry (`--registry`), with the Docker config's

@@ -59,8 +59,8 @@ class ImageCache:
 
     def __init__(self, runtime: Runtime, job: str, install: str | None = None,
                  ca_bundle: bytes | None = None, build_policy: str = "prefer-prebuilt",
-                 registry: str | None = None):
-        self.runtime, self.job, self.install = runtime, job, install
+                 registry: str | None = None, bases: str = "auto"):
+        self.runtime, self.job, self.install, self.bases = runtime, job, install, bases
         self.ca_bundle, self.build_policy, self.registry = ca_bundle, build_policy, registry
         self._done: dict[str, TaskImages] = {}
         self._published: dict[str, Published] = {}
@@ -83,7 +83,8 @@ class ImageCache:
             if task.name not in self._done:
                 offered = self._offered.get(task.name)
                 images = self._adopt(offered) if offered else ensure_task_images(
-                    self.runtime, task, self.job, self.install, self.ca_bundle, self.build_policy)
+                    self.runtime, task, self.job, self.install, self.ca_bundle, self.build_policy,
+                    self.bases)
                 with self._guard:
                     self.built += images.built
                 if self.registry and not offered:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,11 +25,19 @@ from pathlib import Path
 
 from orchestrator.archive import tar_directory, tar_files
 from orchestrator.log import get_logger
+from orchestrator.models.result import BaseImage, BuildFailure
 from orchestrator.paths import AGENT_STACK_SOURCE, LOCK_DIR
-from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
+from orchestrator.runtime.base import (
+    LABEL_IMAGE_KIND,
+    BuildFailed,
+    ImageFacts,
+    PulledImage,
+    PullFailed,
+    Runtime,
+)
 from orchestrator.tasks.load import Task, hash_tree, image_repository
-from orchestrator.tasks.standins import RELEASES, StandIn, base_image, choose
-from orchestrator.trial.trust import CA_PATH, CA_VARIABLES
+from orchestrator.tasks.standins import RELEASES, StandIn, base_image, choose, parse_reference
+from orchestrator.trial.trust import BUNDLE_IN_CONTEXT, Trust, trusted_stage
 
 log = get_logger()
 
@@ -45,6 +54,7 @@ class TaskImages:
     stand_ins: list[StandIn] = field(default_factory=list)  # and why
     source: str = "built"  # prebuilt | pulled | built (Harbor's docker_image, or the Dockerfile)
     pulled: list[str] = field(default_factory=list)  # on a Ray node: what came from --registry
+    bases: list[BaseImage] = field(default_factory=list)  # each FROM: local, pulled (digest), stood in
 
 
 @contextmanager
@@ -91,51 +101,196 @@ def base_references(dockerfile: str) -> list[str]:
     return refs
 
 
-def _orchestra_base(runtime: Runtime, ref: str) -> bool:
-    """Whether `ref` is one of orchestra's own bases (or an alias tag an older orchestra
-    made for one): such a tag is never taken for the real image it is named after."""
-    try:
-        labels = runtime.image_facts(ref).labels
-    except Exception:
+def _orchestra_alias(facts: ImageFacts) -> bool:
+    """Whether an image is one of orchestra's own bases under another name (an alias tag an
+    older orchestra made): such a tag is never taken for the real image it is named after.
+    An image built FROM a base inherits its labels, so the label alone does not tell: an
+    alias is the base itself (tagged orchestra/base:..., or the single imported layer)."""
+    if facts.labels.get(LABEL_IMAGE_KIND) != "base":
         return False
-    return labels.get(LABEL_IMAGE_KIND) == "base"
+    return any(tag.startswith("orchestra/base:") for tag in facts.tags) or facts.layers <= 1
+
+
+def _local(runtime: Runtime, ref: str) -> ImageFacts | None:
+    """The engine's image under `ref`, unless it is one of orchestra's bases by another name."""
+    try:
+        facts = runtime.image_facts(ref)
+    except Exception:  # absent (the engine's not-found, whatever the runtime)
+        return None
+    return None if _orchestra_alias(facts) else facts
+
+
+def _own_base(ref: str) -> str | None:
+    """The release, when a task names one of orchestra's bases itself."""
+    if ref.startswith("orchestra/base:") and ref.split(":", 1)[1] in RELEASES:
+        return ref.split(":", 1)[1]
+    return None
 
 
 def stand_in_for(runtime: Runtime, ref: str) -> StandIn | None:
-    """None when the engine has the real `ref`; else what stands in (or BuildFailed)."""
-    if runtime.image_exists(ref) and not _orchestra_base(runtime, ref):
+    """None when the engine has the real `ref` (or it is orchestra's own base); else what
+    would stand in should no registry answer (or BuildFailed: nothing near enough)."""
+    if _own_base(ref) or _local(runtime, ref) is not None:
         return None
-    if ref.startswith("orchestra/base:") and ref.split(":", 1)[1] in RELEASES:
-        return None  # a task that names a base itself (bootstrapped on demand below)
     chosen = choose(ref)
     if chosen is None:
         raise BuildFailed(
-            f"FROM {ref}: not present locally, orchestra never pulls, and no offline base is "
-            "near enough to stand in (the Debian bases `orchestra images bootstrap` builds stand "
+            f"FROM {ref}: not present locally, and no offline base is near enough to stand in "
+            "should the pull fail (the Debian bases `orchestra images bootstrap` builds stand "
             "in for python, debian and ubuntu images). Load the image (`docker load`) or use one "
             "of those.")
     return chosen
 
 
-def resolve_bases(runtime: Runtime, dockerfile: str) -> list[StandIn]:
-    """What stands in for each FROM reference the engine lacks; the bases they need are
-    built now when absent (bullseye, or any after `docker rmi`)."""
+BASES_MODES = ("auto", "pull", "offline")
+
+
+class BaseBuildFailed(BuildFailed):
+    """A build that failed, with what it was to start from (trial result: build_failure, bases)."""
+
+    def __init__(self, message: str, failure: BuildFailure, bases: list[BaseImage]):
+        super().__init__(message)
+        self.failure, self.bases = failure, bases
+
+
+@dataclass
+class _Pull:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: bool = False
+    pulled: PulledImage | None = None
+    failed: PullFailed | None = None
+
+
+class JobBases:
+    """One job's bases: its --bases mode, each reference pulled at most once (one puller,
+    a lock per reference; a pull that failed is not tried again within the job), and a
+    stand-in said once per reference (each trial records it all the same)."""
+
+    def __init__(self, job: str, mode: str = "auto"):
+        self.job, self.mode = job, mode
+        self._pulls: dict[str, _Pull] = {}
+        self._said: set[str] = set()
+        self._guard = threading.Lock()
+
+    def pull(self, runtime: Runtime, ref: str) -> PulledImage:
+        """The reference pulled (now, or earlier in this job); PullFailed as the first try did."""
+        with self._guard:
+            entry = self._pulls.setdefault(ref, _Pull())
+        with entry.lock:
+            if not entry.done:
+                started = time.monotonic()
+                try:
+                    entry.pulled = runtime.pull(ref)
+                    log.info("image.base_pulled", reference=ref, digest=entry.pulled.digest,
+                             seconds=round(time.monotonic() - started, 2))
+                except PullFailed as exc:
+                    entry.failed = exc
+                entry.done = True
+        if entry.failed is not None:
+            raise entry.failed
+        assert entry.pulled is not None
+        return entry.pulled
+
+    def first_saying(self, ref: str) -> bool:
+        with self._guard:
+            first = ref not in self._said
+            self._said.add(ref)
+            return first
+
+
+_JOBS: dict[str, JobBases] = {}
+_JOBS_GUARD = threading.Lock()
+
+
+def job_bases(job: str, mode: str | None = None) -> JobBases:
+    """The job's bases (made on first use; `mode` given: the job's --bases)."""
+    with _JOBS_GUARD:
+        bases = _JOBS.get(job)
+        if bases is None:
+            bases = _JOBS[job] = JobBases(job, mode or "auto")
+        elif mode is not None:
+            bases.mode = mode
+        return bases
+
+
+@dataclass
+class Resolved:
+    """One FROM reference: the record a trial keeps, and the stand-in the build uses instead."""
+
+    record: BaseImage
+    stand_in: StandIn | None = None
+
+
+def resolve_bases(runtime: Runtime, dockerfile: str, job: str = "", used_for: str = "task",
+                  mode: str | None = None) -> list[Resolved]:
+    """Each FROM reference of a Dockerfile, as Docker would have it: the engine's image
+    when it has one; else pulled (the engine's mirrors and credentials), once per job; a
+    stand-in only when no registry answered (--bases auto) or when asked (--bases offline).
+    A registry that answers and refuses, or any failed pull under --bases pull, is the
+    build's failure (BaseBuildFailed, naming the reference and the pull's error)."""
+    bases = job_bases(job, mode)
+    return [_resolve(runtime, ref, bases, used_for) for ref in base_references(dockerfile)]
+
+
+def _resolve(runtime: Runtime, ref: str, bases: JobBases, used_for: str) -> Resolved:
     from orchestrator.trial.baseimage import bootstrap_base  # it builds under image_lock, from here
 
-    chosen = []
-    for ref in base_references(dockerfile):
-        release = ref.split(":", 1)[1] if ref.startswith("orchestra/base:") else None
-        stand_in = stand_in_for(runtime, ref)
-        if stand_in is not None:
-            release = stand_in.release
-            log.info("image.stand_in", reference=ref, stand_in=stand_in.stand_in,
-                     python=stand_in.python, reason=stand_in.reason)
-            if stand_in.warning:
-                log.warning("image.stand_in_for_digest", reference=ref, warning=stand_in.warning)
-            chosen.append(stand_in)
-        if release in RELEASES:
-            bootstrap_base(runtime, release)
-    return chosen
+    release = _own_base(ref)
+    if release is not None:
+        bootstrap_base(runtime, release)
+        return Resolved(BaseImage(reference=ref, used_for=used_for, source="orchestra",
+                                  image_id=runtime.image_facts(ref).id))
+    facts = _local(runtime, ref)
+    if facts is not None:
+        return Resolved(BaseImage(reference=ref, used_for=used_for, source="local", image_id=facts.id,
+                                  digest=_digest_of(ref, facts.digests)))
+    if bases.mode == "offline":
+        return _stand_in(runtime, ref, bases, used_for, "--bases offline: not pulled", None)
+    try:
+        pulled = bases.pull(runtime, ref)
+    except PullFailed as exc:
+        if bases.mode == "pull" or not exc.unreachable:
+            why = "--bases pull" if bases.mode == "pull" else "a registry answered and refused"
+            record = BaseImage(reference=ref, used_for=used_for, source="failed", pull_error=str(exc))
+            raise BaseBuildFailed(
+                f"FROM {ref}: the pull failed ({why}; no stand-in): {exc}",
+                BuildFailure(reference=ref, pull_error=str(exc), message=str(exc)), [record]) from exc
+        return _stand_in(runtime, ref, bases, used_for, f"the pull failed: {exc}", str(exc))
+    return Resolved(BaseImage(reference=ref, used_for=used_for, source="pulled", digest=pulled.digest,
+                              image_id=pulled.id))
+
+
+def _stand_in(runtime: Runtime, ref: str, bases: JobBases, used_for: str, reason: str,
+              pull_error: str | None) -> Resolved:
+    from orchestrator.trial.baseimage import bootstrap_base
+
+    chosen = choose(ref)
+    if chosen is None:
+        message = (f"FROM {ref}: {reason}; and no offline base is near enough to stand in (the "
+                   "Debian bases stand in for python, debian and ubuntu images). Load the image "
+                   "(`docker load`) or make a registry reachable.")
+        raise BaseBuildFailed(message, BuildFailure(reference=ref, pull_error=pull_error, message=message),
+                              [BaseImage(reference=ref, used_for=used_for, source="failed",
+                                         reason=reason, pull_error=pull_error)])
+    bootstrap_base(runtime, chosen.release)
+    say = log.warning if bases.first_saying(ref) else log.debug
+    say("image.stand_in", reference=ref, stand_in=chosen.stand_in, python=chosen.python,
+        reason=reason, choice=chosen.reason, warning=chosen.warning, job=bases.job)
+    return Resolved(BaseImage(reference=ref, used_for=used_for, source="stand-in",
+                              image_id=runtime.image_facts(chosen.stand_in).id,
+                              stand_in=chosen.stand_in, python=chosen.python,
+                              reason=f"{reason} ({chosen.reason})", warning=chosen.warning,
+                              pull_error=pull_error), chosen)
+
+
+def _digest_of(ref: str, digests: list[str]) -> str | None:
+    """The manifest digest a local image came with from `ref`'s repository (None: built here)."""
+    name = parse_reference(ref.split("@", 1)[0])
+    for entry in digests:
+        repository, _, digest = entry.partition("@")
+        if parse_reference(repository).repository == name.repository:
+            return digest
+    return None
 
 
 def with_stand_ins(dockerfile: str, stand_ins: list[StandIn]) -> str:
@@ -151,14 +306,11 @@ def with_stand_ins(dockerfile: str, stand_ins: list[StandIn]) -> str:
     return _FROM.sub(replace, dockerfile)
 
 
-
-
 def build_context(folder: Path, dockerfile: str, stand_ins: list[StandIn],
                   ca: bytes | None) -> bytes:
     """The folder as a build context, its Dockerfile naming the stand-ins; with a CA
-    bundle, trusted in every stage (after each FROM: the file, and the variables pip,
-    requests, curl, node and git read), so `pip install` works behind a TLS-intercepting
-    proxy. The task's own files are unchanged."""
+    bundle, trusted in every stage (trust.trusted_stage after each FROM), so `pip install`
+    works behind a TLS-intercepting proxy. The task's own files are unchanged."""
     context = tar_directory(folder)
     if not stand_ins and ca is None:
         return context
@@ -166,12 +318,47 @@ def build_context(folder: Path, dockerfile: str, stand_ins: list[StandIn],
     for line in with_stand_ins(dockerfile, stand_ins).splitlines():
         lines.append(line)
         if ca is not None and _FROM.match(line):
-            lines.append(f"COPY orchestra-ca-bundle.pem {CA_PATH}")
-            lines.append("ENV " + " ".join(f"{v}={CA_PATH}" for v in CA_VARIABLES))
+            lines.extend(trusted_stage())
     extra = {"Dockerfile": ("\n".join(lines) + "\n").encode()}
     if ca is not None:
-        extra["orchestra-ca-bundle.pem"] = ca
+        extra[BUNDLE_IN_CONTEXT] = ca
     return _replace_members(context, extra)
+
+
+def bases_suffix(resolved: list[Resolved], ca: bytes | None) -> str:
+    """An image tag's part that changes with what it is built on and the CA it trusts: a
+    re-pulled or rebuilt base, or a stand-in in place of the real image, is a new tag."""
+    suffix = f"-ca{hashlib.sha256(ca).hexdigest()[:8]}" if ca is not None else ""
+    ids = "".join(r.record.image_id or "" for r in resolved)
+    return suffix + (f"-b{hashlib.sha256(ids.encode()).hexdigest()[:8]}" if ids else "")
+
+
+def build_on_bases(runtime: Runtime, folder: Path, dockerfile: str, resolved: list[Resolved],
+                   tag: str, labels: dict[str, str], timeout_sec: float, ca: bytes | None) -> None:
+    """The one way orchestra builds an image from a task's folder (task image,
+    tests/Dockerfile, a compose service's build): on the bases `resolve_bases` chose, with
+    the CA bundle in every stage. A failed build names what it started from."""
+    stand_ins = [r.stand_in for r in resolved if r.stand_in is not None]
+    labels = {**labels, LABEL_STAND_INS: json.dumps([s.as_dict() for s in stand_ins])}
+    try:
+        runtime.build_image(build_context(folder, dockerfile, stand_ins, ca), tag, labels, timeout_sec)
+    except BuildFailed as exc:
+        if isinstance(exc, BaseBuildFailed) or not resolved:
+            raise
+        first = next((r for r in resolved if r.stand_in is not None), resolved[0])
+        said = "; ".join(_said(r) for r in resolved)
+        failure = BuildFailure(reference=first.record.reference,
+                               stand_in=first.stand_in.stand_in if first.stand_in else None,
+                               pull_error=first.record.pull_error, message=str(exc)[-2000:])
+        raise BaseBuildFailed(f"{exc}\n[built on: {said}]", failure,
+                              [r.record for r in resolved]) from exc
+
+
+def _said(resolved: Resolved) -> str:
+    record = resolved.record
+    if record.stand_in:
+        return f"FROM {record.reference} stood in by {record.stand_in} ({record.reason})"
+    return f"FROM {record.reference} ({record.source}{', ' + record.digest if record.digest else ''})"
 
 
 def _replace_members(context: bytes, files: dict[str, bytes]) -> bytes:
@@ -197,18 +384,20 @@ BUILD_POLICIES = ("prefer-prebuilt", "build", "pull")
 
 def ensure_task_images(runtime: Runtime, task: Task, job: str,
                        install: str | None = None, ca_bundle: bytes | None = None,
-                       build_policy: str = "prefer-prebuilt") -> TaskImages:
+                       build_policy: str = "prefer-prebuilt", bases: str | None = None) -> TaskImages:
     """The task image and its agent layer. A `docker_image` under `build_policy`:
     prefer-prebuilt (use it, else pull it, else build environment/Dockerfile), build (always
-    the Dockerfile when there is one), pull (pull it fresh; no fallback)."""
+    the Dockerfile when there is one), pull (pull it fresh; no fallback). The Dockerfile's
+    bases under `bases` (the job's --bases: auto | pull | offline; resolve_bases)."""
     env = task.config.environment
     labels = {LABEL_IMAGE_KIND: "task-image", "orchestra.image.task": task.name,
               "orchestra.image.job": job}
-    built, stand_ins = 0, []
+    built, resolved = 0, []
     source = "built"
     variant = task.environment_hash + (
         f"-ca{hashlib.sha256(ca_bundle).hexdigest()[:8]}" if ca_bundle is not None else "")
     has_dockerfile = (task.path / "environment" / "Dockerfile").is_file()
+    job_bases(job, bases)  # the job's mode, for its verifier and sidecar builds too
     if env.docker_image and build_policy == "pull":
         runtime.pull(env.docker_image, timeout_sec=600)  # BuildFailed: said, no fallback
         prebuilt = "pulled"
@@ -220,18 +409,16 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
         assert env.docker_image is not None  # a prebuilt image is always the task's docker_image
         task_image, source = env.docker_image, prebuilt
     else:
-        dockerfile = (task.path / "environment" / "Dockerfile").read_text()
-        stand_ins = resolve_bases(runtime, dockerfile)
-        if stand_ins:  # built on a stand-in: a rebuilt base (or a real image) is a new tag
-            ids = "".join(runtime.image_facts(s.stand_in).id for s in stand_ins)
-            variant += f"-b{hashlib.sha256(ids.encode()).hexdigest()[:8]}"
+        folder = task.path / "environment"
+        dockerfile = (folder / "Dockerfile").read_text()
+        resolved = resolve_bases(runtime, dockerfile, job, "task")
+        variant = task.environment_hash + bases_suffix(resolved, ca_bundle)
         task_image = f"{image_repository(task)}:{variant}"
 
         def build_task_image() -> None:
             started = time.monotonic()
-            context = build_context(task.path / "environment", dockerfile, stand_ins, ca_bundle)
-            labels[LABEL_STAND_INS] = json.dumps([s.as_dict() for s in stand_ins])
-            runtime.build_image(context, task_image, labels, env.build_timeout_sec)
+            build_on_bases(runtime, folder, dockerfile, resolved, task_image, labels,
+                           env.build_timeout_sec, ca_bundle)
             log.info("image.built", image=task_image, seconds=round(time.monotonic() - started, 2))
 
         built += build_once(runtime, task_image, build_task_image)
@@ -251,31 +438,38 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
     if install:
         agent_image, extra = _install_layer(runtime, agent_image, install, labels)
         built += extra
+    stand_ins = [r.stand_in for r in resolved if r.stand_in is not None]
     return TaskImages(task_image=task_image, agent_image=agent_image, built=built,
                       base_alias={s.reference: s.stand_in for s in stand_ins},
-                      stand_ins=stand_ins, source=source)
+                      stand_ins=stand_ins, source=source, bases=[r.record for r in resolved])
 
 
 LABEL_STAND_INS = "orchestra.image.stand_ins"  # what stood in, on the task image
 
 
-def verifier_image(runtime: Runtime, task: Task, fallback: str) -> tuple[str, str]:
+def verifier_image(runtime: Runtime, task: Task, fallback: str, job: str = "",
+                   trust: Trust | None = None) -> tuple[str, str, list[BaseImage]]:
     """Harbor's separate verifier: an image built from tests/ when tests/Dockerfile exists
-    (cached by the folder's content), else the clean task image. Returns (image, source)."""
+    (cached by the folder's content, its bases and the CA), else the clean task image. Its
+    FROM is resolved as the task's is (pulled, else stood in) and it trusts the trial's CA
+    bundle, through the same build path. Returns (image, source, its bases)."""
     tests = task.tests_dirs[-1] if task.tests_dirs else task.path / "tests"
     dockerfile = tests / "Dockerfile"
     if not dockerfile.is_file():
-        return fallback, "task image"
-    tag = f"{image_repository(task).replace('orchestra/task/', 'orchestra/verifier/')}:{hash_tree(tests)}"
+        return fallback, "task image", []
+    text = dockerfile.read_text()
+    ca = trust.pem if trust is not None else None
+    resolved = resolve_bases(runtime, text, job, "verifier")
+    tag = (f"{image_repository(task).replace('orchestra/task/', 'orchestra/verifier/')}:"
+           f"{hash_tree(tests)[:32]}{bases_suffix(resolved, ca)}")
 
     def build() -> None:
-        text = dockerfile.read_text()
-        runtime.build_image(build_context(tests, text, resolve_bases(runtime, text), None), tag,
-                            {LABEL_IMAGE_KIND: "verifier-image", "orchestra.image.task": task.name},
-                            task.config.verifier_environment().build_timeout_sec)
+        build_on_bases(runtime, tests, text, resolved, tag,
+                       {LABEL_IMAGE_KIND: "verifier-image", "orchestra.image.task": task.name},
+                       task.config.verifier_environment().build_timeout_sec, ca)
 
     build_once(runtime, tag, build)
-    return tag, "tests/Dockerfile"
+    return tag, "tests/Dockerfile", [r.record for r in resolved]
 
 
 def _prebuilt(runtime: Runtime, ref: str, task: Task) -> str | None:

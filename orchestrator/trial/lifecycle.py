@@ -43,6 +43,7 @@ from orchestrator.trial.context import (
     trial_dir,
     trial_id,
 )
+from orchestrator.trial.images import BaseBuildFailed
 from orchestrator.trial.sandbox import (
     Sandbox,
     applied_limits,
@@ -107,6 +108,8 @@ class Trial:
             self.result.failure_mode, self.result.error = FailureMode.CANCELLED, "job cancelled"
         except BuildFailed as exc:
             self.result.failure_mode, self.result.error = FailureMode.BUILD_ERROR, str(exc)[-4000:]
+            if isinstance(exc, BaseBuildFailed):  # which FROM, on what stand-in, or the failed pull
+                self.result.build_failure, self.result.bases = exc.failure, [*self.result.bases, *exc.bases]
         except Exception as exc:  # the engine failed, or orchestra did: never lose the result
             self._failed(exc)
         return self.finalize()
@@ -125,6 +128,7 @@ class Trial:
             result.stand_ins = [s.as_dict() for s in images.stand_ins]
             result.image_source = images.source
             result.image_pulled_from = list(images.pulled)
+            result.bases = list(images.bases)
         with phase(result, "start", ctx):
             workdir = resolve_workdir(ctx.runtime, task, images.agent_image)
             env = {**task.config.environment.env, **agent_flags(ctx, task), **self.roots.env(workdir)}

@@ -2,9 +2,9 @@
 
 Each sidecar runs on the trial's network under its service name, with the task's cpus,
 memory and pids quotas, the trial's labels, and is removed with the sandbox. Images: a
-service's `image` is used when present (pulled when it can be: the pull fails clearly on a
-machine without a registry), its `build` context is built once per content (tagged
-orchestra/sidecar/<task>-<service>:<hash>). `main` waits for each dependency's condition:
+service's `image` is used when present, else pulled, else stood in as a task's FROM is
+(images.resolve_bases); its `build` context is built once per content, bases and CA (tagged
+orchestra/sidecar/<task>-<service>:<hash>...), through the task image's build path. `main` waits for each dependency's condition:
 started, or healthy by the service's own Docker healthcheck.
 """
 
@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from orchestrator.log import get_logger
+from orchestrator.models.result import BaseImage
 from orchestrator.runtime.base import (
     LABEL_IMAGE_KIND,
     BuildFailed,
@@ -25,7 +26,8 @@ from orchestrator.runtime.base import (
 )
 from orchestrator.tasks.compose import Compose, ComposeHealthcheck, Service
 from orchestrator.tasks.load import Task, hash_tree, image_repository
-from orchestrator.trial.images import build_context, resolve_bases
+from orchestrator.trial.images import bases_suffix, build_on_bases, build_once, resolve_bases
+from orchestrator.trial.trust import Trust
 
 if TYPE_CHECKING:
     from orchestrator.trial.sandbox import Sandbox
@@ -43,23 +45,31 @@ def volume_mounts(compose: Compose, service: Service, prefix: str) -> list[Volum
             for v in service.volumes]
 
 
-def sidecar_image(runtime: Runtime, task: Task, name: str, service: Service) -> str:
+def sidecar_image(runtime: Runtime, task: Task, name: str, service: Service, job: str = "",
+                  trust: Trust | None = None) -> tuple[str, list[BaseImage]]:
+    """A service's image, and what it was made from. `image`: the engine's, else pulled
+    (once per job), else its stand-in where one is near enough and no registry answered
+    (--bases as for the task's FROM). `build`: built once per content, its bases and the CA,
+    through the task image's build path (images.build_on_bases)."""
+    used_for = f"sidecar:{name}"
     if service.build is None:
         assert service.image is not None
-        if not runtime.image_exists(service.image):
-            runtime.pull(service.image)
-        return service.image
+        resolved = resolve_bases(runtime, f"FROM {service.image}\n", job, used_for)
+        stand_in = resolved[0].stand_in if resolved else None
+        return (stand_in.stand_in if stand_in else service.image), [r.record for r in resolved]
+    if service.build.dockerfile != "Dockerfile":  # the engine reads the named file
+        raise BuildFailed(f"services.{name}.build.dockerfile: only `Dockerfile` is supported")
     context = task.path / "environment" / service.build.context
-    tag = f"{image_repository(task).replace('orchestra/task/', 'orchestra/sidecar/')}-{name}:{hash_tree(context)}"
-    if not runtime.image_exists(tag):
-        if service.build.dockerfile != "Dockerfile":  # the engine reads the named file
-            raise BuildFailed(f"services.{name}.build.dockerfile: only `Dockerfile` is supported")
-        # a FROM the engine lacks is built on its stand-in, as for the task image
-        text = (context / "Dockerfile").read_text()
-        tar = build_context(context, text, resolve_bases(runtime, text), None)
-        runtime.build_image(tar, tag, {LABEL_IMAGE_KIND: "sidecar-image", "orchestra.image.task": task.name},
-                            task.config.environment.build_timeout_sec)
-    return tag
+    text = (context / "Dockerfile").read_text()
+    ca = trust.pem if trust is not None else None
+    resolved = resolve_bases(runtime, text, job, used_for)
+    tag = (f"{image_repository(task).replace('orchestra/task/', 'orchestra/sidecar/')}-{name}:"
+           f"{hash_tree(context)[:32]}{bases_suffix(resolved, ca)}")
+    build_once(runtime, tag, lambda: build_on_bases(
+        runtime, context, text, resolved, tag,
+        {LABEL_IMAGE_KIND: "sidecar-image", "orchestra.image.task": task.name},
+        task.config.environment.build_timeout_sec, ca))
+    return tag, [r.record for r in resolved]
 
 
 def start_sidecars(runtime: Runtime, task: Task, box: Sandbox, name: str) -> dict[str, str]:
@@ -75,16 +85,16 @@ def start_sidecars(runtime: Runtime, task: Task, box: Sandbox, name: str) -> dic
         service = compose.services[service_name]
         wait_for(runtime, compose, service, started)
         command = service.command
-        spec = ContainerSpec(
-            image=sidecar_image(runtime, task, service_name, service), name=f"{name}-{service_name}",
+        image, _bases = sidecar_image(runtime, task, service_name, service, box.job, box.trust)
+        spec = box.trust.container(ContainerSpec(
+            image=image, name=f"{name}-{service_name}",
             labels=box.labels("sidecar"), command=command if isinstance(command, list) or command is None
             else ["sh", "-c", command], cpus=env.cpus, memory_mb=env.memory_mb,
             pids_limit=env.pids_limit, network=box.network.name, workdir=service.working_dir,
-            env={**box.trust.env, **service.environment}, mounts=volume_mounts(compose, service, name),
-            read_only_binds=dict(box.trust.binds),
+            env=dict(service.environment), mounts=volume_mounts(compose, service, name),
             aliases=[service_name], healthcheck=_probe(service.healthcheck) if service.healthcheck else None,
             entrypoint=[service.entrypoint] if isinstance(service.entrypoint, str) else service.entrypoint,
-            runtime=box.oci_runtime)
+            runtime=box.oci_runtime))
         container = runtime.create(spec)
         box.containers.append(container)
         runtime.start(container)

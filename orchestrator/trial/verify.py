@@ -231,9 +231,10 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         mounts = box.volumes
         reset_verifier_logs(box)
     else:  # Harbor's separate: tests/Dockerfile's image when there is one, else the clean task image
-        (image, source), mounts = verifier_image(runtime, task, images.task_image), []
-        environment = task.config.verifier_environment()
+        image, source, bases = verifier_image(runtime, task, images.task_image, box.job, box.trust)
+        mounts, environment = [], task.config.verifier_environment()
         result.verifier_image = source
+        result.bases = [*result.bases, *bases]
     if not keep_alive:
         runtime.remove(box.agent)  # no live agent process exists past this point
     network = verifier_network(box, task.config.network_for("verifier"))
@@ -251,14 +252,14 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         env = {**box.egress.env(direct=[box.network.gateway]), **env}
     # snapshot: the tests go onto the loop disk before the container exists; separate: copied in
     staged = _stage_on_disk(task, box) if mounts else STAGED_TESTS
-    spec = ContainerSpec(
+    spec = box.trust.container(ContainerSpec(
         image=image, name=f"{box.name}-verifier" + (f"-{re.sub(r'[^a-zA-Z0-9_.-]', '-', task.step)}" if task.step else ""),
         labels=box.labels("verifier"),
         command=_command(box, bool(tools), staged), cpus=environment.cpus,
         memory_mb=environment.memory_mb, pids_limit=environment.pids_limit, network=network,
-        workdir=None, env={**box.trust.env, **env}, user=verifier.user, mounts=mounts,
-        read_only_binds={**tools, **box.trust.binds}, runtime=box.oci_runtime,
-    )
+        workdir=None, env=env, user=verifier.user, mounts=mounts,
+        read_only_binds=tools, runtime=box.oci_runtime,
+    ))
     container = runtime.create(spec)
     box.containers.append(container)
     if mounts:  # snapshot: the trial's loop disk is /logs here too

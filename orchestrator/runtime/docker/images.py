@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from orchestrator.runtime.base import BuildFailed, ImageFacts, RuntimeFault
+from orchestrator.runtime.base import BuildFailed, ImageFacts, PulledImage, PullFailed, RuntimeFault
 from orchestrator.runtime.client import TRANSPORT_ERRORS, APIError, ImageNotFound
 from orchestrator.runtime.docker.shared import DockerState, _removal_in_progress, _removed
 
@@ -25,7 +25,9 @@ class ImagesMixin(DockerState):
         return ImageFacts(id=info["Id"], tags=list(info.get("RepoTags") or []),
                           labels=dict(config.get("Labels") or {}), env=list(config.get("Env") or []),
                           workdir=config.get("WorkingDir") or "", size=int(info.get("Size") or 0),
-                          created=_created(info.get("Created")))
+                          created=_created(info.get("Created")),
+                          digests=list(info.get("RepoDigests") or []),
+                          layers=len((info.get("RootFS") or {}).get("Layers") or []))
 
     def import_image(self, tarball: str, repository: str, tag: str, changes: list[str]) -> None:
         self.api.import_image_from_file(tarball, repository=repository, tag=tag, changes=changes)
@@ -58,13 +60,34 @@ class ImagesMixin(DockerState):
         except TRANSPORT_ERRORS as exc:  # the connection to the engine: infrastructure, retried
             raise RuntimeFault(f"the engine failed during the build: {exc.__class__.__name__}: {exc}") from exc
 
-    def pull(self, ref: str, timeout_sec: float = 600) -> None:
-        """Pull an image (a task's `docker_image`, or --registry's on a node); BuildFailed
-        with the engine's reason when it cannot be had."""
-        repository, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
-        self._transfer("pull", ref, self.api.pull, repository, tag, BuildFailed)
-        if not self.image_exists(ref):
-            raise BuildFailed(f"pull {ref}: the engine reported no image")
+    def pull(self, ref: str, timeout_sec: float = 600) -> PulledImage:
+        """Pull an image as `docker pull` would: the engine's registry mirrors, and the Docker
+        config's credentials for its registry (docker-py reads them). PullFailed with the
+        engine's reason when it brings none, `unreachable` when no registry answered."""
+        repository, tag, local = split_reference(ref)
+        digest: str | None = None
+        try:
+            for chunk in self.api.pull(repository, tag):
+                if "error" in chunk:
+                    reason = str(chunk["error"]).strip()
+                    raise PullFailed(f"pull {ref}: {reason}", unreachable=unreachable(reason))
+                status = str(chunk.get("status") or "")
+                if status.startswith("Digest: "):
+                    digest = status.removeprefix("Digest: ").strip()
+        except APIError as exc:
+            reason = str(exc.explanation or exc)
+            raise PullFailed(f"pull {ref}: {reason}", unreachable=unreachable(reason)) from exc
+        except TRANSPORT_ERRORS as exc:
+            raise RuntimeFault(f"the engine failed during the pull of {ref}: {exc}") from exc
+        try:
+            info = self.api.inspect_image(local)
+        except ImageNotFound:
+            raise PullFailed(f"pull {ref}: the engine reported no image", unreachable=False) from None
+        if digest is None:  # an engine that does not say it in the stream: the image's own record
+            name = _normalized(repository)
+            digest = next((d.split("@", 1)[1] for d in info.get("RepoDigests") or []
+                           if _normalized(d.split("@", 1)[0]) == name), None)
+        return PulledImage(ref=ref, id=info["Id"], digest=digest)
 
     def push(self, ref: str, timeout_sec: float = 600) -> None:
         repository, _, tag = ref.rpartition(":")
@@ -118,6 +141,37 @@ class ImagesMixin(DockerState):
                            labels=dict(row.get("Labels") or {}), size=int(row.get("Size") or 0),
                            created=_created(row.get("Created")))
                 for row in self.api.images(filters={"label": label})]
+
+
+# What the engine says when no registry answered (the name does not resolve, nothing listens,
+# no route, TLS that cannot be verified, a proxy in the way), as against a registry's refusal.
+_UNREACHABLE = ("dial tcp", "no such host", "connection refused", "network is unreachable",
+                "no route to host", "i/o timeout", "timeout", "deadline exceeded", "tls:", "x509:",
+                "connection reset", "server misbehaving", "proxyconnect", "eof", "temporary failure")
+
+
+def unreachable(reason: str) -> bool:
+    """Whether a failed pull's reason says no registry answered."""
+    text = reason.lower()
+    return any(word in text for word in _UNREACHABLE)
+
+
+def split_reference(ref: str) -> tuple[str, str, str]:
+    """(repository, tag or digest, the local name the pulled image is found by) of a
+    [registry/]repository[:tag][@digest] reference: a digest wins over a tag, as in docker pull."""
+    name, _, digest = ref.partition("@")
+    repository, tag = name, "latest"
+    if ":" in name.rsplit("/", 1)[-1]:
+        repository, tag = name.rsplit(":", 1)
+    if digest:
+        return repository, digest, f"{repository}@{digest}"
+    return repository, tag, f"{repository}:{tag}"
+
+
+def _normalized(repository: str) -> str:
+    for prefix in ("docker.io/", "index.docker.io/"):
+        repository = repository.removeprefix(prefix)
+    return repository.removeprefix("library/")
 
 
 def _created(value: object) -> float:
