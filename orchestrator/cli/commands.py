@@ -40,6 +40,7 @@ Policy = Literal["memory-on", "memory-off"]
 Order = Literal["longest-first", "given"]
 Backend = Literal["local", "ray"]
 BuildPolicy = Literal["prefer-prebuilt", "build", "pull"]
+Bases = Literal["auto", "pull", "offline"]
 Flaky = Literal["gate", "report", "ignore"]
 
 
@@ -70,6 +71,7 @@ def run(
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: auto, i.e. RAY_ADDRESS or a local cluster).")] = None,
     oci_runtime: Annotated[str | None, typer.Option("--runtime", help="OCI runtime for every container of a trial (agent, verifier, workers, sidecars), e.g. runsc (gVisor); refused before any trial when the engine lacks it. A manifest's sandbox.oci_runtime sets it for a suite.")] = None,
     build_policy: Annotated[BuildPolicy, typer.Option("--build-policy", help="A task's docker_image: prefer-prebuilt (use it, else pull, else build environment/Dockerfile) | build (always the Dockerfile) | pull (pull fresh, no fallback).")] = "prefer-prebuilt",
+    bases: Annotated[Bases | None, typer.Option("--bases", help="FROM images the engine lacks (task Dockerfile, tests/Dockerfile, compose): auto (pulled as Docker would, with the engine's mirrors and your registry credentials; a stand-in only when no registry answers, said once per image) | pull (a failed pull is the task's build_error) | offline (never pulled: orchestra's Debian stand-ins). Default: the manifest's sandbox.bases, else auto.")] = None,
     require: Annotated[list[str] | None, typer.Option("--require", help="A capability the engine must enforce, else exit 2 before any trial (repeatable): disk-quota (a per-trial disk that fills at the task's storage_mb; needs root and an engine on this host) | host-isolation (a trial reaches only its own ports on this host; needs root and iptables). Without it, what is missing is said once and recorded in the result's `capabilities`.")] = None,
     registry: Annotated[str | None, typer.Option("--registry", envvar="ORCHESTRA_REGISTRY", help="HOST[:PORT]/PREFIX: push each task image the job builds there (credentials from the Docker config); Ray nodes pull them instead of building. Checked before any trial starts.")] = None,
     ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) that task image builds trust: pip, curl, node, git behind a TLS-intercepting proxy.")] = None,
