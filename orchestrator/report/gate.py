@@ -1,9 +1,15 @@
 """The regression gate for release pipelines: this job against a baseline job.
 
-Which tasks gate: every task both jobs ran (the default; Harbor datasets carry no layers),
-or only those of one `[metadata] evaluation_layer` (`gate_layer`). Both jobs must have run
-the same content for a task (its content hash), else the comparison would mix versions:
-refused unless allow_changed.
+Which tasks are compared: every task both jobs ran (the default; Harbor datasets carry no
+layers), or only those of one `[metadata] evaluation_layer` (`gate_layer`). A task is
+matched by its name and, when its name is on one side only, by its content hash: a task's
+name comes from its dataset folder, so the same dataset checked out under another name (or
+a task renamed in task.toml) is still the same task, and is compared as such. Each verdict
+says how its task was matched (`name`, `content hash`, or `name only` for a task whose
+content changed, compared only with allow_changed: else the comparison would mix versions
+and is refused). A gate that matched nothing, or whose baseline graded none of what it
+matched, would pass without comparing anything: it is refused (InputError, exit 2), both
+jobs named.
 
 Per task, each side is counted as passes out of graded attempts. An attempt passes when it
 ended with failure mode `none` and a headline reward >= 1; a voided attempt (answer leak),
@@ -12,21 +18,24 @@ a timeout, an OOM and a verifier error count as failed; attempts the machinery l
 left out of the counts (a task the baseline passed with no graded attempt now gates:
 nothing shows the contract still holds).
 
-The rule, honest about chance:
-- k = 1 on either side: one attempt cannot tell a regression from chance, so the plain
-  rule applies (passed in every baseline attempt, failed in one now) and the verdict says
-  one attempt cannot tell.
-- otherwise Fisher's exact test, one-sided (the pass rate now is lower than there), per
-  task, and Benjamini-Hochberg over the tasks that could regress at all: a task whose
-  counts could never reach p <= alpha (5/5 -> 5/5, 4/5 -> 4/5) cannot be a false alarm and
-  is not counted (Gilbert 2005, "A modified false discovery rate multiple-comparisons
-  procedure for discrete data", after Tarone 1990). So the expected share of false alarms
-  among the regressions named stays at alpha, one broken task among a hundred that pass
-  is tested at alpha itself, and thirty broken at once are all named (a family-wise
-  correction would name none of them at k = 5, where the smallest p is 1/252).
+The rule, honest about chance, one rule for any k on either side:
+- Fisher's exact test, one-sided (the pass rate now is lower than there), per task,
+  whenever both sides have graded attempts, and Benjamini-Hochberg over the tasks that
+  could regress at all: a task whose counts could never reach p <= alpha (5/5 -> 5/5,
+  4/5 -> 4/5, 1/1 -> 19/20) cannot be a false alarm and is not counted (Gilbert 2005, "A
+  modified false discovery rate multiple-comparisons procedure for discrete data", after
+  Tarone 1990). So the expected share of false alarms among the regressions named stays
+  at alpha, one broken task among a hundred that pass is tested at alpha itself, and
+  thirty broken at once are all named (a family-wise correction would name none of them
+  at k = 5, where the smallest p is 1/252). Mixed k is the same test: 1/1 -> 19/20 is a
+  drop within chance (p = 0.95), 1/1 -> 0/20 a regression (p = 1/21).
+- only where both sides ran once (1 attempt against 1) no test can ever tell (the smallest
+  p is 1/2), so the plain rule applies (passed there, failed now) and the verdict says
+  one attempt cannot tell a regression from chance.
 - a task flaky in the baseline itself (some passes, some fails) is reported as flaky and
-  gates only with flaky="gate"; flaky="ignore" leaves it out altogether.
-Improvements are the same test the other way round; they never gate.
+  gates only with flaky="gate"; flaky="ignore" leaves it out (named in `ignored`).
+Improvements are the same test the other way round; they never gate. Every compared task
+is in the verdicts, the unchanged ones too (`same`), so a pipeline sees what was compared.
 
 The exact test is ten lines of integer arithmetic (math.comb): scipy would add ~100 MB of
 install to compute one hypergeometric tail.
@@ -36,7 +45,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from typing import Literal, NamedTuple, get_args
+
+from pydantic import BaseModel, Field, computed_field
 
 from orchestrator.errors import InputError
 from orchestrator.models.result import FailureMode, TrialResult
@@ -44,7 +56,10 @@ from orchestrator.models.result import FailureMode, TrialResult
 NOT_GRADED = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.BUILD_ERROR,
               FailureMode.ENDPOINT_ERROR, FailureMode.CANCELLED, FailureMode.INFEASIBLE}
 FLAKY_POLICIES = ("gate", "report", "ignore")
-ONE_ATTEMPT = "k=1: one attempt cannot tell a regression from chance"
+ONE_ATTEMPT = "one attempt each side: one attempt cannot tell a regression from chance"
+MatchedBy = Literal["name", "content hash", "name only"]
+Verdict = Literal["regressed", "improved", "flaky", "dropped", "same", "ungraded", "unjudged"]
+Test = Literal["exact", "one attempt", "none"]
 
 
 def passed(trial: TrialResult) -> bool:
@@ -69,95 +84,140 @@ def smallest_p(passes_now: int, n_now: int, passes_before: int, n_before: int) -
     return one_sided_p(lowest, n_now, total - lowest, n_before)
 
 
-@dataclass
-class TaskVerdict:
-    task: str
-    layer: str
-    before: tuple[int, int]  # passes, graded attempts in the baseline
-    after: tuple[int, int]   # ... in this job
-    verdict: str  # regressed | improved | flaky | dropped | same | ungraded
+class Counts(BaseModel):
+    passed: int
+    graded: int
+
+    def __str__(self) -> str:
+        return f"{self.passed}/{self.graded}"
+
+
+class TaskVerdict(BaseModel):
+    """One compared task: its counts on both sides, how it was matched, what was found."""
+
+    task: str                # its name in this job
+    baseline_task: str       # its name in the baseline (another when matched by content hash)
+    matched_by: MatchedBy
+    layer: str               # "-": none
+    baseline: Counts
+    now: Counts
+    verdict: Verdict
+    test: Test = "none"      # which rule judged it: the exact test, the one-attempt rule, none
     gates: bool = False
     p_value: float | None = None
     note: str = ""
 
     def line(self) -> str:
-        (b, nb), (a, na) = self.before, self.after
-        parts = [f"{self.task}  {b}/{nb} -> {a}/{na}"]
+        parts = [f"{self.task}  {self.baseline} -> {self.now}"]
         if self.p_value is not None:
             parts.append(f"p={self.p_value:.3g}")
         if self.note:
             parts.append(f"({self.note})")
+        if self.matched_by == "content hash":
+            parts.append(f"[matched by content hash to the baseline's {self.baseline_task}]")
+        elif self.matched_by == "name only":
+            parts.append("[matched by name; its content changed]")
         return "  ".join(parts)
 
-    def as_dict(self) -> dict:
-        return {"task": self.task, "layer": self.layer, "verdict": self.verdict, "gates": self.gates,
-                "baseline": {"passed": self.before[0], "graded": self.before[1]},
-                "now": {"passed": self.after[0], "graded": self.after[1]},
-                "p_value": self.p_value, "note": self.note}
 
+class Gate(BaseModel):
+    """The gate's verdict: the rule, every compared task's verdict, what was not compared."""
 
-@dataclass
-class Gate:
+    job: str = ""
+    baseline_job: str = ""
     rule: str = ""
     alpha: float = 0.05
     flaky: str = "report"
     gate_layer: str | None = None
     threshold: float | None = None  # the per-task p-value at or below which a task regressed
-    testable: int = 0               # m: tasks that could have regressed
-    verdicts: list[TaskVerdict] = field(default_factory=list)
-    only_here: list[str] = field(default_factory=list)
-    only_baseline: list[str] = field(default_factory=list)
-    changed: list[str] = field(default_factory=list)
+    testable: int = Field(default=0, serialization_alias="testable_tasks")  # m: tasks that could regress
+    verdicts: list[TaskVerdict] = Field(default_factory=list, serialization_alias="tasks")
+    only_here: list[str] = Field(default_factory=list)
+    only_baseline: list[str] = Field(default_factory=list)
+    changed: list[str] = Field(default_factory=list)
+    ignored: list[str] = Field(default_factory=list)  # baseline-flaky tasks left out (--flaky ignore)
 
     def of(self, verdict: str) -> list[TaskVerdict]:
         return [v for v in self.verdicts if v.verdict == verdict]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def failed(self) -> bool:
         """Whether --fail-on-regression exits 1."""
         return any(v.gates for v in self.verdicts)
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def compared(self) -> int:
+        return len(self.verdicts)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def matched(self) -> dict[str, int]:  # how the compared tasks were matched -> how many
+        found = {by: sum(v.matched_by == by for v in self.verdicts) for by in get_args(MatchedBy)}
+        return {by: n for by, n in found.items() if n}
+
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def regressions(self) -> dict[str, list[str]]:  # layer -> tasks that gate
-        found: dict[str, list[str]] = {}
-        for v in self.verdicts:
-            if v.gates:
-                found.setdefault(v.layer, []).append(v.task)
-        return found
+        return _by_layer(v for v in self.verdicts if v.gates)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def improvements(self) -> dict[str, list[str]]:  # layer -> tasks that improved
+        return _by_layer(self.of("improved"))
 
     def as_dict(self) -> dict:
-        return {"rule": self.rule, "alpha": self.alpha, "flaky": self.flaky,
-                "gate_layer": self.gate_layer, "threshold": self.threshold,
-                "testable_tasks": self.testable, "failed": self.failed,
-                "regressions": self.regressions,
-                "improvements": {v.layer: [w.task for w in self.of("improved") if w.layer == v.layer]
-                                 for v in self.of("improved")},
-                "tasks": [v.as_dict() for v in self.verdicts],
-                "only_here": self.only_here, "only_baseline": self.only_baseline,
-                "changed": self.changed}
+        """regressions.json and `report --json`'s gate."""
+        return self.model_dump(mode="json", by_alias=True)
 
     def lines(self) -> list[str]:
         """What the gate found, one line each, for the terminal and the CI log."""
-        out = [f"gate: {self.rule}"]
+        counts = {verdict: len(self.of(verdict)) for verdict in get_args(Verdict)}
+        how = ", ".join(f"{n} by {by}" for by, n in self.matched.items())
+        out = [f"gate: {self.rule}",
+               f"compared {self.compared} task(s) of {self.job} with the baseline {self.baseline_job} "
+               f"(matched {how}): " + ", ".join(f"{n} {'unchanged' if verdict == 'same' else verdict}"
+                                                for verdict, n in counts.items() if n)]
         labels = (("regressed", "regressed"), ("ungraded", "not graded now"),
                   ("flaky", "flaky in the baseline"), ("dropped", "dropped within chance"),
-                  ("improved", "improved"))
+                  ("improved", "improved"), ("unjudged", "not graded in the baseline"))
         for verdict, label in labels:
             for v in self.of(verdict):
                 tag = "" if verdict != "flaky" else (" [gates]" if v.gates else " [not gated]")
                 out.append(f"{label} ({_layer_name(v.layer)}): {v.line()}{tag}")
+        for v in self.of("same"):
+            if v.matched_by != "name":  # how it was matched is worth a line of its own
+                out.append(f"unchanged ({_layer_name(v.layer)}): {v.line()}")
+        if same := [v.task for v in self.of("same") if v.matched_by == "name"]:
+            out.append(f"unchanged: {_names(same)}")
+        if self.ignored:
+            out.append(f"flaky in the baseline, left out (--flaky ignore): {_names(self.ignored)}")
         if self.only_baseline:
-            out.append(f"not run here (in the baseline only): {', '.join(self.only_baseline)}")
+            out.append(f"not run here (in the baseline only): {_names(self.only_baseline)}")
+        if self.only_here:
+            out.append(f"not in the baseline (not compared): {_names(self.only_here)}")
         return out
+
+
+def _by_layer(verdicts: Iterable[TaskVerdict]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for v in verdicts:
+        found.setdefault(v.layer, []).append(v.task)
+    return found
+
+
+def _names(names: list[str], most: int = 20) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _layer_name(layer: str) -> str:
     return "no layer" if layer == "-" else f"{layer} layer"
 
 
-def _counts(trials: list[TrialResult]) -> tuple[int, int]:
+def _counts(trials: list[TrialResult]) -> Counts:
     graded = [t for t in trials if t.failure_mode not in NOT_GRADED]
-    return sum(passed(t) for t in graded), len(graded)
+    return Counts(passed=sum(passed(t) for t in graded), graded=len(graded))
 
 
 def check_options(flaky: str, alpha: float) -> None:
@@ -170,57 +230,164 @@ def check_options(flaky: str, alpha: float) -> None:
         raise InputError(problems)
 
 
+class TaskKey(NamedTuple):
+    """What matching needs of a task on one side: its content hashes and its layer."""
+
+    hashes: frozenset[str]
+    layer: str | None
+
+
+class Match(NamedTuple):
+    task: str           # the name in this job
+    baseline_task: str  # the name in the baseline
+    matched_by: MatchedBy
+
+
+def keys_of(trials: Iterable[TrialResult]) -> dict[str, TaskKey]:
+    hashes: dict[str, set[str]] = defaultdict(set)
+    layers: dict[str, str | None] = {}
+    for t in trials:
+        hashes[t.task].add(t.content_hash)
+        layers[t.task] = layers.get(t.task) or t.layer
+    return {task: TaskKey(frozenset(h), layers[task]) for task, h in hashes.items()}
+
+
+def match_tasks(here: dict[str, TaskKey], base: dict[str, TaskKey], names: tuple[str, str],
+                allow_changed: bool = False, gate_layer: str | None = None
+                ) -> tuple[list[Match], list[str], list[str], list[str]]:
+    """This job's tasks matched to the baseline's: by name, then (the names left on each
+    side) by content hash, when exactly one task on each side has it. Returns the matches,
+    the tasks here only, the baseline's only, and those matched by name whose content
+    changed. Refuses (InputError) changed content without allow_changed, and a gate with
+    nothing to compare (no match, or none of gate_layer)."""
+    matches = [Match(task, task, "name" if here[task].hashes == base[task].hashes else "name only")
+               for task in sorted(set(here) & set(base))]
+    changed = [m.task for m in matches if m.matched_by == "name only"]
+    left_here = {hashes_one(here[t]): t for t in here if t not in base and len(here[t].hashes) == 1}
+    left_base = {hashes_one(base[t]): t for t in base if t not in here and len(base[t].hashes) == 1}
+    twice_here = _hashes_twice(here, set(here) - set(base))
+    twice_base = _hashes_twice(base, set(base) - set(here))
+    for content in sorted(set(left_here) & set(left_base) - twice_here - twice_base):
+        matches.append(Match(left_here[content], left_base[content], "content hash"))
+    matches.sort()
+    job, baseline_job = names
+    if changed and not allow_changed:
+        raise InputError([f"--baseline: task {task} ran different content in {job} and the baseline "
+                          f"{baseline_job} (content hash differs); pass --allow-changed to compare anyway"
+                          for task in changed])
+    if not matches:
+        raise InputError(f"--baseline: nothing to compare: {job} ({len(here)} task(s): "
+                         f"{_names(sorted(here), 5)}) and the baseline {baseline_job} ({len(base)} "
+                         f"task(s): {_names(sorted(base), 5)}) share no task, by name or by content "
+                         "hash; the gate would pass without comparing anything. Gate against a "
+                         "run of the same dataset.")
+    matched_here = {m.task for m in matches}
+    matched_base = {m.baseline_task for m in matches}
+    only_here = sorted(t for t in here if t not in matched_here)
+    only_base = sorted(t for t in base if t not in matched_base)
+    if gate_layer is not None:
+        in_layer = [m for m in matches if (here[m.task].layer or base[m.baseline_task].layer) == gate_layer]
+        if not in_layer:
+            raise InputError(f"--gate-layer: nothing to compare: none of the {len(matches)} task(s) "
+                             f"{job} and the baseline {baseline_job} share has [metadata] "
+                             f"evaluation_layer = {gate_layer!r}; the gate would pass without "
+                             "comparing anything (leave out --gate-layer to compare every task)")
+        matches = in_layer
+    return matches, only_here, only_base, changed
+
+
+def hashes_one(key: TaskKey) -> str:
+    return next(iter(key.hashes))
+
+
+def _hashes_twice(side: dict[str, TaskKey], names: set[str]) -> set[str]:
+    """Content hashes two unmatched tasks of one side share: which is which cannot be told."""
+    seen: dict[str, int] = defaultdict(int)
+    for name in names:
+        for content in side[name].hashes:
+            seen[content] += 1
+    return {content for content, n in seen.items() if n > 1}
+
+
+def check_comparable(here: dict[str, TaskKey], baseline: list[TrialResult], names: tuple[str, str],
+                     allow_changed: bool = False, gate_layer: str | None = None) -> None:
+    """Before a run: refuse (InputError) what the gate after it would refuse for want of
+    anything to compare (`here`: the tasks about to run), so no job runs for nothing."""
+    matches, *_ = match_tasks(here, keys_of(baseline), names, allow_changed, gate_layer)
+    by_task: dict[str, list[TrialResult]] = defaultdict(list)
+    for t in baseline:
+        by_task[t.task].append(t)
+    if all(_counts(by_task[m.baseline_task]).graded == 0 for m in matches):
+        raise _nothing_graded(names, len(matches))
+
+
+def _nothing_graded(names: tuple[str, str], shared: int) -> InputError:
+    return InputError(f"--baseline: nothing to compare: the baseline {names[1]} graded none of the "
+                      f"{shared} task(s) it shares with {names[0]} (every attempt lost to errors), so "
+                      "there is nothing to hold this job to; the gate would pass without comparing "
+                      "anything. Gate against a baseline that ran.")
+
+
+def _job_name(trials: list[TrialResult], fallback: str) -> str:
+    return f"job {trials[0].job}" if trials else fallback
+
+
 def gate(now: list[TrialResult], baseline: list[TrialResult], allow_changed: bool = False,
-         gate_layer: str | None = None, flaky: str = "report", alpha: float = 0.05) -> Gate:
+         gate_layer: str | None = None, flaky: str = "report", alpha: float = 0.05,
+         names: tuple[str, str] | None = None) -> Gate:
+    """The verdict on `now` against `baseline`. `names`: how to call the two jobs in the
+    output (default: their job names)."""
     check_options(flaky, alpha)
+    names = names or (_job_name(now, "this job (no trials)"), _job_name(baseline, "job (no trials)"))
     here: dict[str, list[TrialResult]] = defaultdict(list)
     base: dict[str, list[TrialResult]] = defaultdict(list)
     for t in now:
         here[t.task].append(t)
     for t in baseline:
         base[t.task].append(t)
-    result = Gate(alpha=alpha, flaky=flaky, gate_layer=gate_layer,
-                  only_here=sorted(set(here) - set(base)), only_baseline=sorted(set(base) - set(here)))
-    both = sorted(set(here) & set(base))
-    result.changed = [task for task in both
-                      if {t.content_hash for t in here[task]} != {t.content_hash for t in base[task]}]
-    if result.changed and not allow_changed:
-        raise InputError([f"--baseline: task {task} ran different content in the two jobs "
-                          "(content hash differs); pass --allow-changed to compare anyway"
-                          for task in result.changed])
-    if gate_layer is not None:
-        both = [task for task in both if (here[task][0].layer or base[task][0].layer) == gate_layer]
-    verdicts = [_verdict(task, here[task][0].layer or base[task][0].layer or "-",
-                         _counts(base[task]), _counts(here[task]), flaky) for task in both]
+    matches, only_here, only_baseline, changed = match_tasks(
+        keys_of(now), keys_of(baseline), names, allow_changed, gate_layer)
+    result = Gate(job=names[0], baseline_job=names[1], alpha=alpha, flaky=flaky, gate_layer=gate_layer,
+                  only_here=only_here, only_baseline=only_baseline, changed=changed)
+    verdicts = [_verdict(m, here[m.task][0].layer or base[m.baseline_task][0].layer or "-",
+                         _counts(base[m.baseline_task]), _counts(here[m.task])) for m in matches]
+    if all(v.verdict == "unjudged" for v in verdicts):
+        raise _nothing_graded(names, len(verdicts))
+    result.ignored = [v.task for v in verdicts if v.verdict == "flaky" and flaky == "ignore"]
+    verdicts = [v for v in verdicts if v.task not in result.ignored]
     _apply_tests(verdicts, alpha, flaky, result)
-    result.verdicts = [v for v in verdicts if v.verdict != "same" and not (v.verdict == "flaky" and flaky == "ignore")]
+    result.verdicts = verdicts
     scope = f"tasks of the {gate_layer} layer" if gate_layer else "every task both jobs ran"
-    result.rule = (f"{scope}; a task regresses when its pass rate dropped by more than chance "
-                   f"explains (Fisher's exact test, one-sided; false discovery rate {alpha:g}, "
-                   f"Benjamini-Hochberg over the {result.testable} task(s) that could regress: "
-                   f"p <= {result.threshold:.3g}); with k=1 on a side, passed there and failed now; "
-                   f"baseline-flaky tasks: {flaky}")
+    result.rule = (f"{scope} (matched by name, else by content hash); a task regresses when its pass "
+                   "rate dropped by more than chance explains (Fisher's exact test, one-sided, for "
+                   f"any k on either side; false discovery rate {alpha:g}, Benjamini-Hochberg over "
+                   f"the {result.testable} task(s) that could regress: p <= {result.threshold:.3g}); "
+                   "only where both sides ran once, passed there and failed now (one attempt cannot "
+                   f"tell a regression from chance); baseline-flaky tasks: {flaky}")
     return result
 
 
-def _verdict(task: str, layer: str, before: tuple[int, int], after: tuple[int, int], flaky: str) -> TaskVerdict:
-    (b, nb), (a, na) = before, after
-    verdict = TaskVerdict(task, layer, before, after, "same")
+def _verdict(match: Match, layer: str, before: Counts, after: Counts) -> TaskVerdict:
+    (b, nb), (a, na) = (before.passed, before.graded), (after.passed, after.graded)
+    verdict = TaskVerdict(task=match.task, baseline_task=match.baseline_task, matched_by=match.matched_by,
+                          layer=layer, baseline=before, now=after, verdict="same")
     if nb == 0:  # nothing graded there: nothing to hold this job to
+        verdict.verdict, verdict.note = "unjudged", "no attempt was graded in the baseline"
         return verdict
     if na == 0:
-        if b == nb:
-            verdict.verdict, verdict.gates = "ungraded", True
-            verdict.note = "no attempt was graded now (all lost to errors); nothing shows it still passes"
+        verdict.verdict = "ungraded"
+        verdict.gates = b == nb
+        verdict.note = ("no attempt was graded now (all lost to errors); nothing shows it still passes"
+                        if verdict.gates else "no attempt was graded now (all lost to errors)")
         return verdict
-    if min(nb, na) == 1:
-        if 0 < b < nb:
-            verdict.verdict, verdict.note = "flaky", ONE_ATTEMPT
-        elif b == nb and a < na:
+    if nb == 1 and na == 1:
+        verdict.test = "one attempt"
+        if b == 1 and a == 0:
             verdict.verdict, verdict.gates, verdict.note = "regressed", True, ONE_ATTEMPT
-        elif a == na and b < nb:
+        elif b == 0 and a == 1:
             verdict.verdict, verdict.note = "improved", ONE_ATTEMPT
         return verdict
+    verdict.test = "exact"
     if 0 < b < nb:
         verdict.verdict = "flaky"
     return verdict
@@ -229,18 +396,18 @@ def _verdict(task: str, layer: str, before: tuple[int, int], after: tuple[int, i
 def _apply_tests(verdicts: list[TaskVerdict], alpha: float, flaky: str, result: Gate) -> None:
     """The exact tests, then Benjamini-Hochberg at alpha over the m tasks whose smallest
     possible p-value is at most alpha."""
-    tested = [v for v in verdicts if min(v.before[1], v.after[1]) >= 2
-              and not (v.verdict == "flaky" and flaky == "ignore")]
+    tested = [v for v in verdicts if v.test == "exact"]
     for v in tested:
-        (b, nb), (a, na) = v.before, v.after
+        (b, nb), (a, na) = (v.baseline.passed, v.baseline.graded), (v.now.passed, v.now.graded)
         v.p_value = one_sided_p(a, na, b, nb) if a / na < b / nb else None
-    could = [v for v in tested if smallest_p(v.after[0], v.after[1], v.before[0], v.before[1]) <= alpha]
+    could = [v for v in tested if smallest_p(v.now.passed, v.now.graded, v.baseline.passed,
+                                             v.baseline.graded) <= alpha]
     ordered = sorted(v.p_value for v in could if v.p_value is not None)
     m = result.testable = len(could)
     passing = [i for i, p in enumerate(ordered, 1) if p <= i * alpha / m]
     result.threshold = max(passing) * alpha / m if passing else alpha / max(m, 1)
     for v in tested:
-        (b, nb), (a, na) = v.before, v.after
+        (b, nb), (a, na) = (v.baseline.passed, v.baseline.graded), (v.now.passed, v.now.graded)
         if v.p_value is not None:
             regressed = v in could and v.p_value <= result.threshold
             if v.verdict == "flaky":
@@ -252,37 +419,71 @@ def _apply_tests(verdicts: list[TaskVerdict], alpha: float, flaky: str, result: 
             v.verdict, v.p_value = "improved", one_sided_p(b, nb, a, na)
 
 
+class TaskAttempts(BaseModel):
+    """-k auto, one baseline task: its counts and the attempts that tell the drop (None: no
+    k up to the most tried)."""
+
+    task: str
+    baseline: Counts
+    k: int | None
+
+
+class AttemptsPlan(BaseModel):
+    """`-k auto`'s answer: the attempts to run, and what they can and cannot tell."""
+
+    k: int
+    drop: float
+    alpha: float
+    power: float
+    most: int
+    baseline_k: int                     # the most graded attempts any baseline task had
+    tasks: list[TaskAttempts] = Field(default_factory=list)
+    one_attempt: list[str] = Field(default_factory=list)  # judged by the one-attempt rule at k
+    baseline_k_needed: int | None = None  # attempts on both sides that would tell it
+
+    @property
+    def cannot(self) -> list[TaskAttempts]:
+        return [t for t in self.tasks if t.k is None]
+
+
 def attempts_to_tell(baseline: list[TrialResult], drop: float, alpha: float = 0.05,
-                     power: float = 0.8, most: int = 20) -> tuple[int, list[str]]:
+                     power: float = 0.8, most: int = 20) -> AttemptsPlan:
     """`-k auto`: the smallest k (at most `most`) with which a drop of `drop` in a task's
-    pass rate from its baseline rate is detected with the given power at `alpha`, over
-    every task the baseline graded and passed at least once; the tasks no k up to `most`
-    can tell (too few baseline attempts) are named."""
+    pass rate from its baseline rate is detected with the given power at `alpha` under the
+    gate's rule, over every task the baseline graded and passed at least once. The tasks no
+    k up to `most` can tell (too few baseline attempts: against one, the exact test needs
+    19 failures in a row to reach 0.05) are named, and run with the baseline's own
+    attempts; the baseline attempts (on both sides) that would tell the drop are given."""
     by_task: dict[str, list[TrialResult]] = defaultdict(list)
     for t in baseline:
         by_task[t.task].append(t)
-    need, cannot = 1, []
-    for task, trials in sorted(by_task.items()):
-        b, nb = _counts(trials)
-        if b == 0:
+    counts = {task: _counts(trials) for task, trials in sorted(by_task.items())}
+    plan = AttemptsPlan(k=1, drop=drop, alpha=alpha, power=power, most=most,
+                        baseline_k=max((c.graded for c in counts.values()), default=0))
+    for task, c in counts.items():
+        if c.passed == 0:  # never passed there: it cannot regress
             continue
-        k = next((k for k in range(1, most + 1) if _power(k, b, nb, drop, alpha) >= power), None)
-        if k is None:
-            cannot.append(f"{task} ({b}/{nb} in the baseline)")
-        else:
-            need = max(need, k)
-    return need, cannot
+        k = next((k for k in range(1, most + 1) if _power(k, c.passed, c.graded, drop, alpha) >= power), None)
+        plan.tasks.append(TaskAttempts(task=task, baseline=c, k=k))
+    told = [t.k for t in plan.tasks if t.k is not None]
+    plan.k = max([1, *told, *(t.baseline.graded for t in plan.cannot)])
+    plan.one_attempt = [t.task for t in plan.tasks if plan.k == 1 and t.baseline.graded == 1]
+    if plan.cannot:
+        plan.baseline_k_needed = next((n for n in range(2, most + 1)
+                                       if _power(n, n, n, drop, alpha) >= power), None)
+    return plan
 
 
 def _power(k: int, b: int, nb: int, drop: float, alpha: float) -> float:
-    """Chance that k attempts at the baseline rate minus `drop` gate under the rule above."""
+    """Chance that k attempts at the baseline rate minus `drop` gate under the rule above
+    (the exact test alone, as for one task; the one-attempt rule only at 1 against 1)."""
     rate = max(0.0, b / nb - drop)
     chance = 0.0
     for a in range(k + 1):
-        if min(k, nb) == 1:
-            fires = b == nb and a < k
+        if k == 1 and nb == 1:
+            fires = b == 1 and a == 0
         else:
-            fires = one_sided_p(a, k, b, nb) <= alpha
+            fires = a / k < b / nb and one_sided_p(a, k, b, nb) <= alpha
         if fires:
             chance += math.comb(k, a) * rate ** a * (1 - rate) ** (k - a)
     return chance

@@ -22,11 +22,13 @@ def _details(job_dir: Path, trial: TrialResult) -> str:
 
 def write_junit(job_name: str, job_dir: Path, trials: list[TrialResult], out: Path,
                 gate: Gate | None = None) -> None:
-    """One testcase per trial; with a gate, its rule as a suite property and one testcase
-    per task it judged (a failure when the task gates)."""
+    """One testcase per trial; with a gate, its rule, baseline and number of tasks compared
+    as suite properties and one testcase per task it compared, whatever its verdict (a
+    failure when the task gates, skipped when the baseline graded none of its attempts),
+    with the verdict, how the task was matched and the counts as properties."""
     suite = ET.Element("testsuite", name=job_name, tests=str(len(trials)))
     regressed = {v.task: v for v in gate.verdicts if v.gates} if gate else {}
-    failures = errors = 0
+    failures = errors = skipped = 0
     total_time = 0.0
     for t in sorted(trials, key=lambda t: (t.task, t.attempt)):
         seconds = max(0.0, t.finished_at - t.started_at)
@@ -49,14 +51,27 @@ def write_junit(job_name: str, job_dir: Path, trials: list[TrialResult], out: Pa
     if gate is not None:
         properties = ET.SubElement(suite, "properties")
         ET.SubElement(properties, "property", name="orchestra.gate.rule", value=gate.rule)
-        for v in gate.verdicts:
+        ET.SubElement(properties, "property", name="orchestra.gate.baseline", value=gate.baseline_job)
+        ET.SubElement(properties, "property", name="orchestra.gate.compared", value=str(gate.compared))
+        for v in gate.verdicts:  # every compared task, the unchanged ones too: CI sees what was compared
             case = ET.SubElement(suite, "testcase", classname="orchestra.gate", name=v.task, time="0")
+            facts = ET.SubElement(case, "properties")
+            for key, value in (("verdict", v.verdict), ("gates", str(v.gates).lower()),
+                               ("matched_by", v.matched_by), ("baseline_task", v.baseline_task),
+                               ("test", v.test), ("baseline", str(v.baseline)), ("now", str(v.now)),
+                               ("p_value", "" if v.p_value is None else f"{v.p_value:.6g}")):
+                ET.SubElement(facts, "property", name=f"orchestra.gate.{key}", value=value)
+            text = f"{v.verdict}: {v.line()} (matched by {v.matched_by})"
             if v.gates:
                 failures += 1
-                ET.SubElement(case, "failure", type=v.verdict, message=f"{v.verdict}: {v.line()}")
+                ET.SubElement(case, "failure", type=v.verdict, message=text)
+            elif v.verdict == "unjudged":  # nothing graded in the baseline: compared with nothing
+                skipped += 1
+                ET.SubElement(case, "skipped", message=text)
             else:
-                ET.SubElement(case, "system-out").text = f"{v.verdict}: {v.line()}"
+                ET.SubElement(case, "system-out").text = text
         suite.set("tests", str(len(trials) + len(gate.verdicts)))
+    suite.set("skipped", str(skipped))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     suite.set("time", f"{total_time:.3f}")
