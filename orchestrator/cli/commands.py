@@ -288,6 +288,30 @@ def view(
 # so --help lists run, report, compare and view first.
 from orchestrator.cli import admin as cli_admin  # noqa: E402, F401
 
+CRASHED = 70  # EX_SOFTWARE: orchestra itself failed (a bug), never a verdict on the agent
+
+
+def _crashed(exc: Exception) -> int:
+    """An exception nothing caught is a bug in orchestra: one short message on stderr, the
+    traceback in a file it names (on stderr when no file can be written), exit 70, never 1
+    (a gate that failed) nor Python's traceback exit 1 that a pipeline would read as one."""
+    import tempfile
+    import traceback
+
+    trace = "".join(traceback.format_exception(exc))
+    what = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    try:
+        with tempfile.NamedTemporaryFile("w", prefix="orchestra-crash-", suffix=".txt",
+                                         delete=False) as file:
+            file.write(f"orchestra {' '.join(sys.argv[1:])}\n\n{trace}")
+        where = f"the traceback is in {file.name}"
+    except OSError:
+        sys.stderr.write(trace)
+        where = "the traceback is above"
+    err.print(f"orchestra failed (a bug in orchestra, not a verdict on the agent or your input): "
+              f"{what}; {where}; exit {CRASHED}", markup=False, highlight=False, soft_wrap=True)
+    return CRASHED
+
 
 def main() -> None:
     # orchestra's models need no pydantic plugin; looking for them reads every installed
@@ -304,10 +328,10 @@ def main() -> None:
     except Exception as exc:
         from orchestrator.runtime.base import RuntimeFault
 
-        if not isinstance(exc, RuntimeFault):
-            raise
-        err.print(f"[red]the Docker engine failed[/]: {exc}")
-        sys.exit(3)
+        if isinstance(exc, RuntimeFault):
+            err.print(f"[red]the Docker engine failed[/]: {exc}")
+            sys.exit(3)
+        sys.exit(_crashed(exc))
     finally:
         gc.freeze()  # the interpreter's exit then skips collecting what is left
 
