@@ -8,7 +8,9 @@ whether a trial is retried.
     |   |-- RuntimeFault      the engine failed a call: a trial's infra_error, retried
     |   |   `-- SidecarFailed a compose service did not start or turned unhealthy
     |   |-- LaunchError       a trial's sandbox could not be started or seeded: launch_error,
-    |   |                     retried (raised by the trial's start and seed phases)
+    |   |   |                 retried (raised by the trial's start and seed phases)
+    |   |   `-- RuntimeMissing the engine has no OCI runtime by the name asked for (--runtime,
+    |   |                     a manifest's sandbox.oci_runtime): launch_error, never retried
     |   |-- EngineGone        the engine did not answer within --engine-wait: the job stops
     |   |-- EngineDiskFull    the engine's data root is nearly full: the job stops
     |   `-- JobDiskFull       the job folder's disk is full: the job stops
@@ -58,6 +60,15 @@ class RuntimeFault(InfraError):
 
 class LaunchError(InfraError):
     """A trial's sandbox could not be started or seeded (the cause is chained)."""
+
+    retryable = True  # False: another attempt would fail the same way (not retried)
+
+
+class RuntimeMissing(LaunchError):
+    """The engine has no OCI runtime registered by the name a container asked for: every
+    attempt would fail the same way until someone registers it, so it is not retried."""
+
+    retryable = False
 
 
 class TaskError(OrchestraError):

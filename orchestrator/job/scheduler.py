@@ -5,7 +5,8 @@ retries with backoff that never hold a slot, and prompt cancellation.
   its own fit the host budget (--max-cpus, --max-memory-mb), so a quota is never noise.
 - Retries: infra_error and launch_error results are retried up to max_retries times after
   a tenacity exponential-with-jitter wait, spent on a timer thread, not in a pool slot.
-  Agent failures (timeouts, OOM, low reward) never are.
+  Agent failures (timeouts, OOM, low reward) never are, nor a result that says why another
+  attempt would fail the same way (`not_retried`: the engine lacks the OCI runtime asked for).
 - The engine gone (enginewatch): an attempt waits for the engine before it starts; a
   retryable result while the engine was gone is retried free (up to MAX_OUTAGE_RETRIES) once
   it answers, so an outage never spends a trial's own retries.
@@ -187,7 +188,8 @@ class Scheduler:
                         "the job stopped. Results already written are intact: free space and "
                         "resume with `orchestra run --resume JOB_DIR`.") from result
                 raise InfraError(f"orchestra failed running {item.task.name}: {result}") from result
-            retryable = result.failure_mode in RETRYABLE and not self.cancel.is_set()
+            retryable = (result.failure_mode in RETRYABLE and result.not_retried is None
+                         and not self.cancel.is_set())
             outage = (retryable and self.engine is not None and item.outage_retries < MAX_OUTAGE_RETRIES
                       and self.engine.blamed(result.started_at, result.finished_at or time.time()))
             if outage or (retryable and len(item.retries) - item.outage_retries < self.max_retries):

@@ -210,6 +210,7 @@ class TrialResult(BaseModel):
     node: str | None = None  # the Ray node that ran it (backend ray)
     workers: list[dict] = []  # roster workers: member, name, exit code, model counts
     retries: list[str] = []
+    not_retried: str | None = None  # why an infra or launch error was final (a retry could not help)
     steps: list[StepResult] = []  # multi-step tasks: per-step rewards, in order
     started_at: float = 0.0
     finished_at: float = 0.0

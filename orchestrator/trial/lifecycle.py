@@ -257,6 +257,8 @@ class Trial:
             return
         if isinstance(exc, LaunchError):
             result.failure_mode, result.error = FailureMode.LAUNCH_ERROR, str(exc)
+            if not exc.retryable:  # e.g. the engine lacks the OCI runtime asked for
+                result.not_retried = f"{exc.__class__.__name__}: another attempt would fail the same way"
         else:
             result.failure_mode, result.error = FailureMode.INFRA_ERROR, f"{exc.__class__.__name__}: {exc}"
         log.error("trial.error", trial=self.tid[:12], task=task.name, error=result.error,

@@ -9,11 +9,13 @@ and volume orchestra made. Commands run inside them are execs.py's.
 
 from __future__ import annotations
 
+import re
 import resource
 from collections.abc import Generator
 from pathlib import Path
 from typing import BinaryIO
 
+from orchestrator.errors import RuntimeMissing
 from orchestrator.runtime.base import (
     LABEL_JOB,
     LABEL_PID,
@@ -33,6 +35,10 @@ from orchestrator.runtime.docker.shared import DockerState, _removed
 # makes it under runc), and the cgroup keeps a backstop sized for the sandbox's threads.
 GVISOR_PIDS_BASE = 128
 GVISOR_PIDS_PER_PROCESS = 16
+# What an engine answers a create naming an OCI runtime it has not registered: Docker
+# before 25 / from 25 on, Podman.
+NO_SUCH_RUNTIME = re.compile(r"unknown runtime specified|unknown or invalid runtime name|"
+                             r"OCI runtime \S+ is not available|cannot find OCI runtime", re.IGNORECASE)
 
 
 class ContainersMixin(DockerState):
@@ -77,7 +83,21 @@ class ContainersMixin(DockerState):
                                                 host_config=host_config, **config)
         except ImageNotFound as exc:
             raise RuntimeFault(f"image {spec.image} not found (orchestra never pulls)") from exc
+        except APIError as exc:
+            if spec.runtime and NO_SUCH_RUNTIME.search(str(exc)):
+                raise RuntimeMissing(self._no_such_runtime(spec.runtime)) from exc
+            raise
         return created["Id"]
+
+    def _no_such_runtime(self, name: str) -> str:
+        try:
+            has = ", ".join(sorted(self.api.info().get("Runtimes") or {})) or "none listed"
+        except APIError:
+            has = "unknown: the engine did not say"
+        return (f"the engine has no OCI runtime {name!r} (it has: {has}): a container asked for "
+                f"it (--runtime or the manifest's sandbox.oci_runtime); install it and register "
+                "it in daemon.json (`orchestra tasks check` prints the lines for gVisor's runsc); "
+                "not retried")
 
     def start(self, container: str) -> None:
         self.api.start(container)
