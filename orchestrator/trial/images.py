@@ -111,6 +111,14 @@ def _orchestra_alias(facts: ImageFacts) -> bool:
     return any(tag.startswith("orchestra/base:") for tag in facts.tags) or facts.layers <= 1
 
 
+def _orchestra_base(runtime: Runtime, ref: str) -> bool:
+    """Whether the engine's `ref` is one of orchestra's bases (under its own name or an alias)."""
+    try:
+        return _orchestra_alias(runtime.image_facts(ref))
+    except Exception:
+        return False
+
+
 def _local(runtime: Runtime, ref: str) -> ImageFacts | None:
     """The engine's image under `ref`, unless it is one of orchestra's bases by another name."""
     try:

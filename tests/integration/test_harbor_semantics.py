@@ -418,7 +418,8 @@ def test_a_stand_in_never_moves_an_existing_tag_and_a_task_image_is_never_the_ba
     assert runtime.api.inspect_image(child.image)["Config"]["Labels"].get("orchestra.image.kind")
     runtime.api.tag(theirs, "python", "3.11-slim-bookworm")  # someone's image under the name
     try:
-        assert resolve_bases(runtime, f"FROM {alias}\nRUN true\n") == []  # used as it is
+        [used] = resolve_bases(runtime, f"FROM {alias}\nRUN true\n")  # used as it is: no pull, no stand-in
+        assert (used.record.source, used.record.image_id, used.stand_in) == ("local", theirs, None)
         assert runtime.api.inspect_image(alias)["Id"] == theirs  # the tag did not move
         assert not _orchestra_base(runtime, alias) and not _orchestra_base(runtime, child.image)
         assert _orchestra_base(runtime, BASE_IMAGE)
