@@ -102,22 +102,26 @@ def run(
 
 run.__doc__ = (run.__doc__ or "").replace("{exits}", one_paragraph("""Exit codes: 0 the job
     completed (whatever the rewards); 1 the gate asked for failed (--fail-on-regression); 2
-    bad input (nothing started); 3 the engine or host failed (Docker unreachable, the job
-    folder's disk full); 4 an answer leak was found (the suite stopped, results void); 130
-    cancelled (Ctrl-C / SIGTERM; results kept)."""))
+    bad input (nothing started; a --baseline with nothing to compare included); 3 the engine
+    or host failed (Docker unreachable, the job folder's disk full); 4 an answer leak was
+    found (the suite stopped, results void); 70 orchestra itself failed (a bug; the traceback
+    in a file it names); 130 cancelled (Ctrl-C / SIGTERM; results kept)."""))
 
 
 GATE_HELP = one_paragraph("""With --baseline JOB_DIR, a regression gate for release pipelines:
-    every task both jobs ran (or --gate-layer's) is compared by its pass rate over graded
-    attempts. With k attempts a side, a task regresses when the rate dropped by more than
-    chance explains (Fisher's exact test, one-sided, a false discovery rate of --alpha,
-    Benjamini-Hochberg over the tasks that could regress); with k=1 on a side, when it passed there
-    and fails now (and the verdict says one attempt cannot tell). Tasks flaky in the baseline
-    are reported and gate only with --flaky gate. The verdicts go to regressions.json and
-    the JUnit file.""")
+    every task both jobs ran (or --gate-layer's), matched by name, else by content hash (a
+    dataset checked out under another name), is compared by its pass rate over graded
+    attempts; nothing to compare is exit 2, never a pass. For any k on either side a task
+    regresses when the rate dropped by more than chance explains (Fisher's exact test,
+    one-sided, a false discovery rate of --alpha, Benjamini-Hochberg over the tasks that
+    could regress); only with one attempt on both sides, when it passed there and fails now
+    (and the verdict says one attempt cannot tell). Tasks flaky in the baseline are reported
+    and gate only with --flaky gate. Every compared task's verdict, and how it was matched,
+    goes to regressions.json and the JUnit file.""")
 REPORT_EXITS = one_paragraph("""Exit codes: 0 reported (and every gate asked for held); 1 a
     gate asked for failed (--fail-under, --fail-on-regression); 2 bad input (a missing or
-    unreadable job folder, a bad option).""")
+    unreadable job folder, a bad option, a baseline with nothing to compare); 70 orchestra
+    itself failed (a bug; the traceback in a file it names).""")
 
 
 @app.command()
