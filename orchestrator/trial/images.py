@@ -199,6 +199,11 @@ class JobBases:
         assert entry.pulled is not None
         return entry.pulled
 
+    def tried(self, ref: str) -> bool:
+        """Whether this job pulls or pulled `ref` (pull() then waits for it, or says how it went)."""
+        with self._guard:
+            return ref in self._pulls
+
     def first_saying(self, ref: str) -> bool:
         with self._guard:
             first = ref not in self._said
@@ -248,7 +253,8 @@ def _resolve(runtime: Runtime, ref: str, bases: JobBases, used_for: str) -> Reso
         bootstrap_base(runtime, release)
         return Resolved(BaseImage(reference=ref, used_for=used_for, source="orchestra",
                                   image_id=runtime.image_facts(ref).id))
-    facts = _local(runtime, ref)
+    # pulled (or being pulled) by this job: every trial's record says so, not "local"
+    facts = None if bases.tried(ref) else _local(runtime, ref)
     if facts is not None:
         return Resolved(BaseImage(reference=ref, used_for=used_for, source="local", image_id=facts.id,
                                   digest=_digest_of(ref, facts.digests)))
