@@ -1,1 +1,6 @@
-"""Rendering results for people: tables now; compare, JUnit and HTML later."""
+"""Results for people and pipelines: the results table at the end of `orchestra run`
+(summary), a job's aggregates (tables: per task, layer, class, failure mode, timings),
+report.md and a self-contained report.html (render, with templating and templates/), the
+paired memory-on vs off comparison (compare), JUnit XML (junit), the regression gate
+against a baseline job (gate), the live progress of a running job (progress), and reading
+job results back with errors that name the file (load)."""
