@@ -210,3 +210,51 @@ def test_a_tests_dockerfile_build_trusts_the_ca_bundle(runtime, tmp_path):
     [bare] = _job(runtime, tmp_path / "ds", tmp_path / "jobs", "verifier-no-ca")
     assert bare.failure_mode == "build_error", bare.error
     assert bare.build_failure is not None and bare.build_failure.reference == "orchestra/base:bookworm"
+
+
+def test_a_private_registry_base_is_pulled_with_the_configs_credentials_and_refused_without(runtime, tmp_path):
+    """FROM a private registry's image: pulled with the Docker config's login (docker-py
+    reads DOCKER_CONFIG), its digest recorded; without the login the registry answers and
+    refuses, which is no reason for a stand-in: the task's build error names the reference."""
+    from parts import private_registry
+
+    with private_registry(tmp_path / "registry") as reg:
+        name, tag = f"{reg.host}/orchestra-test/python", f"base-{os.getpid()}"
+        env = {**os.environ, "DOCKER_CONFIG": str(reg.credentials)}
+        word = uuid.uuid4().hex[:12]
+        build = subprocess.run(["docker", "build", "-q", "-t", f"{name}:{tag}", "-"], text=True, env=env,
+                               input=f"FROM orchestra/base:bookworm\nRUN echo {word} > /base-marker\n",
+                               capture_output=True, timeout=300)
+        assert build.returncode == 0, build.stderr
+        push = subprocess.run(["docker", "push", f"{name}:{tag}"], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert push.returncode == 0, push.stderr
+        digest = push.stdout.split("digest: ")[1].split()[0]
+        runtime.remove_image(f"{name}:{tag}")
+        make_task(tmp_path / "ds", "private-base", dockerfile=f"FROM {name}:{tag}\nWORKDIR /app\n",
+                  test=MARKER_TEST.format(word=word))
+        try:
+            proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q",
+                                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "private-base"],
+                                  capture_output=True, text=True, env=env, timeout=600)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            [trial] = [TrialResult.model_validate_json(p.read_text())
+                       for p in (tmp_path / "jobs/private-base/trials").glob("*/result.json")]
+            assert trial.reward == {"reward": 1.0}, trial.error
+            [base] = trial.bases
+            assert (base.source, base.digest) == ("pulled", digest), base
+            runtime.remove_image(f"{name}:{tag}")
+            empty = tmp_path / "no-login"
+            empty.mkdir()
+            proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q",
+                                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "private-refused"],
+                                  capture_output=True, text=True, env={**env, "DOCKER_CONFIG": str(empty)},
+                                  timeout=600)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            [trial] = [TrialResult.model_validate_json(p.read_text())
+                       for p in (tmp_path / "jobs/private-refused/trials").glob("*/result.json")]
+            assert trial.failure_mode == "build_error" and "a registry answered and refused" in (trial.error or "")
+            assert trial.build_failure is not None and trial.build_failure.reference == f"{name}:{tag}"
+            assert "no basic auth credentials" in (trial.build_failure.pull_error or ""), trial.build_failure
+        finally:
+            runtime.remove_image(f"{name}:{tag}")
