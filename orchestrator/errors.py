@@ -1,7 +1,7 @@
 """orchestra's one exception tree: who can fix what went wrong decides the exit code and
 whether a trial is retried.
 
-    OrchestraError            exit 1: orchestra itself failed (a bug; the traceback is kept)
+    OrchestraError            exit 70: orchestra itself failed (a bug; the traceback is kept)
     |-- InputError            exit 2: what the user can fix (a task, manifest, endpoint, flag);
     |                         the message names the file and the field; nothing has started
     |-- InfraError            exit 3: what the host or the engine did
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 
 class OrchestraError(Exception):
-    exit_code = 1
+    exit_code = 70  # EX_SOFTWARE: never 1, which a pipeline reads as "a gate failed"
 
 
 class InputError(OrchestraError):

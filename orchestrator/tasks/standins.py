@@ -1,11 +1,14 @@
 """Which offline base stands in for a FROM reference this engine lacks (DESIGN 5).
 
-orchestra never pulls. A task whose Dockerfile starts FROM an image the engine does not
-have is built on one of orchestra's own bases instead, chosen by rule rather than by a
-list of exact strings: the reference is parsed (registry host and library path,
+Where no registry answers a pull (or under --bases offline), a task whose Dockerfile starts
+FROM an image the engine does not have is built on one of orchestra's own bases instead,
+chosen by rule rather than by a list of exact strings: the reference is parsed (registry host and library path,
 repository, tag, digest) and the nearest Debian release is picked.
 
-  python:<version>[-<variant>][-<release>]  the release whose python is nearest the version
+  python:<version>[-<variant>]-<release>    the release the tag names (its apt pins and
+                                            packages are the task's); a python version that
+                                            release cannot give is said plainly (a warning)
+  python:<version>[-<variant>]              the release whose python is nearest the version
                                             (3.13+ trixie, 3.11-3.12 bookworm, <=3.10 bullseye);
                                             no version (python:3, latest, slim): trixie
   debian:<release|number>[-slim]            that release (buster and older: bullseye)
@@ -101,6 +104,8 @@ def choose(ref: str) -> StandIn | None:
     if guessed:
         why += f" (a guess from the image's name, {parsed.repository})"
     warning = None
+    if "NOT the python" in why:
+        warning = why
     if parsed.digest:
         warning = (f"{ref} is pinned by digest; {base_image(release)} is not that image, so what the "
                    "pin guarantees (exact packages, versions) does not hold here")
@@ -140,16 +145,18 @@ def _python(tag: str) -> tuple[str, str]:
                          f"{release} (python {RELEASES[release]})")
     major, minor = int(match.group(1)), int(match.group(2) or 99)
     wanted = f"{major}.{match.group(2)}" if match.group(2) else str(major)
+    if named:  # the tag's release decides (its apt pins and packages); the python is said
+        if RELEASES[named] == wanted:
+            return named, f"python {wanted} on {named}, as the tag names"
+        return named, (f"python {wanted} on {named} asked; {named}'s python is {RELEASES[named]}, "
+                       "the only one a stand-in of that release has: NOT the python the tag names")
     if major < 3 or (major == 3 and minor <= 10):
         release = "bullseye"
     elif major == 3 and minor <= 12:
         release = "bookworm"
     else:
         release = "trixie"
-    why = f"python {wanted} asked; {release}'s python is {RELEASES[release]}, the nearest"
-    if named and named != release:
-        why += f" (the tag names {named}; the python version decides)"
-    return release, why
+    return release, f"python {wanted} asked; {release}'s python is {RELEASES[release]}, the nearest"
 
 
 def _debian(tag: str) -> tuple[str, str]:

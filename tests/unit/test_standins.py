@@ -25,7 +25,9 @@ from orchestrator.trial.images import BaseBuildFailed, resolve_bases, with_stand
     ("docker.io/library/python:3.10", "bullseye", "3.9"),
     ("python:3.11-slim-bookworm@sha256:" + "a" * 64, "bookworm", "3.11"),
     ("debian:bookworm-slim@sha256:" + "b" * 64, "bookworm", "3.11"),
-    ("python:3.13-slim-bookworm", "trixie", "3.13"),  # the python version decides
+    ("python:3.13-slim-bookworm", "bookworm", "3.11"),  # the tag's release decides, said below
+    ("python:3.11-slim-bookworm", "bookworm", "3.11"),
+    ("python:3.9.19-slim-bookworm", "bookworm", "3.11"),
     ("python:3", "trixie", "3.13"),
     ("python", "trixie", "3.13"),
     ("ubuntu:24.04", "trixie", "3.13"),
@@ -46,7 +48,10 @@ def test_each_reference_gets_the_nearest_release(ref, release, python):
     chosen = choose(ref)
     assert chosen is not None and (chosen.release, chosen.python) == (release, python), chosen
     assert chosen.stand_in == f"orchestra/base:{release}" and chosen.reason
-    assert (chosen.warning is not None) == ("@sha256:" in ref)
+    python_unlike = ref.endswith("-bookworm") and not ref.startswith("python:3.11")
+    assert (chosen.warning is not None) == ("@sha256:" in ref or python_unlike)
+    if python_unlike:  # the release the tag names, and its python said plainly
+        assert "NOT the python the tag names" in chosen.warning and "bookworm's python is 3.11" in chosen.warning
     if "ubuntu" in ref:
         assert "not Debian" in chosen.reason  # said plainly
     if "ghcr.io" in ref:
