@@ -234,7 +234,7 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         image, source, bases = verifier_image(runtime, task, images.task_image, box.job, box.trust)
         mounts, environment = [], task.config.verifier_environment()
         result.verifier_image = source
-        result.bases = [*result.bases, *bases]
+        result.bases = [*result.bases, *(b for b in bases if b not in result.bases)]  # once, not per step
     if not keep_alive:
         runtime.remove(box.agent)  # no live agent process exists past this point
     network = verifier_network(box, task.config.network_for("verifier"))
