@@ -177,3 +177,30 @@ def test_references_split_as_docker_pull_reads_them():
                                                            "127.0.0.1:5000/team/img:latest")
     digest = "sha256:" + "e" * 64
     assert split_reference(f"debian:bookworm-slim@{digest}") == ("debian", digest, f"debian@{digest}")
+
+
+def test_every_container_a_trial_makes_is_given_its_trust():
+    """The CA bundle reaches every container of a trial: each ContainerSpec made under
+    orchestrator/trial is passed through Trust.container, or (the agent's, the workers')
+    given the trial's trust.env and trust.binds. A new kind of container that is not fails here."""
+    import ast
+    from pathlib import Path
+
+    import orchestrator.trial as trial_package
+
+    folder = Path(trial_package.__file__).parent
+    found, untrusted = 0, []
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        wrapped = {id(node.args[0]) for node in ast.walk(tree)
+                   if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                   and node.func.attr == "container" and node.args}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ContainerSpec"):
+                continue
+            found += 1
+            given = {kw.arg: ast.unparse(kw.value) for kw in node.keywords}
+            merged = "trust.env" in given.get("env", "") and "trust.binds" in given.get("read_only_binds", "")
+            if id(node) not in wrapped and not merged:
+                untrusted.append(f"{path.name}:{node.lineno}")
+    assert found >= 4 and untrusted == [], untrusted
