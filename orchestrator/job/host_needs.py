@@ -21,10 +21,11 @@ def _image_needs(runtime: Runtime, what: str, dockerfile: str) -> list[str]:
             stand_in = stand_in_for(runtime, ref)
         except BuildFailed:
             needs.append(f"{what}: FROM {ref} is not on this engine and no offline base stands in "
-                         "(needs a registry, or `docker load` of the image)")
+                         "(pulled at run time: needs a registry that has it, or `docker load` of the image)")
             continue
         if stand_in is not None:
-            needs.append(f"{what}: FROM {ref} is not on this engine; {stand_in.stand_in} stands in: "
+            needs.append(f"{what}: FROM {ref} is not on this engine: pulled at run time; where no "
+                         f"registry answers (or --bases offline), {stand_in.stand_in} stands in: "
                          f"{stand_in.reason}" + (f". Warning: {stand_in.warning}" if stand_in.warning else ""))
     return needs
 

@@ -104,11 +104,14 @@ def choose(ref: str) -> StandIn | None:
     if guessed:
         why += f" (a guess from the image's name, {parsed.repository})"
     warning = None
-    if "NOT the python" in why:
-        warning = why
+    asked = _VERSION.match(tag) if family == "python" else None
+    if asked and asked.group(2) and f"{asked.group(1)}.{asked.group(2)}" != RELEASES[release]:
+        warning = (f"python {RELEASES[release]}, NOT the python {asked.group(1)}.{asked.group(2)} "
+                   f"the tag names ({release} has no other)")
     if parsed.digest:
-        warning = (f"{ref} is pinned by digest; {base_image(release)} is not that image, so what the "
-                   "pin guarantees (exact packages, versions) does not hold here")
+        pinned = (f"{ref} is pinned by digest; {base_image(release)} is not that image, so what the "
+                  "pin guarantees (exact packages, versions) does not hold here")
+        warning = f"{pinned}; {warning}" if warning else pinned
     return StandIn(reference=ref, stand_in=base_image(release), release=release,
                    python=RELEASES[release], reason=why, warning=warning)
 
@@ -148,8 +151,8 @@ def _python(tag: str) -> tuple[str, str]:
     if named:  # the tag's release decides (its apt pins and packages); the python is said
         if RELEASES[named] == wanted:
             return named, f"python {wanted} on {named}, as the tag names"
-        return named, (f"python {wanted} on {named} asked; {named}'s python is {RELEASES[named]}, "
-                       "the only one a stand-in of that release has: NOT the python the tag names")
+        return named, (f"python {wanted} on {named} asked; the tag's release decides, and "
+                       f"{named}'s python is {RELEASES[named]}")
     if major < 3 or (major == 3 and minor <= 10):
         release = "bullseye"
     elif major == 3 and minor <= 12:

@@ -449,5 +449,7 @@ def test_tasks_check_lists_what_each_task_needs_that_this_host_lacks(runtime, tm
     modest = out.stdout.split("ok  ds/modest")[1].split("ok  ")[0]
     # FROM python:3.12-slim-bookworm: built on a stand-in, said with the rule that chose it
     assert [line.strip() for line in modest.splitlines() if "needs:" in line] in (
-        [], ["needs: environment/Dockerfile: FROM python:3.12-slim-bookworm is not on this engine; "
-             "orchestra/base:bookworm stands in: python 3.12 asked; bookworm's python is 3.11, the nearest"]), modest
+        [], ["needs: environment/Dockerfile: FROM python:3.12-slim-bookworm is not on this engine: pulled at "
+             "run time; where no registry answers (or --bases offline), orchestra/base:bookworm stands in: "
+             "python 3.12 on bookworm asked; the tag's release decides, and bookworm's python is 3.11. "
+             "Warning: python 3.11, NOT the python 3.12 the tag names (bookworm has no other)"]), modest
