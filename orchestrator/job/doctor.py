@@ -47,6 +47,7 @@ from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import ERRORED, FailureMode, TrialResult
 from orchestrator.paths import cache_root
 from orchestrator.runtime.base import ContainerSpec, ExecResult, Runtime
+from orchestrator.tasks.defects import task_defects
 from orchestrator.tasks.load import Task
 from orchestrator.trial.baseimage import BASE_VERSION
 from orchestrator.trial.images import ensure_task_images
@@ -236,6 +237,15 @@ def classify(task: Task, oracle: TrialResult | None, nop: TrialResult | None,
 
 
 def _why_broken(oracle: TrialResult | None, job_dir: Path, task: Task) -> str:
+    """Why the oracle failed, and what the task folder itself gets wrong (its own defect,
+    said as such: a script run without its run bit, a step reaching outside its folder)."""
+    why = _why_oracle_failed(oracle, job_dir, task)
+    if defects := task_defects(task):
+        why += "; the task's own defect: " + "; ".join(defects)
+    return why
+
+
+def _why_oracle_failed(oracle: TrialResult | None, job_dir: Path, task: Task) -> str:
     if oracle is None:
         return "the oracle did not run"
     mode, error = oracle.failure_mode, (oracle.error or "").strip()

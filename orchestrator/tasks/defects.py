@@ -1,0 +1,127 @@
+"""Defects a task folder carries itself, seen without running it (issue 44): what the
+doctor names as the task's own, not the environment's, when the oracle fails.
+
+- A script that solve.sh or a Dockerfile RUN line runs directly (`./setup.sh`,
+  `/app/run.sh`, `exec tool.sh`) which the task ships without its run bit: `bash solve.sh`
+  works, but `./setup.sh` inside it is "Permission denied", here as under Harbor (both copy
+  the folder as it is). Committed without `chmod +x` is the usual cause.
+- A step's solution that reaches outside its own folder: Harbor uploads only that step's
+  solution/ to /solution, so a path under /solution that the step does not ship, or a
+  `../` out of it, exists only when the steps are read as one folder.
+
+Every check reads files of the task folder only, never following a link out of it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from orchestrator.tasks.load import Task
+
+# `./x`, `/abs/x` or a bare `x.sh` as the first word of a command (after ;, &&, ||, |, a
+# newline, `exec`, `then`, `do`, `sudo`, `env VAR=...`), not an argument to an interpreter
+_COMMAND = re.compile(r"(?:^|[;&|(]|\bthen\b|\bdo\b|\bexec\b|\bsudo\b)\s*((?:\./|/)[\w./-]+|[\w.-]+\.sh)\b",
+                      re.MULTILINE)
+_SOLUTION_PATH = re.compile(r"(?<![\w.])/solution/([\w./-]+)")
+
+
+def task_defects(task: Task) -> list[str]:
+    """What the task folder itself gets wrong, each said with the file that shows it."""
+    return [*_not_executable(task), *_step_reaches_out(task)]
+
+
+def _inside(root: Path, path: Path) -> Path | None:
+    """`path` when it is a regular file inside `root` (no link leaving it), else None."""
+    try:
+        resolved = path.resolve()
+        resolved.relative_to(root.resolve())
+    except (OSError, ValueError):
+        return None
+    return resolved if resolved.is_file() else None
+
+
+def _shipped(task: Task, name: str) -> list[Path]:
+    """Files of the task folder a command name may mean: the same relative path under the
+    folders a script runs from, or, for an absolute path, the same file name anywhere in
+    the folders the image or the solution is made of."""
+    roots = [task.solution_dir, task.path / "environment"]
+    base = Path(name).name
+    found = []
+    for root in roots:
+        if not root.is_dir():
+            continue
+        if not name.startswith("/"):
+            hit = _inside(task.path, root / name)
+            found += [hit] if hit else []
+        else:
+            found += [p for p in root.rglob(base) if _inside(task.path, p)]
+    return found
+
+
+def _not_executable(task: Task) -> list[str]:
+    sources = [task.solution_dir / "solve.sh", task.path / "environment" / "Dockerfile"]
+    defects: list[str] = []
+    for source in sources:
+        text = _read(task, source)
+        if text is None:
+            continue
+        if source.name == "Dockerfile":  # only what RUN lines run (COPY --chmod=... counts as chmod)
+            text = "\n".join(line[4:] if line[:4].upper() == "RUN " else line.replace("--chmod", "chmod")
+                             for line in _joined(text) if line[:4].upper() in ("RUN ", "COPY", "ADD "))
+        for match in _COMMAND.finditer(text):
+            name = match.group(1)
+            if re.search(r"chmod\b[^\n]*" + re.escape(Path(name).name), text):
+                continue  # made executable on the way (chmod +x, COPY --chmod)
+            for file in _shipped(task, name):
+                if not file.stat().st_mode & 0o111:
+                    rel = file.relative_to(task.path.resolve())
+                    defects.append(f"{source.relative_to(task.path)} runs {name}, but the task ships "
+                                   f"{rel} without its run bit (chmod +x): 'Permission denied' "
+                                   "wherever the folder is copied as it is")
+    return sorted(set(defects))
+
+
+def _step_reaches_out(task: Task) -> list[str]:
+    if task.step_dir is None:
+        return []
+    solve = task.solution_dir / "solve.sh"
+    text = _read(task, solve)
+    if text is None:
+        return []
+    defects = []
+    for match in _SOLUTION_PATH.finditer(text):
+        rel = match.group(1).rstrip("/.")
+        if rel and _inside(task.solution_dir, task.solution_dir / rel) is None \
+                and not (task.solution_dir / rel).is_dir():
+            defects.append(f"steps/{task.step}/solution/solve.sh uses /solution/{rel}, which step "
+                           f"{task.step!r} does not ship (each step gets only its own solution/)")
+    for word in shlex.split(text, comments=True) if _splits(text) else []:
+        if word.startswith("../") or "/../" in word:
+            defects.append(f"steps/{task.step}/solution/solve.sh reaches outside its own folder "
+                           f"({word}): a step gets only its own solution/")
+    return sorted(set(defects))
+
+
+def _splits(text: str) -> bool:
+    try:
+        shlex.split(text, comments=True)
+    except ValueError:
+        return False
+    return True
+
+
+def _joined(dockerfile: str) -> list[str]:
+    """Dockerfile lines with backslash continuations joined."""
+    return re.sub(r"\\\n", " ", dockerfile).splitlines()
+
+
+def _read(task: Task, path: Path) -> str | None:
+    inside = _inside(task.path, path)
+    if inside is None:
+        return None
+    try:
+        return inside.read_text(errors="replace")[:200_000]
+    except OSError:
+        return None
