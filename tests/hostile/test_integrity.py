@@ -65,7 +65,7 @@ out["abc"] = raw(b"POST /v1/engrams HTTP/1.1\r\nHost: r\r\nContent-Length: abc\r
 out["chunked"] = raw(b"POST /v1/engrams HTTP/1.1\r\nHost: r\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
 out["huge"] = raw(b"POST /v1/engrams HTTP/1.1\r\nHost: r\r\nContent-Length: 50000000\r\n\r\n")
 out["limit0"] = subprocess.run(["chan", "read", "--limit", "0"], capture_output=True, text=True).stderr[-200:]
-busy, end = 0, time.monotonic() + WINDOW
+busy, held_max, end = 0, 0, time.monotonic() + WINDOW
 while time.monotonic() < end:  # idle connections: the relay keeps a bounded number, refuses the rest
     held = []
     for _ in range(300):
@@ -73,6 +73,7 @@ while time.monotonic() < end:  # idle connections: the relay keeps a bounded num
             held.append(socket.create_connection(addr, timeout=2))
         except OSError:
             busy += 1
+    held_max = max(held_max, len(held))
     time.sleep(0.5)
     for s in held:
         s.settimeout(0.2)
@@ -83,7 +84,7 @@ while time.monotonic() < end:  # idle connections: the relay keeps a bounded num
             pass
     for s in held:
         s.close()
-out["refused_or_503"] = busy
+out["refused_or_503"], out["held_max"] = busy, held_max
 time.sleep(1)
 out["whoami_after"] = subprocess.run(["chan", "whoami"], capture_output=True).returncode
 json.dump(out, open("/logs/artifacts/flood.json", "w"))
@@ -110,6 +111,11 @@ PY
 touch /app/ok
 """.replace("WINDOW", str(WINDOW_SEC))
 
+# The model proxy's flood, in two parts that cannot get in each other's way: BODY_THREADS
+# connections (well under the 16-connection cap, so every body reaches the byte budget)
+# post the costliest body back to back for the window, each call's status and times
+# recorded; then 300 connections at once for the connection cap.
+BODY_THREADS = 3
 PROXY_FLOOD = r"""
 python3 - <<'PY'
 import json, os, socket, threading, time, urllib.error, urllib.parse, urllib.request
@@ -133,11 +139,11 @@ def call(body):
                                  headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError as exc:  # past the connection cap, closed while still sending
-        return "closed" if "Broken pipe" in str(exc) or "reset" in str(exc) else str(exc)[:80]
+            return str(r.status)
+    except urllib.error.HTTPError as exc:  # 429 for the byte rate names it (KiB/s)
+        return "429" if exc.code == 429 and b"KiB/s" in exc.read() else f"{exc.code} other"
+    except OSError as exc:
+        return "error " + str(exc)[:80]
 
 out = {}
 out["negative"] = raw(auth + b"Content-Length: -5\r\n")
@@ -147,30 +153,46 @@ out["huge"] = raw(auth + b"Content-Length: 50000000\r\n")
 out["no_token_huge"] = raw(b"Content-Length: 50000000\r\n")
 # the costliest body under the 2 MiB cap: tiny JSON values (ten times its size once decoded)
 tiny = json.dumps({"messages": [{"role": "user", "content": "x"}] * 60000}).encode()
-statuses, end = [], time.monotonic() + WINDOW
+calls, start = [], threading.Barrier(THREADS)
 def press():
+    start.wait()
     while time.monotonic() < end:
-        statuses.append(call(tiny))
-workers = [threading.Thread(target=press) for _ in range(24)]
+        began = time.monotonic()
+        calls.append((call(tiny), began, time.monotonic(), len(tiny)))
+end = time.monotonic() + WINDOW
+workers = [threading.Thread(target=press) for _ in range(THREADS)]
 for w in workers:
     w.start()
-held, busy = [], 0
+for w in workers:
+    w.join()
+statuses = [c[0] for c in calls]
+out["bodies"] = {k: statuses.count(k) for k in set(statuses)}
+out["body_bytes"] = len(tiny)
+# the bytes of the bodies that reached the byte budget (answered, or told 429 for the rate)
+out["bodies_sent_bytes"] = sum(c[3] for c in calls if c[0] in ("200", "429"))
+out["bodies_span_sec"] = max(c[2] for c in calls) - min(c[1] for c in calls) if calls else 0
+held, failed = [], 0
 for _ in range(300):
     try:
         held.append(socket.create_connection(addr, timeout=2))
     except OSError:
-        busy += 1
-for w in workers:
-    w.join()
+        failed += 1
+time.sleep(1)
+told_503 = 0
+for s in held:
+    s.settimeout(0.2)
+    try:
+        told_503 += s.recv(100).startswith(b"HTTP/1.1 503")
+    except OSError:
+        pass
 for s in held:
     s.close()
-out["big_bodies"] = {str(k): statuses.count(k) for k in set(statuses)}
-out["body_bytes"] = len(tiny)
+out["connections"] = {"attempted": 300, "connected": len(held), "failed": failed, "told_503": told_503}
 out["ok_after"] = call(json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode())
 json.dump(out, open("/logs/artifacts/flood.json", "w"))
 PY
 touch /app/ok
-""".replace("WINDOW", str(WINDOW_SEC))
+""".replace("WINDOW", str(WINDOW_SEC)).replace("THREADS", str(BODY_THREADS))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -187,6 +209,7 @@ def cases(host_port: int) -> dict[str, dict]:
             touch /app/ok
         """),
         "post-key": dict(toml=RELAY, solve="""
+            echo "${#ORCHESTRA_PRIVATE_KEY}" > /logs/agent/key-length.txt
             chan post "my key is KEY=$ORCHESTRA_PRIVATE_KEY"
             echo "KEY=$ORCHESTRA_PRIVATE_KEY TAG=$ORCHESTRA_AUTH_TAG"
             echo "REV=$(echo "$ORCHESTRA_PRIVATE_KEY" | rev)" > /logs/artifacts/key.txt
@@ -197,21 +220,25 @@ def cases(host_port: int) -> dict[str, dict]:
             echo fine > /logs/artifacts/normal.txt
             cd /logs/artifacts; n=$(printf 'd%.0s' $(seq 200))
             for i in $(seq 40); do mkdir $n && cd $n; done; echo deep > file
+            echo "$PWD" | wc -c > /logs/agent/path-length.txt
             touch /app/ok
         """),
         "exit-124": dict(solve="touch /app/ok\nexit 124\n"),
         "many-files": dict(toml=SMALL, solve="""
             cd /logs/artifacts && python3 -c "[open(f'f{i}', 'w').write('x') for i in range(30000)]"
+            ls /logs/artifacts | wc -l > /logs/agent/made.txt
             touch /app/ok
         """),
         "verifier-disk": dict(toml="[verifier]\ntimeout_sec = 120\n[environment]\ncpus = 0.5\nstorage_mb = 64\n",
                               solve="touch /app/ok\n",
-                              test="for i in $(seq 64); do dd if=/dev/zero of=/var/tmp/f$i bs=1M count=16 2>/dev/null; sleep 0.1; done\n" + REWARD_OK),
+                              test="mkdir -p /logs/verifier; for i in $(seq 64); do dd if=/dev/zero of=/var/tmp/f$i bs=1M count=16 2>/dev/null;"
+                                   " echo $i > /logs/verifier/written-16mb.txt; sleep 0.1; done\n" + REWARD_OK),
         "host-probe": dict(toml='[relay]\nenabled = true\n[environment]\ncpus = 0.5\nnetwork_mode = "none"\n',
                            solve=f"""
             python3 - <<'PY'
             import socket, subprocess
             res = []
+            open("/logs/agent/target.txt", "w").write("172.17.0.1:{host_port}")
             for host in ("172.17.0.1",):
                 s = socket.socket(); s.settimeout(3)
                 try:
@@ -333,26 +360,40 @@ def test_a_proxy_flood_is_refused_clearly_and_costs_the_orchestrator_little(inte
     _, t, _ = integrity
     result, folder = t["proxy-flood"]
     flood = json.loads((folder / "artifacts/flood.json").read_text())
+    FIGURES["proxy_flood_bodies"] = flood["bodies"]
+    FIGURES["proxy_flood_connections"] = flood["connections"]
+    FIGURES["proxy_flood_connections_refused"] = result.model["connections_refused"]
+    # Positive control, from what the flood itself counted: the bodies that reached the
+    # byte budget (answered 200, or told 429 for the byte rate) in the window were more
+    # than the budget can admit in it: a burst of one full body, 1 MiB/s for the window's
+    # span, and at most 5 s of debt. On a busy machine the flood sends fewer bodies, and
+    # this says so instead of the outcome below failing for want of a flood.
+    body = flood["body_bytes"]
+    assert 1.9e6 < body < 2 * 1024 * 1024
+    admissible = 2 * 1024 * 1024 + 1024 * 1024 * (flood["bodies_span_sec"] + 5)  # bytes
+    assert flood["bodies_sent_bytes"] > admissible, (admissible, flood)
+    assert flood["connections"]["connected"] > 16, flood["connections"]  # more at once than the cap
+    # Outcome: no more bodies admitted than the budget allows, every other one told 429 for
+    # the byte rate (nothing else: no close, no other status), and the proxy counted them
+    bodies = flood["bodies"]
+    assert set(bodies) == {"200", "429"}, bodies
+    assert bodies["200"] * body <= admissible and result.model["body_rate_refused"] == bodies["429"], (bodies, result.model)
+    # past the connection cap: 503 at once, counted
+    assert 1 <= flood["connections"]["told_503"] <= result.model["connections_refused"], (flood, result.model)
+    # the bad framings: each refused before its body is read (the token before the body)
     assert flood["negative"].startswith("HTTP/1.1 400") and flood["abc"].startswith("HTTP/1.1 400")
     assert flood["chunked"].startswith("HTTP/1.1 411") and flood["huge"].startswith("HTTP/1.1 413")
-    assert flood["no_token_huge"].startswith("HTTP/1.1 401")  # the token before the body
-    assert 1.9e6 < flood["body_bytes"] < 2 * 1024 * 1024
-    big = flood["big_bodies"]
-    # answered, made to wait for the byte rate, told to retry later (429), or past the
-    # connection cap: 503, or closed before the client finished sending its 2 MB
-    assert big.get("200", 0) >= 1 and big.get("429", 0) >= 1, big
-    assert set(big) <= {"200", "429", "503", "closed"}, big
-    assert big.get("503", 0) + big.get("closed", 0) <= result.model["connections_refused"]
-    assert result.model["body_rate_waited_sec"] > 1 and result.model["body_rate_refused"] == big.get("429", 0)
-    assert flood["ok_after"] == 200 and result.reward == {"reward": 1.0}
-    assert result.model["calls"] >= big["200"] and result.failure_mode == "none"
-    FIGURES["proxy_flood_big_bodies"] = big
-    FIGURES["proxy_flood_connections_refused"] = result.model["connections_refused"]
+    assert flood["no_token_huge"].startswith("HTTP/1.1 401")
+    # and the proxy still answers a normal call after; the trial is graded
+    assert flood["ok_after"] == "200" and result.reward == {"reward": 1.0} and result.failure_mode == "none"
+    assert result.model["calls"] >= bodies["200"]
 
 
 def test_a_malformed_trajectory_value_makes_the_audit_incomplete_not_infra(integrity):
     _, t, _ = integrity
-    result = t["bad-recall"][0]
+    result, folder = t["bad-recall"]
+    # positive control: the malformed values reached the collected trajectory
+    assert '"used_chars": "lots", "suppressed": -3' in (folder / "agent/trajectory.jsonl").read_text()
     assert result.failure_mode == "none" and result.reward == {"reward": 1.0}
     assert result.memory["complete"] is False
     assert "not a count" in result.memory["incomplete_reason"]
@@ -361,6 +402,11 @@ def test_a_malformed_trajectory_value_makes_the_audit_incomplete_not_infra(integ
 def test_a_posted_private_key_is_scrubbed_everywhere_and_recorded(integrity):
     _, t, root = integrity
     result, folder = t["post-key"]
+    # positive control: the agent had a real key to leak (64 hex characters), and sent it
+    # everywhere it tried (the lines below are there, with the key scrubbed out of them)
+    assert (folder / "agent/key-length.txt").read_text().strip() == "64"
+    assert "my key is KEY=" in (folder / "artifacts/relay-evidence.json").read_text()
+    assert "KEY=" in (folder / "agent/stdout.txt").read_text() and (folder / "artifacts/key.txt").is_file()
     assert result.failure_mode == "none" and result.reward == {"reward": 1.0}
     assert result.relay["secret_leaked_by_agent"] == ["lead"]
     evidence = (folder / "artifacts/relay-evidence.json").read_text()
@@ -378,6 +424,8 @@ def test_a_posted_private_key_is_scrubbed_everywhere_and_recorded(integrity):
 def test_an_unwritable_artifact_name_is_rejected_alone(integrity):
     _, t, _ = integrity
     result, folder = t["long-name"]
+    if OCI_RUNTIME != "runsc":  # positive control: the path it made is 8,000+ characters
+        assert int((folder / "agent/path-length.txt").read_text()) > 8000
     # under gVisor bash's getcwd aborts past PATH_MAX (its kernel answers ERANGE where Linux
     # does not), so the agent's own script dies before `touch /app/ok`: reward 0, no failure
     assert result.failure_mode == "none" and result.reward == {"reward": 0.0 if OCI_RUNTIME == "runsc" else 1.0}
@@ -390,13 +438,15 @@ def test_an_unwritable_artifact_name_is_rejected_alone(integrity):
 def test_exit_124_after_a_second_is_not_a_timeout(integrity):
     _, t, _ = integrity
     result = t["exit-124"][0]
-    assert result.agent_exit_code == 124 and result.failure_mode == "none"
+    assert result.agent_exit_code == 124  # positive control: it exited with timeout's code
+    assert result.failure_mode == "none"
     assert result.reward == {"reward": 1.0} and result.agent_outcome == "crashed"
 
 
 def test_file_counts_are_capped_as_well_as_bytes(integrity):
     _, t, _ = integrity
-    result = t["many-files"][0]
+    result, folder = t["many-files"]
+    assert (folder / "agent/made.txt").read_text().strip() == "30000"  # positive control
     collected = result.collected["/logs/artifacts"]
     # 30,000 files and their folder: 20,000 members extracted, the rest counted, not written
     assert collected["files"] + collected["skipped"] == 30000 and collected["truncated"]
@@ -406,7 +456,9 @@ def test_file_counts_are_capped_as_well_as_bytes(integrity):
 
 def test_the_verifier_has_its_own_disk_quota_read_back(integrity):
     _, t, _ = integrity
-    result = t["verifier-disk"][0]
+    result, folder = t["verifier-disk"]
+    # positive control: test.sh wrote more than its 64 MB (16 MB files, counted as it went)
+    assert int((folder / "verifier/written-16mb.txt").read_text()) * 16 > 64
     assert result.failure_mode == "verifier_error" and "storage_mb=64" in result.error
     assert result.verifier_limits is not None and result.verifier_limits.storage_mb == 64
     assert result.verifier_limits.memory_bytes > 0 and result.verifier_limits.pids_limit > 0
@@ -416,6 +468,9 @@ def test_the_verifier_has_its_own_disk_quota_read_back(integrity):
 def test_a_no_network_trial_reaches_its_relay_and_nothing_else_on_the_host(integrity):
     _, t, _ = integrity
     result, folder = t["host-probe"]
+    # positive control: it tried the host's listener (and its relay answered: it has a network)
+    assert (folder / "agent/target.txt").read_text().startswith("172.17.0.1:")
+    assert (folder / "artifacts/probe.txt").read_text().endswith(" relay=0")
     assert (folder / "artifacts/probe.txt").read_text() == "blocked relay=0"
     assert result.reward == {"reward": 1.0} and result.limits.host_isolation == "iptables"
 
@@ -424,6 +479,7 @@ def test_relay_floods_and_bad_framing_get_clear_http_errors(integrity):
     _, t, _ = integrity
     result, folder = t["relay-flood"]
     flood = json.loads((folder / "artifacts/flood.json").read_text())
+    assert flood["held_max"] > 16, flood  # positive control: more connections at once than the cap
     assert flood["negative"].startswith("HTTP/1.1 400") and flood["abc"].startswith("HTTP/1.1 400")
     assert flood["chunked"].startswith("HTTP/1.1 411") and flood["huge"].startswith("HTTP/1.1 413")
     assert "limit" in flood["limit0"]
@@ -459,6 +515,7 @@ def test_a_retry_is_graded_from_its_own_files_and_keeps_the_earlier_try(tmp_path
     engine = FailFirstVerifier()
     job = run_job(engine, load_tasks(tmp_path / "ds"), default_manifest("oracle"),
                   JobOptions(job_name="retry", jobs_dir=tmp_path / "jobs", backoff_multiplier=0.05))
+    assert engine.failed  # positive control: the first verifier's creation really failed
     folder = next((tmp_path / "jobs/retry/trials").iterdir())
     result = TrialResult.model_validate_json((folder / "result.json").read_text())
     assert len(result.retries) == 1 and "injected" in result.retries[0]
@@ -587,8 +644,9 @@ def test_a_transport_failure_mid_build_is_infra_and_retried_and_a_bad_dockerfile
 
 FORGE_TOOLS = """
 python3 - <<'PY'
-import os
-forger = ("#!/usr/bin/python3\\nimport os\\nos.makedirs('/logs/verifier', exist_ok=True)\\n"
+import os, sys
+# the forger's interpreter where this image has it (a stand-in base keeps python3 in /usr/local/bin)
+forger = ("#!" + sys.executable + "\\nimport os\\nos.makedirs('/logs/verifier', exist_ok=True)\\n"
           "open('/logs/verifier/reward.txt', 'w').write('1')\\n")
 for tool in ("bash", "dash", "sh", "timeout", "rm", "mv", "mkdir"):
     tmp = f"/usr/bin/.{tool}.new"
@@ -616,10 +674,10 @@ def test_a_forged_bash_and_sh_cannot_grade_a_shared_or_snapshot_trial(runtime, t
         (folder,) = (tmp_path / "jobs" / options.job_name / "trials").iterdir()
         rewards[label] = TrialResult.model_validate_json((folder / "result.json").read_text())
     static, image = rewards["static"], rewards["image"]
+    # positive control: without the host's tools the forger graded itself (the case is real)
+    assert image.reward == {"reward": 1.0} and image.verifier_interpreter.startswith("the image's own")
     assert static.reward == {"reward": 0.0}, static.error
     assert static.verifier_interpreter.startswith("static bash + busybox") and static.verifier_forgeable
-    assert image.reward == {"reward": 1.0}  # the forger graded itself: the case is real
-    assert image.verifier_interpreter.startswith("the image's own")
 
 
 def test_a_leaked_answer_is_void_and_fails_every_gate(runtime, tmp_path):
@@ -627,6 +685,9 @@ def test_a_leaked_answer_is_void_and_fails_every_gate(runtime, tmp_path):
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle",
                            "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "void"],
                           capture_output=True, text=True)
+    # positive control: the agent read the seed source shipped in the image and logged it
+    trial_dir = next((tmp_path / "jobs/void/trials").iterdir())
+    assert "correct horse battery staple" in (trial_dir / "agent/trajectory.jsonl").read_text()
     assert proc.returncode == 4, proc.stderr
     job = json.loads((tmp_path / "jobs/void/result.json").read_text())
     assert job["mean_reward"] == 0.0 and len(job["void"]) == 1 and job["trials"][0]["reward"] is None
@@ -673,6 +734,9 @@ def test_cleanup_never_touches_what_orchestra_did_not_create(runtime, tmp_path):
     # Someone else's container from an image orchestra built: it inherits the image's labels.
     theirs = runtime.api.create_container(image, command=["sleep", "60"], name=f"not-orchestra-{os.getpid()}")["Id"]
     try:
+        # positive control: it carries the labels it inherited from orchestra's image
+        labels = runtime.api.inspect_container(theirs)["Config"]["Labels"] or {}
+        assert any(key.startswith("orchestra.image.") for key in labels), labels
         for args in (["--dry-run", "--all"], ["--all"], []):
             proc = subprocess.run([ORCHESTRA, "cleanup", *args], capture_output=True, text=True)
             assert proc.returncode == 0, proc.stderr

@@ -33,33 +33,72 @@ CASES = {
     # int-string limit (ValueError): both used to be retried twice as infra_error
     "reward-401-digits": dict(test="mkdir -p /logs/verifier; printf '{\"reward\": 1%0400d}' 0 > /logs/verifier/reward.json\n"),
     "reward-5001-digits": dict(test="mkdir -p /logs/verifier; printf '{\"reward\": 1%05000d}' 0 > /logs/verifier/reward.json\n"),
-    # 1,000 nested folders in /logs/artifacts: RecursionError in the host-side walk
+    # 1,000 nested folders in /logs/artifacts: RecursionError in the host-side walk; the
+    # depth reached is written at every level (the positive control)
     "deep-artifacts": dict(solve="cd /logs/artifacts && echo fine > normal.txt\n"
-                                 "for i in $(seq 1000); do mkdir d && cd d; done; echo deep > file\ntouch /app/ok\n"),
-    # every inode of the trial's own 64 MB disk used up: the host's staging write gets ENOSPC
+                                 "for i in $(seq 1000); do mkdir d && cd d && echo $i > /logs/agent/depth.txt; done\n"
+                                 "echo deep > file\ntouch /app/ok\n"),
+    # every inode of the trial's own 64 MB disk used up: the host's staging write gets
+    # ENOSPC. The agent records how many it made, what stopped it and what was left free.
     "inodes": dict(toml="[environment]\ncpus = 0.5\nmemory_mb = 256\nstorage_mb = 64\n",
-                   solve="touch /app/ok\ncd /logs/artifacts && python3 -c \"\nimport os\ni = 0\n"
-                         "while True:\n    try:\n        open(f'i{i}', 'w').close()\n    except OSError:\n        break\n"
-                         "    i += 1\nprint(i)\" > /logs/agent/inodes.txt\n"),
-    # a process left running plants a FIFO wherever the host stages the tests: opening it
-    # for writing used to block the grading thread until a reader came (none does)
-    "fifo-staging": dict(toml=SMALL + "[verifier]\ntimeout_sec = 20\n", solve="""touch /app/ok
+                   solve="touch /app/ok\ncd /logs/artifacts && python3 -c \"\nimport errno, json, os\ni = 0\n"
+                         "while True:\n    try:\n        open(f'i{i}', 'w').close()\n    except OSError as exc:\n"
+                         "        why = errno.errorcode.get(exc.errno, str(exc.errno))\n        break\n"
+                         "    i += 1\ns = os.statvfs('.')\n"
+                         "print(json.dumps({'made': i, 'stopped_by': why, 'free_inodes': s.f_ffree}))\""
+                         " > /logs/agent/inodes.json\n"),
+    # a process left running plants FIFOs wherever the host stages the tests: opening one
+    # for writing used to block the grading thread until a reader came (none does). The
+    # tests are test.sh and FIFO_FILES small files, so the host's staging takes long enough
+    # for the planter (one pass over every name, as soon as it sees the folder) to win the
+    # race for some names: it records which (/tmp/planted.json, which test.sh copies into
+    # /logs/verifier, collected after grading); test.sh records whether every staged file
+    # arrived as a regular file with its content.
+    "fifo-staging": dict(toml="[environment]\ncpus = 1\nmemory_mb = 256\nstorage_mb = 256\n"
+                              "[verifier]\ntimeout_sec = 20\n",
+                         files={f"tests/f{i:04d}": f"f{i:04d}\n" for i in range(3000)},
+                         solve=r"""touch /app/ok
 setsid nohup python3 -c "
-import glob, os, time
-end = time.time() + 60
+import glob, json, os, time
+names = ['test.sh'] + ['f%04d' % i for i in range(3000)]
+end = time.time() + 300
 while time.time() < end:
-    for d in glob.glob('/logs/.orchestra-tests-*'):
-        try:
-            os.mkfifo(d + '/test.sh')
-            open('/logs/agent/planted', 'a').write(d + chr(10))
-        except OSError:
-            pass
+    found = glob.glob('/logs/.orchestra-tests-*')
+    if found:
+        planted = []
+        for name in names:
+            try:
+                os.mkfifo(found[0] + '/' + name)
+                planted.append(name)
+            except OSError:
+                pass
+        json.dump({'folder': found[0], 'planted': planted}, open('/tmp/.planted', 'w'))
+        os.rename('/tmp/.planted', '/tmp/planted.json')
+        break
 " >/dev/null 2>&1 &
+""",
+                         test=r"""mkdir -p /logs/verifier
+for i in $(seq 100); do [ -e /tmp/planted.json ] && break; sleep 0.1; done
+cp /tmp/planted.json /logs/verifier/planted.json 2>/dev/null
+python3 - <<'PY'
+import json, os, stat
+names = ['test.sh'] + ['f%04d' % i for i in range(3000)]
+odd = [n for n in names if not stat.S_ISREG(os.lstat('/tests/' + n).st_mode)]
+wrong = [n for n in names[1:] if n not in odd and open('/tests/' + n).read() != n + '\n']
+json.dump({'not_regular': odd, 'wrong_content': wrong}, open('/logs/verifier/staged.json', 'w'))
+open('/logs/verifier/reward.txt', 'w').write('0' if odd or wrong else '1')
+PY
 """),
-    # a process left running churns /logs/verifier while the host empties it
+    # a process left running churns /logs/verifier while the host empties it; test.sh
+    # waits (up to 5 s) until it sees the churn in the fresh /logs/verifier and says so
     "verifier-churn": dict(solve="""touch /app/ok
 setsid nohup sh -c 'i=0; while true; do mkdir -p /logs/verifier/d$i && touch /logs/verifier/d$i/f /logs/verifier/x$i; i=$((i+1)); done' >/dev/null 2>&1 &
 sleep 1
+""", test="""mkdir -p /logs/verifier
+seen=no
+for i in $(seq 50); do if ls /logs/verifier | grep -q '^x'; then seen=yes; break; fi; sleep 0.1; done
+echo $seen > /logs/verifier/churn-seen.txt
+if [ -e /app/ok ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
 """),
     "bystander": dict(solve="touch /app/ok\n"),
 }
@@ -71,6 +110,7 @@ python3 - <<'PY'
 import os, socket, subprocess, urllib.parse
 gateway = urllib.parse.urlsplit(os.environ["ORCHESTRA_RELAY_URL"]).hostname
 s = socket.socket(); s.settimeout(3)
+open("/logs/agent/target.txt", "w").write(f"{gateway}:PORT")  # the positive control: tried it
 try:
     s.connect((gateway, PORT)); seen = "open"
 except OSError as exc:
@@ -159,12 +199,12 @@ def round2(runtime, tmp_path_factory):
     port = str(listener.getsockname()[1])
     cases = {**CASES,
              "host-port": dict(toml='[relay]\nenabled = true\n' + SMALL + 'network_mode = "none"\n',
-                               solve=HOST_PORT.replace("PORT", port)),
+                               solve=HOST_PORT.replace("PORT", port), port=port),
              "egress": dict(toml=SMALL + 'network_mode = "allowlist"\nallowed_hosts = ["0.0.0.0/0", "deb.debian.org"]\n',
                             solve=EGRESS.replace("PORT", port).replace("HOST_IP", _host_ip()))}
     for name, case in cases.items():
         make_task(root / "ds", name, toml=case.get("toml", SMALL), solve=case.get("solve", "touch /app/ok\n"),
-                  test=case.get("test", REWARD_OK))
+                  test=case.get("test", REWARD_OK), files=case.get("files"))
     samples = {"rss": rss_mb()}
     baseline = dict(samples)
     stop = threading.Event()
@@ -195,21 +235,28 @@ def test_the_job_finished_every_trial_once_and_the_bystander_is_unaffected(round
     assert t["bystander"][0].reward == {"reward": 1.0}
 
 
-@pytest.mark.parametrize("name", ["reward-401-digits", "reward-5001-digits"])
-def test_a_reward_no_float_holds_is_a_verifier_error_naming_why(round2, name):
+@pytest.mark.parametrize("name, digits, why", [
+    ("reward-401-digits", 401, "reward.json: key 'reward': a number too large for a float"),  # OverflowError
+    ("reward-5001-digits", 5001, "reward.json: not JSON"),  # past the 4,300-digit int-string limit
+])
+def test_a_reward_no_float_holds_is_a_verifier_error_naming_why(round2, name, digits, why):
     _, t, _ = round2
-    result = t[name][0]
-    assert result.failure_mode == "verifier_error", (result.failure_mode, result.error)
-    assert "reward.json" in result.error
-    assert "too large" in result.error or "not JSON" in result.error, result.error
+    result, folder = t[name]
+    # positive control: test.sh really wrote the number, all its digits (collected after grading)
+    written = (folder / "verifier/reward.json").read_text()
+    assert written == '{"reward": 1' + "0" * (digits - 1) + "}", written[:80]
+    assert result.failure_mode == "verifier_error" and result.retries == [], (result.failure_mode, result.error)
+    assert why in result.error, result.error
 
 
 def test_a_thousand_level_artifact_tree_is_collected_as_far_as_it_goes(round2):
     _, t, _ = round2
     result, folder = t["deep-artifacts"]
+    depth = int((folder / "agent/depth.txt").read_text())  # positive control: how deep it went
     if OCI_RUNTIME == "runsc":  # 1,000 nested folders through gVisor's gofer outlast the 600 s
-        assert result.failure_mode == "agent_timeout", (result.failure_mode, result.error)
+        assert depth >= 1 and result.failure_mode == "agent_timeout", (depth, result.failure_mode, result.error)
         return  # (tests/hostile/README.md, under gVisor); the collection below is runc's
+    assert depth == 1000  # every level made
     assert result.failure_mode == "none" and result.reward == {"reward": 1.0}, result.error
     assert (folder / "artifacts/normal.txt").read_text() == "fine\n"
     collected = result.collected["/logs/artifacts"]
@@ -219,17 +266,24 @@ def test_a_thousand_level_artifact_tree_is_collected_as_far_as_it_goes(round2):
 def test_an_agent_that_uses_up_its_own_disk_gets_disk_limit_and_the_job_goes_on(round2):
     _, t, _ = round2
     result, folder = t["inodes"]
-    made = int((folder / "agent/inodes.txt").read_text().strip() or 0)
-    assert made > 1000  # it did exhaust them
-    assert result.failure_mode in ("disk_limit", "none"), (result.failure_mode, result.error)
-    if result.failure_mode == "disk_limit":
-        assert "own disk is full" in result.error
-    FIGURES.update(inodes_made=made, inodes_mode=result.failure_mode)
+    # positive control: the agent's own record; its files stopped at ENOSPC with no inode left
+    filled = json.loads((folder / "agent/inodes.json").read_text())
+    FIGURES.update(inodes=filled, inodes_mode=result.failure_mode.value)
+    assert filled["stopped_by"] == "ENOSPC" and filled["free_inodes"] == 0 and filled["made"] > 1000, filled
+    # the host's staging of the tests then finds no inode either: that trial's disk_limit,
+    # not retried, and the job goes on (the bystander: test_the_job_finished_every_trial_once...)
+    assert result.failure_mode == "disk_limit" and result.retries == [], (result.failure_mode, result.error)
+    assert "own disk is full (storage_mb=64)" in result.error, result.error
 
 
 def test_a_no_network_trial_reaches_its_relay_and_no_other_port_of_its_gateway(round2):
-    _, t, _ = round2
+    _, t, cases = round2
     result, folder = t["host-port"]
+    port = cases["host-port"]["port"]
+    # positive control: the probe tried the listener's port on its gateway (and its network
+    # is up: its relay answered)
+    assert (folder / "agent/target.txt").read_text().endswith(f":{port}")
+    assert (folder / "artifacts/probe.txt").read_text().endswith(" relay=0")
     assert (folder / "artifacts/probe.txt").read_text() == "blocked relay=0"
     assert result.limits.host_isolation == "iptables" and result.reward == {"reward": 1.0}
     assert result.limits.host_ports is not None and len(result.limits.host_ports) == 1  # the relay's
@@ -240,6 +294,12 @@ def test_the_egress_proxy_never_connects_to_the_host_and_streams_what_it_forward
     result, folder = t["egress"]
     seen = json.loads((folder / "artifacts/egress.json").read_text())
     FIGURES["egress"] = {k: v.split(" | ")[0] if isinstance(v, str) else v for k, v in seen.items()}
+    # positive control: every request was sent and answered, and the whole 128 MiB body
+    # went into the proxy (twice the RSS bound below: holding it whole would show)
+    assert sorted(seen) == ["forged_host", "gateway", "host_address", "huge", "loopback", "metadata",
+                            "streamed_sent"], seen
+    assert all(seen[k].startswith("HTTP/1.1 ") for k in seen if k != "streamed_sent"), seen
+    assert seen["streamed_sent"] == 128 * 1024 * 1024, seen["streamed_sent"]
     for key, why in (("gateway", "orchestra's trial networks"), ("loopback", "loopback"),
                      ("host_address", "an address of this host"), ("metadata", "link-local")):
         assert seen[key].startswith("HTTP/1.1 403") and why in seen[key], (key, seen[key])
@@ -253,24 +313,36 @@ def test_the_egress_proxy_never_connects_to_the_host_and_streams_what_it_forward
 
 
 def test_a_fifo_planted_where_the_tests_are_staged_never_blocks_the_grading(round2):
-    """The host's writes never block and never go into what the agent planted. What the
-    agent's process does to its own grading after that (a FIFO raced into the tests while
-    the verifier moves them) is the agent's doing: graded 1.0, or verifier_error when it
-    broke its own test.sh; never infrastructure, never a wait."""
+    """The host's writes never block and never go into what the agent planted: every name
+    the planter won is unlinked unopened and written afresh, so test.sh finds every staged
+    file a regular file with its content and grades 1.0."""
     _, t, _ = round2
-    result, _folder = t["fifo-staging"]
-    assert result.retries == [] and result.failure_mode in ("none", "verifier_error"), result.error
-    assert result.timings.verify < 20  # the verifier's own timeout; a blocked open waited 60 s+
-    FIGURES["fifo_outcome"] = (result.failure_mode.value, round(result.timings.verify, 2))
+    result, folder = t["fifo-staging"]
+    # positive control: the planter saw the staging folder and won the race for some names
+    # (FIFOs made before the host wrote those files); it makes one pass, so it never races
+    # the host's unlink-then-create of the same name twice
+    planted = json.loads((folder / "verifier/planted.json").read_text())
+    FIGURES["fifo_planted"] = len(planted["planted"])
+    FIGURES["fifo_planted_test_sh"] = "test.sh" in planted["planted"]
+    assert planted["folder"].startswith("/logs/.orchestra-tests-") and planted["planted"], planted
+    staged = json.loads((folder / "verifier/staged.json").read_text())
+    assert staged == {"not_regular": [], "wrong_content": []}, staged
+    assert result.failure_mode == "none" and result.reward == {"reward": 1.0} and result.retries == [], result.error
+    # Hang guard only: grading (3,001 files staged and checked) takes ~3 s; a host open
+    # blocked on a FIFO never returns (the verifier's own 20 s timeout does not cover the
+    # host's staging)
+    assert result.timings.verify < 60
+    FIGURES["fifo_verify_s"] = round(result.timings.verify, 2)
 
 
 def test_a_process_churning_the_verifier_logs_is_the_agents_doing_not_infra(round2):
     _, t, _ = round2
-    result, _folder = t["verifier-churn"]
-    assert result.retries == [] and result.failure_mode in ("none", "verifier_error"), result.error
+    result, folder = t["verifier-churn"]
+    # positive control: test.sh saw the churner at work in the fresh /logs/verifier
+    assert (folder / "verifier/churn-seen.txt").read_text() == "yes\n"
     # the tests are moved in whatever the churner does (its churn once made `rm -rf
     # /logs/verifier` fail, and with it the move: "test.sh: No such file"), so test.sh runs
-    assert result.reward == {"reward": 1.0}, result.error
+    assert result.failure_mode == "none" and result.reward == {"reward": 1.0} and result.retries == [], result.error
 
 
 # ---- one trial's model-call flood beside another trial's model calls ---------------------
@@ -303,6 +375,7 @@ base, token = os.environ["ORCHESTRA_MODEL_URL"], os.environ["ORCHESTRA_MODEL_TOK
 url = urllib.parse.urlsplit(base)
 body = json.dumps({"messages": [{"role": "user", "content": "x" * 4000}]}).encode()
 statuses, end = collections.Counter(), time.monotonic() + WINDOW
+started = time.monotonic()
 
 def press():
     conn = None
@@ -325,7 +398,7 @@ for w in workers:
     w.start()
 for w in workers:
     w.join()
-json.dump(dict(statuses), open("/logs/artifacts/flood.json", "w"))
+json.dump({"statuses": dict(statuses), "seconds": time.monotonic() - started}, open("/logs/artifacts/flood.json", "w"))
 PY
 """.replace("WINDOW", str(WINDOW_SEC))
 
@@ -355,13 +428,18 @@ def test_a_model_call_flood_is_held_to_the_request_rate_and_leaves_a_bystander_a
     calm, busy = (json.loads((trials["bystander-model"][1] / "artifacts/latency.json").read_text())
                   for trials in (quiet, loud))
     flood, folder = loud["model-flood"]
-    statuses = json.loads((folder / "artifacts/flood.json").read_text())
+    sent = json.loads((folder / "artifacts/flood.json").read_text())
+    statuses = sent["statuses"]
     FIGURES.update(model_bystander_p95_quiet_s=round(calm["p95"], 4), model_bystander_p95_flood_s=round(busy["p95"], 4),
                    model_flood_statuses=statuses, model_flood_calls=flood.model["calls"])
     assert calm["n"] >= 50 and busy["n"] >= 50
-    # 25 calls a second after a burst of 50, for the 8 s window (and the ramp around it)
-    assert flood.model["calls"] <= 25 * (WINDOW_SEC + 4) + 50, flood.model
+    # positive control: the flood pressed for its whole window and sent more calls than the
+    # burst and a second of the rate (50 + 25): the rate had to hold some of them
+    assert sent["seconds"] >= WINDOW_SEC and sum(statuses.values()) > 50 + 25, sent
+    # 25 calls a second after a burst of 50, for the window (and the ramp around it): the
+    # flood was made to wait, and no more got through
     assert flood.model["request_rate_waited_sec"] > 1, flood.model
+    assert flood.model["calls"] <= 25 * (WINDOW_SEC + 4) + 50, flood.model
     # The call count above is what fails without the request rate (2,594 calls). Hang guard
     # only: the bystander's calls still answer (p95 ~10 ms quiet; 2 s is 200 times that).
     # How close it stays to quiet is bench's bystander_model_p95_ratio (target <= 2x).
@@ -372,6 +450,9 @@ def test_a_model_call_flood_is_held_to_the_request_rate_and_leaves_a_bystander_a
 def test_exchanges_past_the_cap_are_counted_not_written(model_load):
     _, loud = model_load
     flood, folder = loud["model-flood"]
+    # positive control: the flood's answered calls (4 KB each) were more than the 128 KiB cap holds
+    answered = json.loads((folder / "artifacts/flood.json").read_text())["statuses"].get("200", 0)
+    assert answered * 4000 > 128 * 1024, answered
     written = (folder / "model/exchanges.jsonl").stat().st_size
     assert written <= 128 * 1024 and flood.model["exchanges_dropped"] > 0, flood.model
     assert flood.model["exchanges_written"] + flood.model["exchanges_dropped"] == flood.model["calls"]
@@ -391,8 +472,11 @@ def test_the_tests_shipped_in_the_image_and_read_there_void_the_trial(runtime, t
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle",
                            "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "copied", "-q"],
                           capture_output=True, text=True, timeout=600)
+    trial_dir = next((tmp_path / "jobs/copied/trials").iterdir())
+    # positive control: the agent really read the shipped test.sh and logged what it read
+    assert "6c3f0e1a9b" in (trial_dir / "agent/trajectory.jsonl").read_text()
     assert proc.returncode == 4, proc.stderr[-2000:]
-    trial = json.loads(next((tmp_path / "jobs/copied/trials").glob("*/result.json")).read_text())
+    trial = json.loads((trial_dir / "result.json").read_text())
     assert trial["reward"] is None and trial["voided_reward"] == {"reward": 1.0}
     assert any("tests/test.sh" in leak for leak in trial["memory"]["leaks"]), trial["memory"]["leaks"]
 
@@ -411,7 +495,9 @@ def test_two_jobs_of_one_name_in_two_folders_leave_each_other_alone(runtime, tmp
         second = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "quick"), "--agent", "oracle", "-q",
                                  "--jobs-dir", str(tmp_path / "b"), "--job-name", "same"],
                                 capture_output=True, text=True, timeout=300)
-        assert second.returncode == 0, second.stderr[-2000:]
+        # positive control: B ran to its end (its own clean-up included) while A still ran
+        assert second.returncode == 0 and first.poll() is None, second.stderr[-2000:]
+        assert json.loads((tmp_path / "b/same/result.json").read_text())["mean_reward"] == 1.0
         assert runtime.labelled("orchestra.job=same")[0], "B's end removed A's containers"
         assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
     finally:
@@ -426,6 +512,8 @@ def test_a_read_only_jobs_dir_is_exit_2_naming_it(tmp_path):
     folder.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], check=True)
     try:
+        with pytest.raises(OSError, match="Read-only file system"):  # positive control: it is
+            (folder / "probe").write_text("x")
         make_task(tmp_path / "ds", "t", toml=SMALL, solve="touch /app/ok\n")
         proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q",
                                "--jobs-dir", str(folder)], capture_output=True, text=True, timeout=120,
