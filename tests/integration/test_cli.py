@@ -84,7 +84,10 @@ def test_run_writes_the_job_folder_and_leaves_nothing_even_when_trials_fail(runt
     assert (folder / "config.json").is_file() and (folder / "result.json").is_file()
     assert len(list((folder / "trials").glob("*/result.json"))) == 3
     no_base = next((folder / "trials").glob("no-base__*/result.json")).read_text()
-    assert "orchestra images bootstrap" in no_base
+    # no registry answered its pull, and no stand-in is near a private registry's image
+    failure = json.loads(no_base)["build_failure"]
+    assert failure["reference"] == "registry.invalid/nothing:1" and "registry.invalid" in failure["pull_error"]
+    assert "no offline base is near enough" in failure["message"] and failure["stand_in"] is None
     assert orchestra_objects(runtime) == ([], [])
     # The same job name again is refused, and the finished job is untouched.
     again = orchestra("run", "--path", str(ds), "--jobs-dir", str(tmp_path / "jobs"),

@@ -61,7 +61,7 @@ def test_separate_mode_verifier_is_untouched_by_a_replaced_python3(runtime, tmp_
         environment_mode = "separate"
     """, solve="""
         echo 41 > /app/answer.txt
-        real=$(readlink -f /usr/bin/python3)
+        real=$(readlink -f "$(command -v python3)")
         printf '#!/bin/sh\\nmkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\\n' > "$real"
         python3 -c 'print(1)' > /logs/artifacts/swapped.txt 2>&1
     """, test="""

@@ -155,7 +155,7 @@ def test_a_seed_that_cannot_be_written_is_a_launch_error_naming_the_slug(runtime
     make_task(tmp_path / "ds", "badseed", toml="""
         [relay]
         enabled = true
-    """, dockerfile="FROM python:3.12-slim-bookworm\nRUN rm -f /usr/bin/python3*\n",
+    """, dockerfile="FROM python:3.12-slim-bookworm\nRUN rm -f /usr/bin/python3* /usr/local/bin/python3*\n",
         files={"memory/seeds.toml": '[[seed]]\nslug = "fact"\nvalue = "v"\n'})
     _, (trial,) = run(runtime, tmp_path / "ds", tmp_path / "jobs")
     assert trial.failure_mode == "launch_error"
