@@ -11,21 +11,32 @@ Supported per service: `image` or `build` (a context folder under environment/, 
 `volumes` (named volumes only), `depends_on` (list, or map with `service_started` /
 `service_healthy`), `healthcheck` (Docker's: test, interval, timeout, retries,
 start_period). Top level: `services`, `volumes` (named, no options). `${VAR}`,
-`${VAR:-default}` and `$$` are interpolated from the host environment, plus Harbor's
-CONTEXT_DIR (the environment folder) and MAIN_IMAGE_NAME. Anything else is refused by
-name: "orchestra cannot honour `services.db.ports`", never ignored.
+`${VAR:-default}` and `$$` are interpolated, plus Harbor's CONTEXT_DIR (the environment
+folder) and MAIN_IMAGE_NAME. Anything else is refused by name: "orchestra cannot honour
+`services.db.ports`", never ignored.
+
+A dataset is untrusted (DESIGN 4): it reads a host variable only when the user listed its
+name (`orchestra run --task-env NAME`, the manifest's `sandbox.task_env`; `allow_host_env`
+sets the list for this process before tasks load). Any other `${VAR}` reads as its default
+or empty, and the compose file's `notes` say so; the values it did read are kept in
+`host_values` (never serialised) so the trial scrubs them from every file it writes.
+orchestra's wiring variables (ORCHESTRA_*, OPENAI_BASE_URL, OPENAI_API_KEY, TMPDIR) are
+dropped from every service's `environment`, with a note: the proxy, its budget and its
+record are orchestra's, never the dataset's.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import InputError, validation_problems
+from orchestrator.tasks.inputs import MAX_YAML_BYTES, load_yaml, read_capped
 
 # Harbor's docker backend reads exactly environment/docker-compose.yaml; a task's own data
 # file called docker-compose.yml or compose.yaml there is just a file (its build context).
@@ -34,6 +45,10 @@ SERVICE_KEYS = {"image", "build", "command", "entrypoint", "environment", "worki
                 "depends_on", "healthcheck", "container_name", "networks"}
 MAIN_KEYS = {"environment", "volumes", "depends_on", "build", "image", "command", "networks"}
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+# orchestra's own wiring: a dataset's environment never sets these (DESIGN 3.3)
+DATASET_FORBIDDEN_PREFIXES = ("ORCHESTRA_",)
+DATASET_FORBIDDEN_NAMES = frozenset({"OPENAI_BASE_URL", "OPENAI_API_KEY", "TMPDIR"})
+_allowed_host_env: frozenset[str] = frozenset()
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s|us))+$")
 
 
@@ -109,6 +124,8 @@ class Service(BaseModel):
 class Compose(BaseModel):
     services: dict[str, Service]
     volumes: list[str] = []
+    notes: list[str] = []  # host variables not read, wiring variables dropped
+    host_values: dict[str, str] = Field(default={}, exclude=True, repr=False)  # read from the host
 
     @property
     def main(self) -> Service:
@@ -137,18 +154,56 @@ class Compose(BaseModel):
         return order
 
 
+def is_wiring(name: str) -> bool:
+    """A variable orchestra sets itself, which no dataset environment may set."""
+    return name.startswith(DATASET_FORBIDDEN_PREFIXES) or name in DATASET_FORBIDDEN_NAMES
+
+
+def allow_host_env(names: Iterable[str]) -> None:
+    """The host variables datasets may read in this process (`--task-env`), set before
+    tasks load; nothing by default."""
+    global _allowed_host_env
+    _allowed_host_env = frozenset(names)
+
+
+def allowed_host_env() -> frozenset[str]:
+    return _allowed_host_env
+
+
+class HostEnv:
+    """Host variables as a dataset may read them: only allowed names; every value read is
+    kept (to be scrubbed) and every name refused is noted."""
+
+    def __init__(self, allowed: Iterable[str] | None = None, where: str = ""):
+        self.allowed = frozenset(allowed) if allowed is not None else _allowed_host_env
+        self.where = where
+        self.values: dict[str, str] = {}
+        self.notes: list[str] = []
+
+    def get(self, name: str, field: str) -> str | None:
+        """The host's value for an allowed name (None when unset), None otherwise (noted)."""
+        if name not in self.allowed:
+            note = (f"{self.where}{field}: ${{{name}}} is not a host variable this run allows "
+                    "(orchestra run --task-env NAME): read as its default, else empty")
+            if note not in self.notes:
+                self.notes.append(note)
+            return None
+        value = os.environ.get(name)
+        if value:
+            self.values[name] = value
+        return value
+
+
 def find(environment_dir: Path) -> Path | None:
     return next((environment_dir / n for n in FILENAMES if (environment_dir / n).is_file()), None)
 
 
 def load_compose(path: Path, main_image: str = "") -> Compose:
     """Parse and check a task's compose file; InputError naming the file and field."""
-    import yaml  # only tasks with a compose file need it
-
     try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: not readable YAML: {exc}") from exc
+        raw = load_yaml(read_capped(path, MAX_YAML_BYTES), path)  # no aliases, depth capped
+    except OSError as exc:
+        raise InputError(f"{path}: not readable: {exc}") from exc
     if not isinstance(raw, dict) or not isinstance(raw.get("services"), dict):
         raise InputError(f"{path}: a compose file needs a `services` mapping")
     problems = [f"{path}: orchestra cannot honour `{key}` in a compose file" for key in raw
@@ -169,11 +224,19 @@ def load_compose(path: Path, main_image: str = "") -> Compose:
     if problems:
         raise InputError(problems)
     context = {"CONTEXT_DIR": str(path.parent), "MAIN_IMAGE_NAME": main_image}
-    services = {name: _interpolate(body or {}, context) for name, body in raw["services"].items()}
+    host = HostEnv(where=f"{path.parent.name}/{path.name}: ")
+    services = {name: _interpolate(body or {}, context, host, f"services.{name}")
+                for name, body in raw["services"].items()}
     try:
         compose = Compose.model_validate({"services": services, "volumes": list(volumes)})
     except ValidationError as exc:
         raise InputError(validation_problems(path, exc)) from exc
+    for name, service in compose.services.items():
+        for key in [k for k in service.environment if is_wiring(k)]:
+            del service.environment[key]
+            host.notes.append(f"{host.where}services.{name}.environment.{key}: orchestra's wiring "
+                              "variable, set by orchestra only: the dataset's value was dropped")
+    compose.notes, compose.host_values = host.notes, host.values
     problems = []
     for name, service in compose.sidecars.items():
         if not (service.image or service.build):
@@ -198,19 +261,19 @@ def load_compose(path: Path, main_image: str = "") -> Compose:
     return compose
 
 
-def _interpolate(value: object, context: dict[str, str]) -> object:
+def _interpolate(value: object, context: dict[str, str], host: HostEnv, field: str) -> object:
     if isinstance(value, str):
         def sub(match: re.Match) -> str:
             if match.group(0) == "$$":
                 return "$"
             name = match.group(1) or match.group(3)
-            found = context.get(name, os.environ.get(name))
+            found = context[name] if name in context else host.get(name, field)
             return found if found not in (None, "") else (match.group(2) or "")
         return _VAR.sub(sub, value)
     if isinstance(value, list):
-        return [_interpolate(v, context) for v in value]
+        return [_interpolate(v, context, host, f"{field}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, dict):
-        return {k: _interpolate(v, context) for k, v in value.items()}
+        return {k: _interpolate(v, context, host, f"{field}.{k}") for k, v in value.items()}
     return value
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from orchestrator.errors import InputError, validation_problems
 from orchestrator.models.task import StepSection, TaskConfig, ignored_fields
 from orchestrator.tasks.compose import Compose, load_compose
 from orchestrator.tasks.compose import find as find_compose
+from orchestrator.tasks.inputs import MAX_TOML_BYTES, links_out, load_toml, read_capped
 from orchestrator.tasks.memory import load_engram_seeds, load_fact_files
 
 REQUIRED_FILES = ("task.toml", "instruction.md", "tests/test.sh")
@@ -73,7 +73,8 @@ class Task:
             "agent": agent, "verifier": verifier,
             "artifacts": list(self.config.artifacts) + list(step.artifacts)})
         return dataclasses.replace(self, config=config, step=step.name,
-                                   instruction=(folder / "instruction.md").read_text())
+                                   instruction=read_capped(folder / "instruction.md",
+                                                           MAX_INSTRUCTION_BYTES))
 
     @property
     def ignored_fields(self) -> list[str]:
@@ -127,6 +128,9 @@ def _dataset_name(path: Path) -> str:
 def load_task(path: Path) -> Task:
     """Validate one task directory; raise InputError listing every problem found."""
     path = path.resolve()
+    outside = links_out(path)  # before anything is read: nothing is followed out
+    if outside:
+        raise InputError(outside)
     config, raw, problems = _read_config(path / "task.toml")
     # A multi-step task keeps its instruction (and tests) per step, under steps/<name>/.
     required = ("task.toml",) if raw.get("steps") else REQUIRED_FILES
@@ -162,8 +166,9 @@ def load_task(path: Path) -> Task:
     if problems:
         raise InputError(problems)
     assert config is not None
+    text = read_capped(instruction, MAX_INSTRUCTION_BYTES)  # not UTF-8: InputError naming it
     return Task(path=path, name=config.task.name or _dataset_name(path), config=config,
-                instruction=instruction.read_text(), content_hash=hash_tree(path),
+                instruction=text, content_hash=hash_tree(path),
                 environment_hash=hash_tree(path / "environment"), seeds=seeds, facts=facts,
                 compose=compose)
 
@@ -174,10 +179,10 @@ def _read_config(toml_path: Path) -> tuple[TaskConfig | None, dict, list[str]]:
         return None, {}, []
     raw: dict = {}
     try:
-        raw = tomllib.loads(toml_path.read_text())
+        raw = load_toml(toml_path, MAX_TOML_BYTES)
         return TaskConfig.model_validate(raw), raw, []
-    except tomllib.TOMLDecodeError as exc:
-        return None, raw, [f"{toml_path}: not valid TOML: {exc}"]
+    except InputError as exc:
+        return None, raw, exc.problems
     except ValidationError as exc:
         return None, raw, validation_problems(toml_path, exc, explain_unknown=True)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import secrets
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -19,6 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from orchestrator.errors import InputError, validation_problems
 from orchestrator.paths import AGENT_STACK
+from orchestrator.tasks.inputs import (
+    MAX_SEEDS_BYTES,
+    MAX_YAML_BYTES,
+    load_toml,
+    load_yaml,
+    read_capped,
+)
 from orchestrator.tasks.slugs import MAX_VALUE_BYTES, SlugError, normalise
 
 MEM = f"{AGENT_STACK}/bin/mem"
@@ -56,9 +62,7 @@ def load_engram_seeds(task_dir: Path) -> tuple[EngramSeed, ...]:
     if not path.is_file():
         return ()
     try:
-        parsed = SeedsFile.model_validate(tomllib.loads(path.read_text()))
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: not valid TOML: {exc}") from exc
+        parsed = SeedsFile.model_validate(load_toml(path, MAX_SEEDS_BYTES))
     except ValidationError as exc:
         raise InputError(validation_problems(path, exc)) from exc
     slugs = [normalise(s.slug) for s in parsed.seed]
@@ -115,17 +119,12 @@ class FactFile:
 
 
 def _split_frontmatter(path: Path, text: str) -> tuple[dict, str]:
-    import yaml
-
     if not text.startswith("---"):
         raise InputError(f"{path}: no YAML frontmatter (the file must start with '---')")
     end = text.find("\n---", 3)
     if end < 0:
         raise InputError(f"{path}: frontmatter is not closed with '---'")
-    try:
-        data = yaml.safe_load(text[3:end]) or {}
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: frontmatter is not valid YAML: {exc}") from exc
+    data = load_yaml(text[3:end], path) or {}  # no aliases, depth capped
     if not isinstance(data, dict):
         raise InputError(f"{path}: frontmatter must be a mapping")
     return data, text[end + 4:].strip()
@@ -136,7 +135,7 @@ def load_fact_files(task_dir: Path) -> tuple[FactFile, ...]:
     for scope in ("project", "global"):
         for path in sorted((task_dir / "memory" / scope).glob("*.md")):
             try:
-                text = path.read_text(encoding="utf-8")
+                text = read_capped(path, MAX_YAML_BYTES)
                 data, body = _split_frontmatter(path, text)
                 meta = FactFrontmatter.model_validate(data)
             except InputError as exc:

@@ -63,5 +63,6 @@ def test_a_link_out_of_the_task_is_never_read(tmp_path):
     outside = tmp_path / "host-script.sh"
     outside.write_text(HELPER)
     task = make_task(tmp_path / "ds", "t", solve="./helper.sh\n")
+    loaded = load_task(task)  # a link out is refused at load now; the doctor holds on its own
     (task / "solution/helper.sh").symlink_to(outside)
-    assert task_defects(load_task(task)) == []
+    assert task_defects(loaded) == []

@@ -1,0 +1,159 @@
+"""A task folder from the internet is an attacker (DESIGN 4): links out of it are refused,
+its YAML and TOML cannot expand or recurse without limit, its big files are streamed, its
+names are never paths, its values are bounded. Every refusal is InputError (exit 2) naming
+the file, and the field where there is one. Each test first asserts its attack is in place."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import make_task
+
+from orchestrator.errors import InputError
+from orchestrator.tasks.load import load_task, load_tasks_lenient
+
+ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
+
+
+def refused(task: Path) -> str:
+    with pytest.raises(InputError) as caught:
+        load_task(task)
+    return "\n".join(caught.value.problems)
+
+
+# ---- 1. links out of the folder ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rel, target", [
+    ("instruction.md", "/proc/self/environ"),
+    ("task.toml", "/etc/hostname"),
+    ("solution/secrets", "/root"),
+    ("solution/solve.sh", "../../../../../../etc/passwd"),
+    ("environment/data.txt", "/dev/zero"),
+    ("tests/helper.py", "../../outside.py"),
+    ("memory/project/fact.md", "/etc/passwd"),
+    ("steps/one/tests", "/etc"),
+])
+def test_a_link_out_of_the_task_folder_is_the_tasks_defect(tmp_path, rel, target):
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "outside.py").write_text("print('host file')\n")
+    task = make_task(tmp_path / "ds", "t")
+    link = task / rel
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.exists() or link.is_symlink():
+        link.unlink()
+    link.symlink_to(target)
+    # the attack is in place: a link whose target resolves outside the task folder
+    resolved = (link.parent / os.readlink(link)).resolve()
+    assert link.is_symlink() and not str(resolved).startswith(str(task.resolve()) + "/")
+    said = refused(task)
+    assert str(link) in said and target in said and "links out" in said
+
+
+def test_a_link_to_proc_never_reaches_the_instruction(tmp_path):
+    env = {**os.environ, "ORCHESTRA_TEST_SECRET": "sk-do-not-leak"}
+    task = make_task(tmp_path, "t")
+    (task / "instruction.md").unlink()
+    (task / "instruction.md").symlink_to("/proc/self/environ")
+    # the attack is in place: read through the link, a process's environment is the instruction
+    assert b"sk-do-not-leak" in subprocess.run(["cat", str(task / "instruction.md")], env=env,
+                                               capture_output=True).stdout
+    proc = subprocess.run([ORCHESTRA, "tasks", "check", str(task)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "instruction.md" in out and "/proc/self/environ" in out
+    assert "sk-do-not-leak" not in out
+
+
+def test_links_that_stay_inside_are_kept(tmp_path):
+    task = make_task(tmp_path, "t", files={"environment/data/real.txt": "x\n"})
+    (task / "environment/alias.txt").symlink_to("data/real.txt")
+    (task / "solution/same.sh").symlink_to("solve.sh")
+    assert (task / "environment/alias.txt").resolve().is_relative_to(task)
+    assert load_task(task).name.endswith("/t")
+
+
+def test_a_link_loop_is_refused_not_followed(tmp_path):
+    task = make_task(tmp_path, "t")
+    (task / "environment/a").symlink_to("b")
+    (task / "environment/b").symlink_to("a")
+    assert "loop" in refused(task)
+
+
+def test_a_dataset_with_a_link_out_keeps_its_bystanders(tmp_path):
+    make_task(tmp_path, "good")
+    bad = make_task(tmp_path, "bad")
+    (bad / "instruction.md").unlink()
+    (bad / "instruction.md").symlink_to("/proc/self/environ")
+    tasks, problems = load_tasks_lenient(tmp_path)
+    assert [t.short_name for t in tasks] == ["good"] and list(problems) == [bad]
+
+
+# ---- 2. parsers that cannot recurse or expand without limit --------------------------------
+
+LAUGHS = "\n".join(
+    ["a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]"]
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]" for i in range(8)]
+    + ["services:\n  main:\n    environment:\n      X: *i"])
+
+
+def test_yaml_aliases_are_refused_before_they_expand(tmp_path):
+    task = make_task(tmp_path, "t", files={"environment/docker-compose.yaml": LAUGHS})
+    text = (task / "environment/docker-compose.yaml").read_text()
+    assert len(text) < 600 and text.count("*") >= 70  # the attack: 9^9 strings from 0.5 kB
+    said = refused(task)
+    assert "docker-compose.yaml" in said and "alias" in said
+
+
+def test_deep_yaml_is_a_problem_not_a_recursion_error(tmp_path):
+    deep = "services: " + "[" * 100_000 + "]" * 100_000 + "\n"
+    task = make_task(tmp_path, "t", files={"environment/docker-compose.yaml": deep})
+    said = refused(task)
+    assert "docker-compose.yaml" in said and "deep" in said
+
+
+def test_deep_frontmatter_is_a_problem(tmp_path):
+    fact = "---\nname: " + "[" * 50_000 + "]" * 50_000 + "\n---\nbody\n"
+    task = make_task(tmp_path, "t", files={"memory/project/f.md": fact})
+    assert "f.md" in refused(task)
+
+
+@pytest.mark.parametrize("rel", ["task.toml", "memory/seeds.toml"])
+def test_deep_toml_is_a_problem_not_a_recursion_error(tmp_path, rel):
+    task = make_task(tmp_path, "t", files={rel: "x = " + "[" * 100_000 + "]" * 100_000 + "\n"})
+    said = refused(task)
+    assert rel.split("/")[-1] in said and "nested" in said
+
+
+def test_deep_dotted_toml_keys_are_a_problem(tmp_path):
+    task = make_task(tmp_path, "t", toml="[metadata]\n" + ".".join(["k"] * 200) + " = 1\n")
+    said = refused(task)
+    assert "task.toml" in said and "field 'metadata.k.k" in said
+
+
+def test_brackets_in_toml_strings_do_not_count(tmp_path):
+    task = make_task(tmp_path, "t", toml='[task]\ndescription = "' + "[" * 100 + '"\n')
+    assert load_task(task).config.task.description == "[" * 100
+
+
+@pytest.mark.parametrize("rel, size", [("task.toml", 2 * 1024 * 1024),
+                                       ("environment/docker-compose.yaml", 2 * 1024 * 1024),
+                                       ("instruction.md", 2 * 1024 * 1024)])
+def test_oversized_task_files_are_refused_by_size(tmp_path, rel, size):
+    task = make_task(tmp_path, "t", files={rel: "# " + "x" * size + "\n"})
+    said = refused(task)
+    assert rel.split("/")[-1] in said and "limit" in said
+
+
+def test_deep_toml_leaves_skip_broken_its_bystander(tmp_path):
+    """Before: a RecursionError traceback (exit 1) that --skip-broken could not leave out."""
+    make_task(tmp_path / "ds", "good")
+    make_task(tmp_path / "ds", "deep", files={"task.toml": "x = " + "[" * 100_000 + "]" * 100_000})
+    proc = subprocess.run([ORCHESTRA, "tasks", "check", str(tmp_path / "ds")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
+    assert "deep/task.toml" in proc.stdout + proc.stderr
