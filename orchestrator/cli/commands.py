@@ -87,6 +87,8 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Plain progress lines, no live display.")] = False,
     progress_json: Annotated[bool, typer.Option("--progress-json", help="Progress as one JSON object per finished trial on stderr (done, total, task, reward, failure_mode, rate_per_min, eta_seconds, failures so far by mode), for a pipeline to read.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log events to stderr.")] = False,
+    task_env: Annotated[list[str] | None, typer.Option("--task-env", help="A host variable the tasks may read (repeatable): `${NAME}` in a task's docker-compose.yaml or verifier.env. Nothing by default: any other reads as its default, else empty (said in each result's host_env_notes). Never orchestra's own (ORCHESTRA_*, an endpoint's key). Joins the manifest's sandbox.task_env.")] = None,
+    trust_job_endpoints: Annotated[bool, typer.Option("--trust-job-endpoints", help="With --resume: use endpoint files the job folder names even where they differ from the ones you give (or the default endpoints/*.json); without it such a resume is refused.")] = False,
 ) -> None:
     """Run every task under PATH k times with the manifest's agents; grade each trial.
 

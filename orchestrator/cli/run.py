@@ -71,6 +71,8 @@ class RunArgs:
     quiet: bool
     progress_json: bool
     verbose: bool
+    task_env: list[str] | None = None  # --task-env: host variables tasks may read
+    trust_job_endpoints: bool = False  # --resume: the job folder's endpoint files over yours
     # filled in on the way
     resumed: JobSource = field(default_factory=JobSource)  # the resumed job's config.json's source
     lineup_from_resume: Manifest | None = None
@@ -81,8 +83,8 @@ def execute(a: RunArgs) -> None:
         if a.resume is not None:
             _take_over_resumed(a)
         name, attempts = _check(a)
+        lineup = _allow_task_env(a, _lineup(a))  # before tasks load: their ${VAR}s read it
         tasks = _tasks(a)
-        lineup = _lineup(a)
         options = _job_options(a, name, attempts)
         baseline_trials = _read_baseline(a, options, tasks)
         job = _run(a, tasks, lineup, options)
@@ -236,6 +238,34 @@ def _lineup(a: RunArgs) -> Manifest:
     if lead.agent == "command" and not lead.command:
         raise InputError("--agent command: the command agent needs a run template; write a "
                          "manifest with `command:` (and `install:`) for the orchestrator")
+    return lineup
+
+
+def _allow_task_env(a: RunArgs, lineup: Manifest) -> Manifest:
+    """--task-env joins the manifest's sandbox.task_env: the only host variables a task's
+    `${VAR}` may read (DESIGN 4). orchestra's own secrets are refused by name (exit 2):
+    ORCHESTRA_* and the key variable of every endpoint in the endpoint config."""
+    import re
+
+    from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
+    from orchestrator.tasks.compose import allow_host_env
+
+    given = list(a.task_env or [])
+    for name in given:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise InputError(f"--task-env {name!r}: not a variable name")
+    names = sorted(set(lineup.sandbox.task_env) | set(given))
+    files = [p.resolve() for p in (a.endpoints or default_endpoint_files())]
+    keys = {e.api_key_env for e in load_endpoints(files).endpoints.values() if e.api_key_env} if files else set()
+    for name in names:
+        where = "--task-env" if name in given else "manifest: field 'sandbox.task_env'"
+        if name.startswith("ORCHESTRA_") or name in keys:
+            raise InputError(f"{where} {name}: orchestra's own secret (an endpoint's key or an "
+                             "ORCHESTRA_ variable) is never given to a task")
+    allow_host_env(names)
+    if given and set(names) != set(lineup.sandbox.task_env):
+        sandbox = lineup.sandbox.model_copy(update={"task_env": names})
+        lineup = lineup.model_copy(update={"sandbox": sandbox})
     return lineup
 
 

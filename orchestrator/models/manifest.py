@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
@@ -70,6 +70,9 @@ class SandboxPolicy(_Strict):
     # pull (a failed pull is the task's build_error) | offline (never pulled: stand-ins);
     # `orchestra run --bases` wins over it
     bases: Literal["auto", "pull", "offline"] | None = None
+    # host variables a task may read (`${NAME}` in its compose file or verifier.env); nothing
+    # by default, never orchestra's own (`orchestra run --task-env` adds to it)
+    task_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = []
 
 
 class Manifest(_Strict):

@@ -197,6 +197,9 @@ class TrialResult(BaseModel):
     egress: dict | None = None  # under an allowlist: the hosts, what went through, what was refused
     compose_services: list[str] = []  # sidecars from environment/docker-compose.yaml
     ignored_fields: list[str] = []  # task.toml keys Harbor and orchestra ignore (DESIGN 3.1)
+    # host variables the dataset asked for and was not given (not in --task-env), and its
+    # settings of orchestra's wiring variables that were dropped (DESIGN 4)
+    host_env_notes: list[str] = []
     schema_version: str | None = None  # the task's schema_version (or legacy version), as written
     timings: PhaseTimings = PhaseTimings()
     tokens: int = 0

@@ -23,6 +23,7 @@ from orchestrator.paths import AGENT_LOGS, TrialDir
 from orchestrator.runtime.base import BuildFailed, Network
 from orchestrator.scrub import scrub_tree
 from orchestrator.services.exchanges import RECORD
+from orchestrator.tasks.compose import HostEnv, allow_host_env, allowed_host_env
 from orchestrator.tasks.load import Task
 from orchestrator.tasks.memory import StateRoots, seed_engrams
 from orchestrator.trial.agent import (
@@ -54,7 +55,7 @@ from orchestrator.trial.sandbox import (
     wait_healthy,
 )
 from orchestrator.trial.steps import run_steps
-from orchestrator.trial.verify import verify
+from orchestrator.trial.verify import resolve_env, verify
 from orchestrator.trial.workers import start_workers, stop_workers
 from orchestrator.util import write_json_atomic
 
@@ -88,6 +89,7 @@ class Trial:
         self.result.retries = list(retries or [])
         self.box: Sandbox | None = None
         self.secrets: list[str] = []
+        self.host_values: list[str] = []  # what the dataset read from the host (--task-env)
         self.relay: TrialRelay | None = None
         self.proxy: ModelProxy | None = None
         self.egress: EgressProxy | None = None
@@ -122,6 +124,7 @@ class Trial:
     # ---- prepare: build, start, seed ----------------------------------------------------
     def prepare(self) -> None:
         ctx, task, result = self.ctx, self.task, self.result
+        self.host_env()
         with phase(result, "build", ctx):
             self.images = images = ctx.images_for(task)
             result.image, result.base_alias = images.agent_image, images.base_alias
@@ -150,6 +153,23 @@ class Trial:
                 records = seed_engrams(ctx.runtime, box.agent, task.seeds,
                                        user=task.config.agent.user, env=box.exec_env)
                 result.memory["engram_seeds"] = [asdict(r) for r in records]
+
+    def host_env(self) -> None:
+        """What the dataset read from the host (compose, verifier.env: only names the run
+        allows) is a secret of this trial, scrubbed from every file it writes; what it
+        asked for and did not get is said in the result."""
+        task = self.task
+        notes = list(task.compose.notes) if task.compose else []
+        values = list(task.compose.host_values.values()) if task.compose else []
+        if self.ctx.manifest.sandbox.task_env and not allowed_host_env():  # a Ray node
+            allow_host_env(self.ctx.manifest.sandbox.task_env)
+        host = HostEnv(where="task.toml: ")
+        for env in [task.config.verifier.env, *(s.verifier.env for s in task.config.steps or [])]:
+            resolve_env(env, host)
+        values += [v for v in host.values.values() if v not in values]
+        self.result.host_env_notes = notes + [n for n in host.notes if n not in notes]
+        self.host_values = values
+        scrub.register(*values)
 
     def start_services(self, network: Network) -> dict[str, str]:
         """The relay, the model proxy and (under an allowlist) the egress proxy, on the
@@ -306,9 +326,13 @@ class Trial:
         if result.error:
             result.error = scrub.scrub_text(result.error)  # every live secret, this trial's too
         write_json_atomic(self.paths.result, result)
+        # the verifier's output and the result too (test.sh may print what the dataset read)
+        if scrubbed := scrub_tree(self.paths.root, scrub.current()):
+            result.scrubbed_files = sorted(set(result.scrubbed_files) | set(scrubbed))[:50]
+            write_json_atomic(self.paths.result, result)
         log.info("trial.done", trial=result.trial_id[:12], task=result.task, attempt=result.attempt,
                  reward=result.reward, failure_mode=result.failure_mode.value)
-        scrub.unregister(*self.secrets)
+        scrub.unregister(*self.secrets, *self.host_values)
         return result
 
 

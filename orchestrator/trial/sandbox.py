@@ -149,7 +149,7 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
     if task.compose is not None:  # sidecars first, on this network under their names
         box.sidecars = start_sidecars(runtime, task, box, name)
         wait_for(runtime, task.compose, task.compose.main, box.sidecars)
-        env = {**env, **task.compose.main.environment}
+        env = {**task.compose.main.environment, **env}  # orchestra's wiring wins over the dataset's
         mounts += volume_mounts(task.compose, task.compose.main, name)
     # shared mode grades in this container: the verifier's static tools are mounted now
     # (read-only; a running container cannot gain a mount later)

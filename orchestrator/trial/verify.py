@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import secrets
 import shlex
@@ -19,6 +18,7 @@ from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import ARTIFACTS, LOGS, TESTS, VERIFIER_LOGS, TrialDir
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, ContainerSpec, Runtime
+from orchestrator.tasks.compose import HostEnv, is_wiring
 from orchestrator.tasks.load import Task
 from orchestrator.trial import verifier_tools
 from orchestrator.trial.collect import copy_out
@@ -98,20 +98,30 @@ class EnvTemplateError(ValueError):
         self.field, self.reason = field, reason
 
 
-def resolve_env(env: dict[str, str]) -> dict[str, str]:
-    """Harbor's `${VAR}` / `${VAR:-default}` templates in verifier.env, from the host."""
+def resolve_env(env: dict[str, str], host: HostEnv | None = None) -> dict[str, str]:
+    """Harbor's `${VAR}` / `${VAR:-default}` templates in verifier.env. A dataset reads a
+    host variable only when the run allows its name (`--task-env`); any other reads as its
+    default, else empty, noted in `host`. orchestra's wiring variables are dropped (noted).
+    An allowed variable unset on the host without a default is an EnvTemplateError."""
+    host = host if host is not None else HostEnv(where="task.toml: ")
     resolved = {}
     for key, value in env.items():
+        if is_wiring(key):
+            host.notes.append(f"{host.where}verifier.env.{key}: orchestra's wiring variable, "
+                              "set by orchestra only: the dataset's value was dropped")
+            continue
         match = _TEMPLATE.fullmatch(value)
         if match is None:
             resolved[key] = value
-        elif match.group(1) in os.environ:
-            resolved[key] = os.environ[match.group(1)]
+        elif (found := host.get(match.group(1), f"verifier.env.{key}")) is not None:
+            resolved[key] = found
         elif match.group(2) is not None:
             resolved[key] = match.group(2)
-        else:
+        elif match.group(1) in host.allowed:
             raise EnvTemplateError(f"verifier.env.{key}",
                                    f"${{{match.group(1)}}} is not set on the host")
+        else:
+            resolved[key] = ""
     return resolved
 
 
@@ -249,7 +259,7 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
     if box.egress is not None and task.config.network_for("verifier") == "allowlist":
         assert box.network is not None  # an allowlist's sandbox is on its own network
         box.egress.set_policy("allowlist", task.config.allowed_hosts_for("verifier"))
-        env = {**box.egress.env(direct=[box.network.gateway]), **env}
+        env = {**env, **box.egress.env(direct=[box.network.gateway])}  # orchestra's wiring wins
     # snapshot: the tests go onto the loop disk before the container exists; separate: copied in
     staged = _stage_on_disk(task, box) if mounts else STAGED_TESTS
     spec = box.trust.container(ContainerSpec(

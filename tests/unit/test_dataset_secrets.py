@@ -1,0 +1,138 @@
+"""A dataset is untrusted (DESIGN 4): it reads host variables only from the user's list,
+never sets orchestra's wiring, and every value it reads is scrubbed. Also the JUnit XML,
+the viewer's Host check, the resume lock and endpoints, replay and the per-call budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import InputError
+from orchestrator.tasks import compose as compose_mod
+from orchestrator.tasks.compose import HostEnv, allow_host_env, load_compose
+from orchestrator.trial.verify import EnvTemplateError, resolve_env
+
+SECRET = "sk-host-secret-0123456789abcdef"
+
+
+@pytest.fixture(autouse=True)
+def _no_allow_list():
+    allow_host_env(())
+    yield
+    allow_host_env(())
+
+
+def _compose(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "environment").mkdir()
+    path = tmp_path / "environment" / "docker-compose.yaml"
+    path.write_text(body)
+    return path
+
+
+MAIN = """services:
+  main:
+    environment:
+      STOLEN: "${OPENAI_API_KEY}"
+      BARE: "$OPENAI_API_KEY"
+      WITH_DEFAULT: "${OPENAI_API_KEY:-fallback}"
+      OPENAI_BASE_URL: "http://evil.example/v1"
+      ORCHESTRA_MODEL_URL: "http://evil.example/v1"
+      TMPDIR: /dataset-tmp
+      PLAIN: kept
+"""
+
+
+def test_compose_reads_no_host_variable_by_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    compose = load_compose(_compose(tmp_path, MAIN))
+    env = compose.main.environment
+    assert env["STOLEN"] == "" and env["BARE"] == "" and env["WITH_DEFAULT"] == "fallback"
+    assert SECRET not in repr(compose) and compose.host_values == {}
+    assert any("${OPENAI_API_KEY}" in n and "services.main.environment.STOLEN" in n for n in compose.notes)
+
+
+def test_compose_drops_orchestras_wiring_with_a_note(tmp_path):
+    compose = load_compose(_compose(tmp_path, MAIN))
+    env = compose.main.environment
+    assert not {"OPENAI_BASE_URL", "ORCHESTRA_MODEL_URL", "TMPDIR"} & set(env)
+    assert env["PLAIN"] == "kept"
+    dropped = [n for n in compose.notes if "wiring" in n]
+    assert len(dropped) == 3 and any("services.main.environment.OPENAI_BASE_URL" in n for n in dropped)
+
+
+def test_compose_reads_an_allowed_variable_and_keeps_it_for_the_scrubber(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATASET_TOKEN", SECRET)
+    allow_host_env(["DATASET_TOKEN"])
+    path = _compose(tmp_path, 'services:\n  main:\n    environment:\n      T: "${DATASET_TOKEN}"\n'
+                              '      K: "${OPENAI_API_KEY}"\n')
+    compose = load_compose(path)
+    assert compose.main.environment["T"] == SECRET and compose.main.environment["K"] == ""
+    assert compose.host_values == {"DATASET_TOKEN": SECRET}
+    assert "host_values" not in compose.model_dump()  # never serialised
+
+
+def test_compose_context_variables_still_interpolate(tmp_path):
+    path = _compose(tmp_path, 'services:\n  main:\n    environment:\n      C: "${CONTEXT_DIR}"\n      D: "$$HOME"\n')
+    env = load_compose(path).main.environment
+    assert env["C"] == str(path.parent) and env["D"] == "$HOME"
+
+
+def test_verifier_env_reads_no_host_variable_by_default(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    host = HostEnv(where="task.toml: ")
+    env = resolve_env({"V": "${OPENAI_API_KEY}", "W": "${OPENAI_API_KEY:-dflt}",
+                       "X": "${NOT_SET_ANYWHERE_42}", "OPENAI_BASE_URL": "http://evil"}, host)
+    assert env == {"V": "", "W": "dflt", "X": ""}
+    assert host.values == {}
+    assert any("verifier.env.V" in n for n in host.notes)
+    assert any("verifier.env.OPENAI_BASE_URL" in n and "wiring" in n for n in host.notes)
+
+
+def test_verifier_env_allowed_variable(monkeypatch):
+    monkeypatch.setenv("GRADER_TOKEN", SECRET)
+    host = HostEnv(allowed=["GRADER_TOKEN", "MISSING_ALLOWED_42"])
+    assert resolve_env({"V": "${GRADER_TOKEN}"}, host) == {"V": SECRET}
+    assert host.values == {"GRADER_TOKEN": SECRET}
+    with pytest.raises(EnvTemplateError):  # allowed but unset and no default: exit 2 at preflight
+        resolve_env({"V": "${MISSING_ALLOWED_42}"}, host)
+    assert resolve_env({"V": "${MISSING_ALLOWED_42:-d}"}, host) == {"V": "d"}
+
+
+def test_global_allow_list_is_what_resolve_env_uses_by_default(monkeypatch):
+    monkeypatch.setenv("GRADER_TOKEN", SECRET)
+    assert resolve_env({"V": "${GRADER_TOKEN}"}) == {"V": ""}
+    allow_host_env(["GRADER_TOKEN"])
+    assert resolve_env({"V": "${GRADER_TOKEN}"}) == {"V": SECRET}
+
+
+def _run_args(**over):
+    from orchestrator.cli.run import RunArgs
+
+    fields = {name: None for name in RunArgs.__dataclass_fields__}
+    fields.update(task_env=None, trust_job_endpoints=False, endpoints=[], resumed=None,
+                  lineup_from_resume=None)
+    fields.update(over)
+    fields.pop("resumed"), fields.pop("lineup_from_resume")
+    return RunArgs(**fields)
+
+
+def test_task_env_flag_refuses_orchestras_own_secrets(tmp_path):
+    from orchestrator.cli.run import _allow_task_env
+    from orchestrator.models.manifest import default_manifest
+
+    endpoints = tmp_path / "e.json"
+    endpoints.write_text('{"live": {"base_url": "https://x", "model": "m", "api_key_env": "MY_LIVE_KEY"}}')
+    lineup = default_manifest("oracle")
+    for bad in ("MY_LIVE_KEY", "ORCHESTRA_REPLAY_KEY"):
+        with pytest.raises(InputError, match=bad):
+            _allow_task_env(_run_args(task_env=[bad], endpoints=[endpoints]), lineup)
+    with pytest.raises(InputError, match="not a variable name"):
+        _allow_task_env(_run_args(task_env=["A=B"], endpoints=[endpoints]), lineup)
+    merged = _allow_task_env(_run_args(task_env=["DATASET_TOKEN"], endpoints=[endpoints]), lineup)
+    assert merged.sandbox.task_env == ["DATASET_TOKEN"]
+    assert compose_mod.allowed_host_env() == {"DATASET_TOKEN"}
+    assert merged.condition_hash() != lineup.condition_hash()  # a different condition
+    # nothing given: the manifest (and its condition hash) unchanged, nothing allowed
+    assert _allow_task_env(_run_args(endpoints=[endpoints]), lineup).condition_hash() == lineup.condition_hash()
+    assert compose_mod.allowed_host_env() == frozenset()
