@@ -177,6 +177,23 @@ def spool_directories(trees: list[tuple[Path, str]], dirs: Iterable[str] = ()) -
     return spool
 
 
+def spool_tree(source: Path, files: dict[str, bytes] | None = None) -> BinaryIO:
+    """A task folder as a tar in an unnamed temporary file, rewound (a build context): the
+    files are streamed from disk, never held in memory whole (a 1 GiB data file costs no
+    1 GiB), links and __pycache__ left out as by tar_directory; `files` ({relative path:
+    content}) replace the folder's members of the same name or are added."""
+    files = files or {}
+    spool = tempfile.TemporaryFile()
+    with tarfile.open(fileobj=spool, mode="w") as archive:
+        _add_tree(archive, source, ".", None, skip={f"./{name}" for name in files})
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(content), 0o644
+            archive.addfile(info, io.BytesIO(content))
+    spool.seek(0)
+    return spool
+
+
 def _add_dirs(archive: tarfile.TarFile, dirs: Iterable[str]) -> None:
     """Empty folders, open to every user (the agent and the verifier may not be root)."""
     for name in dirs:
@@ -190,9 +207,12 @@ def _tar_into(target: BinaryIO, source: Path, arcname: str, mode: int | None) ->
         _add_tree(archive, source, arcname, mode)
 
 
-def _add_tree(archive: tarfile.TarFile, source: Path, arcname: str, mode: int | None) -> None:
+def _add_tree(archive: tarfile.TarFile, source: Path, arcname: str, mode: int | None,
+              skip: set[str] | frozenset[str] = frozenset()) -> None:
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         if info.issym() or info.islnk() or not (info.isfile() or info.isdir()):
+            return None
+        if info.name in skip:
             return None
         if "__pycache__" in info.name.split("/"):
             return None

@@ -251,7 +251,7 @@ class Runtime(ABC):
     def image_facts(self, ref: str) -> ImageFacts:
         """A local image's id, tags, labels, environment, working directory, size."""
     @abstractmethod
-    def build_image(self, context_tar: bytes, tag: str, labels: dict[str, str],
+    def build_image(self, context_tar: bytes | BinaryIO, tag: str, labels: dict[str, str],
                     timeout_sec: float) -> None: ...
     @abstractmethod
     def pull(self, ref: str, timeout_sec: float = 600) -> PulledImage:

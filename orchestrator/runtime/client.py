@@ -237,10 +237,11 @@ class EngineClient:
     def commit(self, container: str, repository: str, tag: str, conf: dict | None = None) -> dict:
         return self.api.commit(container, repository=repository, tag=tag, conf=conf or {})
 
-    def build(self, context: bytes, tag: str, labels: dict[str, str], timeout: float,
+    def build(self, context: bytes | BinaryIO, tag: str, labels: dict[str, str], timeout: float,
               rm: bool = True, forcerm: bool = True, pull: bool = False) -> Iterator[dict]:
         """A build from a tar context: the engine's progress objects as they come."""
-        return self.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag,
+        return self.api.build(fileobj=io.BytesIO(context) if isinstance(context, bytes) else context,
+                              custom_context=True, tag=tag,
                               labels=labels, rm=rm, forcerm=forcerm, pull=pull, timeout=timeout,
                               decode=True)
 

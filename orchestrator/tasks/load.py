@@ -19,6 +19,7 @@ from orchestrator.tasks.memory import load_engram_seeds, load_fact_files
 
 REQUIRED_FILES = ("task.toml", "instruction.md", "tests/test.sh")
 MAX_INSTRUCTION_BYTES = 1024 * 1024
+HASH_CHUNK = 1024 * 1024
 _NAME = re.compile(r"[^a-z0-9._-]+")
 
 
@@ -116,7 +117,9 @@ def hash_tree(root: Path) -> str:
             digest.update(b"link:" + str(path.readlink()).encode())
         else:
             digest.update(oct(path.stat().st_mode & 0o111).encode())
-            digest.update(path.read_bytes())
+            with open(path, "rb") as handle:  # streamed: a 1 GiB data file costs no 1 GiB
+                while chunk := handle.read(HASH_CHUNK):
+                    digest.update(chunk)
         digest.update(b"\0")
     return digest.hexdigest()[:16]
 

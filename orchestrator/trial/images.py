@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
-from orchestrator.archive import tar_directory, tar_files
+from orchestrator.archive import spool_tree, tar_directory, tar_files
 from orchestrator.log import get_logger
 from orchestrator.models.result import BaseImage, BuildFailure
 from orchestrator.paths import AGENT_STACK_SOURCE, LOCK_DIR
@@ -321,13 +322,13 @@ def with_stand_ins(dockerfile: str, stand_ins: list[StandIn]) -> str:
 
 
 def build_context(folder: Path, dockerfile: str, stand_ins: list[StandIn],
-                  ca: bytes | None) -> bytes:
+                  ca: bytes | None) -> BinaryIO:
     """The folder as a build context, its Dockerfile naming the stand-ins; with a CA
     bundle, trusted in every stage (trust.trusted_stage after each FROM), so `pip install`
-    works behind a TLS-intercepting proxy. The task's own files are unchanged."""
-    context = tar_directory(folder)
+    works behind a TLS-intercepting proxy. The task's own files are unchanged. A tar in a
+    temporary file, streamed to the engine: a task's big data files are never in memory."""
     if not stand_ins and ca is None:
-        return context
+        return spool_tree(folder)
     lines = []
     for line in with_stand_ins(dockerfile, stand_ins).splitlines():
         lines.append(line)
@@ -336,7 +337,7 @@ def build_context(folder: Path, dockerfile: str, stand_ins: list[StandIn],
     extra = {"Dockerfile": ("\n".join(lines) + "\n").encode()}
     if ca is not None:
         extra[BUNDLE_IN_CONTEXT] = ca
-    return _replace_members(context, extra)
+    return spool_tree(folder, extra)
 
 
 def bases_suffix(resolved: list[Resolved], ca: bytes | None) -> str:
@@ -355,7 +356,8 @@ def build_on_bases(runtime: Runtime, folder: Path, dockerfile: str, resolved: li
     stand_ins = [r.stand_in for r in resolved if r.stand_in is not None]
     labels = {**labels, LABEL_STAND_INS: json.dumps([s.as_dict() for s in stand_ins])}
     try:
-        runtime.build_image(build_context(folder, dockerfile, stand_ins, ca), tag, labels, timeout_sec)
+        with build_context(folder, dockerfile, stand_ins, ca) as context:
+            runtime.build_image(context, tag, labels, timeout_sec)
     except BuildFailed as exc:
         if isinstance(exc, BaseBuildFailed) or not resolved:
             raise
@@ -373,24 +375,6 @@ def _said(resolved: Resolved) -> str:
     if record.stand_in:
         return f"FROM {record.reference} stood in by {record.stand_in} ({record.reason})"
     return f"FROM {record.reference} ({record.source}{', ' + record.digest if record.digest else ''})"
-
-
-def _replace_members(context: bytes, files: dict[str, bytes]) -> bytes:
-    import io
-    import tarfile
-
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as merged:
-        with tarfile.open(fileobj=io.BytesIO(context)) as first:
-            for member in first:
-                if member.name.lstrip("./") in files:
-                    continue
-                merged.addfile(member, first.extractfile(member) if member.isfile() else None)
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            merged.addfile(info, io.BytesIO(data))
-    return out.getvalue()
 
 
 BUILD_POLICIES = ("prefer-prebuilt", "build", "pull")

@@ -157,3 +157,56 @@ def test_deep_toml_leaves_skip_broken_its_bystander(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
     assert "deep/task.toml" in proc.stdout + proc.stderr
+
+
+# ---- 3. huge files are streamed -------------------------------------------------------------
+
+RSS = """
+import resource, subprocess, sys
+proc = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(proc.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
+
+
+def peak_rss(command: list[str]) -> tuple[int, int]:
+    """(exit code, peak RSS in bytes) of `command` run in a fresh process."""
+    out = subprocess.run([sys.executable, "-c", RSS, *command], capture_output=True, text=True,
+                         timeout=300, check=True).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+def test_a_1gib_data_file_costs_tasks_check_no_1gib(tmp_path):
+    task = make_task(tmp_path / "ds", "big")
+    baseline = peak_rss([ORCHESTRA, "tasks", "check", str(tmp_path / "ds")])
+    subprocess.run(["truncate", "-s", "1G", str(task / "environment/data.bin")], check=True)
+    assert (task / "environment/data.bin").stat().st_size == 1 << 30  # the attack: 1 GiB to hash
+    code, peak = peak_rss([ORCHESTRA, "tasks", "check", str(tmp_path / "ds")])
+    assert baseline[0] == code == 0
+    assert peak - baseline[1] < 200 * 1024 * 1024, (baseline[1], peak)  # was +1,016 MB
+
+
+CONTEXT = """
+import resource, sys, tarfile
+from pathlib import Path
+from orchestrator.trial.images import build_context
+from orchestrator.tasks.standins import StandIn
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+folder = Path(sys.argv[1])
+with build_context(folder, (folder / "Dockerfile").read_text(), [], b"CA") as context:
+    with tarfile.open(fileobj=context, mode="r|") as tar:
+        names = {m.name: m.size for m in tar}
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(after - before, names["./data.bin"], names["Dockerfile"], "./Dockerfile" in names)
+"""
+
+
+def test_a_build_context_is_streamed_from_a_file(tmp_path):
+    task = make_task(tmp_path, "big")
+    subprocess.run(["truncate", "-s", "512M", str(task / "environment/data.bin")], check=True)
+    out = subprocess.run([sys.executable, "-c", CONTEXT, str(task / "environment")],
+                         capture_output=True, text=True, timeout=300, check=True).stdout.split()
+    growth, size, dockerfile = int(out[0]), int(out[1]), int(out[2])
+    assert size == 512 << 20  # the whole file went into the context
+    assert dockerfile > len("FROM python:3.12-slim-bookworm\nWORKDIR /app\n")  # trust lines added
+    assert out[3] == "False"  # the task's own Dockerfile replaced, not doubled
+    assert growth < 100 * 1024 * 1024, growth  # bytes in memory were 2-3x the file

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import BinaryIO
 
 from orchestrator.runtime.base import BuildFailed, ImageFacts, PulledImage, PullFailed, RuntimeFault
 from orchestrator.runtime.client import TRANSPORT_ERRORS, APIError, ImageNotFound
@@ -39,7 +40,7 @@ class ImagesMixin(DockerState):
         except ImageNotFound:
             return False
 
-    def build_image(self, context_tar: bytes, tag: str, labels: dict[str, str],
+    def build_image(self, context_tar: bytes | BinaryIO, tag: str, labels: dict[str, str],
                     timeout_sec: float) -> None:
         tail: list[str] = []
         started = time.monotonic()
