@@ -3,11 +3,30 @@ the verifier's details."""
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from orchestrator.models.result import ERRORED, TrialResult, headline_of
 from orchestrator.report.gate import Gate
+
+# what XML 1.0 cannot carry at all, escaped or not (a grader's ANSI colours, a NUL, a
+# lone surrogate): a CI parser rejects the whole file over one of them
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_safe(text: str) -> str:
+    """`text` with every character XML 1.0 forbids written as a visible `\\xNN` escape."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", text)
+
+
+def _sanitize(root: ET.Element) -> None:
+    for node in root.iter():
+        node.text = xml_safe(node.text) if node.text else node.text
+        node.tail = xml_safe(node.tail) if node.tail else node.tail
+        for key, value in node.attrib.items():
+            node.attrib[key] = xml_safe(value)
 
 
 def _details(job_dir: Path, trial: TrialResult) -> str:
@@ -75,5 +94,6 @@ def write_junit(job_name: str, job_dir: Path, trials: list[TrialResult], out: Pa
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     suite.set("time", f"{total_time:.3f}")
+    _sanitize(suite)  # names, messages and the grader's output alike
     out.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(suite).write(out, encoding="utf-8", xml_declaration=True)

@@ -4,6 +4,11 @@ Routes: `/` jobs, `/job/<name>` one job's trials (filter, sort, pages of 100),
 `/job/<name>/trial/<folder>` one trial, `/file/<job>/<path>` a file of a job, paged.
 Only files under the given job folders are served: every path is resolved and checked
 against its job folder, so `../` (encoded or not) and links out are refused with 404.
+
+Only requests whose `Host` names the address it listens on are answered (127.0.0.1:PORT,
+localhost:PORT, [::1]:PORT or the bound host, with its port): a page on another origin
+that rebinds its DNS name to 127.0.0.1 sends its own name, and is answered 421 with
+nothing of any job.
 """
 
 from __future__ import annotations
@@ -37,7 +42,11 @@ class ViewServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
-                status, body = viewer.route(self.path)
+                if viewer.host_allowed(self.headers.get_all("Host") or []):
+                    status, body = viewer.route(self.path)
+                else:  # DNS rebinding: another site's name pointed at this address
+                    status, body = 421, pages.page("misdirected", "<p>this viewer answers only "
+                                                   "requests addressed to it by its own address</p>")
                 data = body.encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -59,6 +68,19 @@ class ViewServer:
         host, port = self.httpd.server_address[:2]
         assert isinstance(host, str)  # a TCP server's address: (host, port)
         return f"http://{host}:{port}/"
+
+    def allowed_hosts(self) -> set[str]:
+        """The Host values that name this server: its loopback names and the bound host,
+        each with the port (and bare, on port 80)."""
+        host, port = self.httpd.server_address[:2]
+        names = {"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in str(host) else str(host)}
+        allowed = {f"{name}:{port}" for name in names}
+        return allowed | (names if port == 80 else set())
+
+    def host_allowed(self, values: list[str]) -> bool:
+        """Exactly one Host header, naming this server (case-insensitive, a trailing dot
+        of a fully qualified name is not accepted either)."""
+        return len(values) == 1 and values[0].strip().lower() in self.allowed_hosts()
 
     def start(self) -> ViewServer:
         self._thread.start()

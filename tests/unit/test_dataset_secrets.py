@@ -136,3 +136,66 @@ def test_task_env_flag_refuses_orchestras_own_secrets(tmp_path):
     # nothing given: the manifest (and its condition hash) unchanged, nothing allowed
     assert _allow_task_env(_run_args(endpoints=[endpoints]), lineup).condition_hash() == lineup.condition_hash()
     assert compose_mod.allowed_host_env() == frozenset()
+
+
+# ---- 2. JUnit XML and the viewer's Host check ------------------------------------------
+CONTROL = "\x1b[31mFAIL\x1b[0m \x00\x07\x08\x0b\x0c bell \ud800 \ufffe ok"
+
+
+def test_junit_is_well_formed_when_the_grader_echoes_control_characters(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from orchestrator.models.result import FailureMode, TrialResult
+    from orchestrator.report.junit import write_junit
+
+    trial = TrialResult(trial_id="abcdef0123456789", job="j", task="ds/t\x1b", task_path="/t",
+                        content_hash="h", condition="c", condition_hash="ch", agent="a", attempt=0,
+                        reward={"reward": 0.0}, failure_mode=FailureMode.NONE, error=CONTROL)
+    folder = tmp_path / "trials" / "t__abcdef012345" / "verifier"
+    folder.mkdir(parents=True)
+    (folder / "test-stdout.txt").write_bytes(CONTROL.encode("utf-8", "surrogatepass") + b"\x1b\x00end")
+    out = tmp_path / "junit.xml"
+    write_junit("j", tmp_path, [trial], out)
+    root = ET.parse(out).getroot()  # raises on a single forbidden character
+    failure = root.find("testcase/failure")
+    assert failure is not None
+    assert "\\x1b[31mFAIL" in failure.text and "\\x00" in failure.text and "end" in failure.text
+    assert "\\ud800" in failure.text and "\\ufffe" in failure.text
+    assert root.find("testcase").get("classname") == "ds" and "\\x1b" in root.find("testcase").get("name")
+
+
+def _get(url: str, host: str | None) -> tuple[int, str]:
+    import http.client
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.putrequest("GET", "/", skip_host=True)
+        if host is not None:
+            conn.putheader("Host", host)
+        conn.endheaders()
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+def test_the_viewer_answers_only_its_own_host(tmp_path):
+    from orchestrator.view.server import ViewServer
+
+    job = tmp_path / "secret-job-name"
+    job.mkdir()
+    (job / "config.json").write_text('{"job": "secret-job-name", "manifest": {}}')
+    viewer = ViewServer([tmp_path]).start()
+    try:
+        port = viewer.httpd.server_address[1]
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"[::1]:{port}"):
+            status, body = _get(viewer.url, host)
+            assert status == 200 and "secret-job-name" in body, host
+        for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1:{port + 1}", "127.0.0.1",
+                     f"localhost.:{port}", f"127.0.0.1.evil.example:{port}", "", None):
+            status, body = _get(viewer.url, host)
+            assert status == 421 and "secret-job-name" not in body, host
+    finally:
+        viewer.stop()
