@@ -73,7 +73,8 @@ class ViewServer:
         """The Host values that name this server: its loopback names and the bound host,
         each with the port (and bare, on port 80)."""
         host, port = self.httpd.server_address[:2]
-        names = {"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in str(host) else str(host)}
+        assert isinstance(host, str)  # a TCP server's address: (host, port)
+        names = {"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host}
         allowed = {f"{name}:{port}" for name in names}
         return allowed | (names if port == 80 else set())
 
