@@ -49,8 +49,32 @@ class Author(_Section):
     email: str | None = None
 
 
+MAX_NAME_BYTES = 200  # a trial folder is <last part>__<12 hex>: within a file name's 255
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
+
+
+def name_problem(name: str) -> str | None:
+    """Why a task name cannot name trial folders, images and report rows, else None: names
+    are never paths, and a line break in one could forge a row of report.md."""
+    if _CONTROL.search(name):
+        return f"{name[:60]!r}: holds a control character (a NUL, a line break...)"
+    if len(name.encode()) > MAX_NAME_BYTES:
+        return f"{len(name.encode())} bytes; the limit is {MAX_NAME_BYTES}"
+    if any(part in (".", "..") for part in name.split("/")):
+        return f"{name[:60]!r}: '.' and '..' are not name parts"
+    return None
+
+
 class TaskSection(_Section):
     name: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str | None) -> str | None:
+        why = value is not None and name_problem(value)
+        if why:
+            raise ValueError(why)
+        return value
     description: str = ""
     keywords: list[str] = []
     authors: list[Author] = []

@@ -16,6 +16,7 @@ from orchestrator.errors import InputError
 from orchestrator.job.shadow import MemoryShadow, memory_shadow
 from orchestrator.models.compare import ClassDelta, CompareReport, KStats
 from orchestrator.models.result import VOID, JobResult, TrialSummary, pass_at_k, pass_hat_k, passes
+from orchestrator.report.render import md_cell
 
 BOOTSTRAP_SAMPLES = 2000
 
@@ -162,18 +163,18 @@ def to_markdown(r: CompareReport) -> str:
              "",
              "## Utility", "",
              f"- paired trials: {r.paired}"
-             + (f" ({len(voids)} void pair(s) left out: {', '.join(voids)})" if voids else ""),
+             + (f" ({len(voids)} void pair(s) left out: {md_cell(', '.join(voids))})" if voids else ""),
              f"- pass rate on {100 * r.on_pass_rate:.1f}%, off {100 * r.off_pass_rate:.1f}%",
              f"- utility delta: **{r.utility_delta_pp:+.1f} pp** "
              f"(95% bootstrap CI {r.ci95[0]:+.1f} .. {r.ci95[1]:+.1f})",
              f"- exact McNemar p = {r.p_value:.4g} (helpful {len(r.helpful)} vs harmful {r.harmed})",
              f"- average injected chars (on arm): {r.avg_injected_chars}", "",
              "## Helpful (on passed, off failed)", ""]
-    lines += [f"- {x}" for x in r.helpful] or ["- none"]
+    lines += [f"- {md_cell(x)}" for x in r.helpful] or ["- none"]
     lines += ["", "## Harmful (on failed, off passed, recall fired)", ""]
-    lines += [f"- {x}" for x in r.harmful] or ["- none"]
+    lines += [f"- {md_cell(x)}" for x in r.harmful] or ["- none"]
     lines += ["", "## Per class", "", "| class | n | on | off | delta pp |", "|---|---|---|---|---|"]
-    lines += [f"| {c} | {v.n} | {v.on:.2f} | {v.off:.2f} | {v.delta_pp:+.1f} |" for c, v in r.per_class.items()]
+    lines += [f"| {md_cell(c)} | {v.n} | {v.on:.2f} | {v.off:.2f} | {v.delta_pp:+.1f} |" for c, v in r.per_class.items()]
     if r.memory_shadow:
         lines += ["", "## Memory shadow", "", "| metric | on | off |", "|---|---|---|"]
         arms = {arm: MemoryShadow.model_validate(v).rows() if v else None for arm, v in r.memory_shadow.items()}
@@ -185,5 +186,5 @@ def to_markdown(r: CompareReport) -> str:
         for arm in ("on", "off"):
             s = r.k[arm]
             lines.append(f"| {arm} | {s.pass_hat_k:.2f} | {s.pass_at_k:.2f} | "
-                         f"{s.mean_pass_at_1:.2f} | {', '.join(s.flaky) or '-'} |")
+                         f"{s.mean_pass_at_1:.2f} | {md_cell(', '.join(s.flaky)) or '-'} |")
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ this module gives it the tables and the plots' geometry; every string from the j
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from typing import Any
 
@@ -49,20 +50,40 @@ def sections(job: JobResult, t: JobTables) -> list[tuple[str, list[str], list[li
     return out
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
+
+
+def md_cell(text: object) -> str:
+    """A string from a job folder (a task name, an error) as one Markdown table cell or
+    inline text: `|` escaped, line breaks and other controls shown as \\xNN, so no value can
+    end its cell or row and forge another."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}",
+                        str(text).replace("\\", "\\\\").replace("|", "\\|"))
+
+
+def md_code(text: object) -> str:
+    """Inline code from a job folder: one line, backticks replaced."""
+    return md_cell(text).replace("`", "'")
+
+
+def md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(md_cell(c) for c in cells) + " |"
+
+
 def to_markdown(job: JobResult, t: JobTables, compare: CompareReport | None = None) -> str:
-    lines = [f"# Job {job.job}", "",
-             f"agent `{job.agent}`, condition `{job.condition}` ({job.condition_hash[:12]}), policy "
-             f"`{job.policy}`, k = {t.k}", "",
+    lines = [f"# Job {md_cell(job.job)}", "",
+             f"agent `{md_code(job.agent)}`, condition `{md_code(job.condition)}` "
+             f"({md_cell(job.condition_hash[:12])}), policy `{md_code(job.policy)}`, k = {t.k}", "",
              f"- trials: {job.n_trials}, mean reward **{job.mean_reward:.3f}** (errored and void "
              "trials count 0)",
              f"- void (answer leak, counted as failed): {len(job.void)}"
-             + (f": {', '.join(_void_names(job))}" if job.void else ""),
+             + (f": {', '.join(md_cell(n) for n in _void_names(job))}" if job.void else ""),
              f"- tokens {t.tokens}, cost {t.cost:.4f}", f"- images built: {job.images_built}", ""]
     if job.pass_at_k is not None:
         lines.insert(-1, f"- pass@k {job.pass_at_k:.3f}, pass^k {job.pass_hat_k:.3f}")
     for title, header, rows in sections(job, t):
-        lines += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+        lines += [f"## {title}", "", md_row(header), "|" + "---|" * len(header)]
+        lines += [md_row(r) for r in rows] + [""]
     if compare:
         lines += ["## memory-on vs memory-off", "",
                   f"utility delta {compare.utility_delta_pp:+.1f} pp over {compare.paired} pairs, "

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.errors import InputError, validation_problems
-from orchestrator.models.task import StepSection, TaskConfig, ignored_fields
+from orchestrator.models.task import StepSection, TaskConfig, ignored_fields, name_problem
 from orchestrator.tasks.compose import Compose, load_compose
 from orchestrator.tasks.compose import find as find_compose
 from orchestrator.tasks.inputs import MAX_TOML_BYTES, links_out, load_toml, read_capped
@@ -149,6 +149,11 @@ def load_task(path: Path) -> Task:
         except InputError as exc:
             problems.extend(exc.problems)
     instruction = path / "instruction.md"
+    if config is not None and not config.task.name:
+        why = name_problem(_dataset_name(path))
+        if why:
+            problems.append(f"{path}: the folder's name as the task's name: {why} (rename "
+                            "the folder or set [task] name)")
     if config is not None:
         if not config.environment.docker_image and not (path / "environment" / "Dockerfile").is_file():
             problems.append(f"{path / 'environment/Dockerfile'}: missing "

@@ -210,3 +210,50 @@ def test_a_build_context_is_streamed_from_a_file(tmp_path):
     assert dockerfile > len("FROM python:3.12-slim-bookworm\nWORKDIR /app\n")  # trust lines added
     assert out[3] == "False"  # the task's own Dockerfile replaced, not doubled
     assert growth < 100 * 1024 * 1024, growth  # bytes in memory were 2-3x the file
+
+
+# ---- 4. names are never paths, and never forge a report row ---------------------------------
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("ds/" + "n" * 300, "the limit is 200"),
+    ("ds/nul\\u0000name", "control character"),
+    ("ds/forged\\n| ds/other | 1 | 1.000 | 1/1 |", "control character"),
+    ("ds/..", "'..'"),
+])
+def test_a_task_name_that_cannot_name_a_folder_is_refused_by_field(tmp_path, name, fragment):
+    task = make_task(tmp_path / "ds", "t", toml=f'[task]\nname = "{name}"\n')
+    said = refused(task)
+    assert "task.toml" in said and "task.name" in said and fragment in said
+
+
+def test_a_folder_name_with_a_line_break_is_refused_not_reported(tmp_path):
+    task = make_task(tmp_path / "ds", "t\n| ds-forged | 1 | 1.000 | 1-1 |")
+    assert "\n" in task.name  # the attack: the folder's name becomes the task's
+    assert "control character" in refused(task)
+
+
+def test_a_long_name_leaves_its_bystanders(tmp_path):
+    make_task(tmp_path, "good")
+    make_task(tmp_path, "long", toml=f'[task]\nname = "ds/{"n" * 300}"\n')
+    tasks, problems = load_tasks_lenient(tmp_path)
+    assert [t.short_name for t in tasks] == ["good"] and len(problems) == 1
+
+
+def test_report_md_escapes_pipes_and_line_breaks_in_cells():
+    from orchestrator.models.result import FailureMode, JobResult, TrialResult
+    from orchestrator.report.render import to_markdown
+    from orchestrator.report.tables import tables
+
+    forged = "ds/x | 9 | 1.000 | 9/9 |\n| ds/forged"
+    trial = TrialResult(trial_id="a" * 64, job="j", task=forged, task_path="/t", content_hash="h",
+                        condition="c", condition_hash="h", agent="a\n# heading", attempt=0,
+                        failure_mode=FailureMode.NONE, reward={"reward": 0.0},
+                        started_at=0.0, finished_at=1.0)
+    job = JobResult(job="j", condition="c", condition_hash="h", agent="a\n# heading", policy="p",
+                    k=1, n_trials=1)
+    text = to_markdown(job, tables([trial]))
+    rows = [line for line in text.splitlines() if "forged" in line]
+    assert len(rows) == 1 and rows[0].count(" | ") == 3  # one row of 4 cells: nothing forged
+    assert "\\|" in rows[0] and "\\x0a" in rows[0]
+    assert "# heading" not in text.split("\n## ")[0].splitlines()[1:]
