@@ -5,6 +5,7 @@ InputError naming the flag or file (exit 2) before anything runs."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import signal
@@ -79,23 +80,29 @@ class RunArgs:
 
 
 def execute(a: RunArgs) -> None:
-    try:
-        if a.resume is not None:
-            _take_over_resumed(a)
-        name, attempts = _check(a)
-        lineup = _allow_task_env(a, _lineup(a))  # before tasks load: their ${VAR}s read it
-        tasks = _tasks(a)
-        options = _job_options(a, name, attempts)
-        baseline_trials = _read_baseline(a, options, tasks)
-        job = _run(a, tasks, lineup, options)
-    except (InputError, InfraError) as exc:
-        fail(exc)
-    except KeyboardInterrupt:
-        job_dir = a.jobs_dir / (a.job_name or "")
-        err.print(f"[yellow]cancelled[/]: {_cancel_counts(job_dir)}; resume with "
-                  f"`orchestra run --resume {job_dir}`", soft_wrap=True)
-        raise typer.Exit(130) from None
-    _render_and_gate(a, job, name, baseline_trials)
+    from orchestrator.job.joblock import hold_job
+
+    with contextlib.ExitStack() as held:  # one writer per job folder, for the whole run
+        try:
+            if a.resume is not None:
+                held.enter_context(hold_job(a.resume))  # at once: before anything is read
+                _take_over_resumed(a)
+            name, attempts = _check(a)
+            lineup = _allow_task_env(a, _lineup(a))  # before tasks load: their ${VAR}s read it
+            tasks = _tasks(a)
+            options = _job_options(a, name, attempts)
+            baseline_trials = _read_baseline(a, options, tasks)
+            if a.resume is None:
+                held.enter_context(hold_job(a.jobs_dir / name))
+            job = _run(a, tasks, lineup, options)
+        except (InputError, InfraError) as exc:
+            fail(exc)
+        except KeyboardInterrupt:
+            job_dir = a.jobs_dir / (a.job_name or "")
+            err.print(f"[yellow]cancelled[/]: {_cancel_counts(job_dir)}; resume with "
+                      f"`orchestra run --resume {job_dir}`", soft_wrap=True)
+            raise typer.Exit(130) from None
+        _render_and_gate(a, job, name, baseline_trials)
 
 
 def _take_over_resumed(a: RunArgs) -> None:
@@ -126,8 +133,43 @@ def _take_over_resumed(a: RunArgs) -> None:
                          "with; resume would mix two conditions. Start a new job.")
     a.policy, a.layer = config.policy, source.layer
     a.k = None if config.k is None else str(config.k)
-    a.endpoints = [Path(p) for p in source.endpoints] or a.endpoints
+    a.endpoints = _resumed_endpoints(a, [Path(p) for p in source.endpoints])
     a.resumed, a.lineup_from_resume = source, lineup
+
+
+def _resumed_endpoints(a: RunArgs, recorded: list[Path]) -> list[Path] | None:
+    """A job folder is input (DESIGN 4): the endpoint files its config.json names never win
+    over the user's. --endpoints given: those. Otherwise the user's own config (the default
+    endpoints/*.json), and the job's files are said; where they define an endpoint the user's
+    config lacks or defines otherwise (another base URL, key variable, model), the resume is
+    refused unless --trust-job-endpoints says to use them."""
+    from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
+
+    if a.endpoints or not recorded:
+        return a.endpoints
+    try:
+        theirs = load_endpoints(recorded).endpoints
+    except InputError as exc:
+        err.print(f"--resume: the endpoint files the job folder names are not readable ({exc}); "
+                  "using your own endpoint config", markup=False, highlight=False, soft_wrap=True)
+        return a.endpoints
+    err.print("--resume: the job folder names endpoint files " + ", ".join(map(str, recorded)) + ": "
+              + ", ".join(f"{n} -> {e.base_url or e.provider}" for n, e in sorted(theirs.items())),
+              markup=False, highlight=False, soft_wrap=True)
+    mine_files = [p.resolve() for p in default_endpoint_files()]
+    mine = load_endpoints(mine_files).endpoints if mine_files else {}
+    differ = sorted(n for n, e in theirs.items() if n not in mine or mine[n].model_dump() != e.model_dump())
+    if not differ:
+        return a.endpoints  # the same endpoints: the user's own files serve them
+    if not a.trust_job_endpoints:
+        raise InputError(f"--resume {a.resume}: the job folder's endpoint files define "
+                         f"{', '.join(differ)} otherwise than your endpoint config "
+                         f"({', '.join(map(str, mine_files)) or 'none'}) does (base URL, key "
+                         "variable or model); pass --endpoints to choose yours, or "
+                         "--trust-job-endpoints to use the job's")
+    err.print(f"--resume: --trust-job-endpoints: using the job folder's endpoints for {', '.join(differ)}",
+              markup=False, highlight=False, soft_wrap=True)
+    return recorded
 
 
 def _check(a: RunArgs) -> tuple[str, int | None]:

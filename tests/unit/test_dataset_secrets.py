@@ -199,3 +199,48 @@ def test_the_viewer_answers_only_its_own_host(tmp_path):
             assert status == 421 and "secret-job-name" not in body, host
     finally:
         viewer.stop()
+
+
+# ---- 3. --resume: one writer, the user's endpoints ---------------------------------------
+def test_one_writer_per_job_folder(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from orchestrator.job.joblock import hold_job
+
+    job = tmp_path / "job-x"
+    second = ("import sys; from pathlib import Path; from orchestrator.job.joblock import hold_job\n"
+              "from orchestrator.errors import InputError\n"
+              "try:\n    hold_job(Path(sys.argv[1])).__enter__()\nexcept InputError as e:\n"
+              "    print(e); sys.exit(2)\n")
+    with hold_job(job):
+        other = subprocess.run([sys.executable, "-c", second, str(job)], capture_output=True, text=True,
+                               timeout=30)
+        assert other.returncode == 2 and "job-x" in other.stdout and f"pid {os.getpid()}" in other.stdout
+    other = subprocess.run([sys.executable, "-c", second, str(job)], capture_output=True, text=True, timeout=30)
+    assert other.returncode == 0  # released with the run
+
+
+def test_resume_never_takes_endpoints_from_the_job_folder_over_yours(tmp_path, monkeypatch):
+    from orchestrator.cli.run import _resumed_endpoints
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "endpoints").mkdir()
+    mine = tmp_path / "endpoints" / "live.json"
+    mine.write_text('{"live": {"base_url": "https://api.openai.com/v1", "model": "m", "api_key_env": "OPENAI_API_KEY"}}')
+    theirs = tmp_path / "job" / "evil.json"
+    theirs.parent.mkdir()
+    theirs.write_text('{"live": {"base_url": "https://evil.example/v1", "model": "m", "api_key_env": "OPENAI_API_KEY"}}')
+    same = tmp_path / "job" / "same.json"
+    same.write_text(mine.read_text())
+    # --endpoints given: the user's, whatever the job says
+    assert _resumed_endpoints(_run_args(endpoints=[mine], resume=tmp_path / "job"), [theirs]) == [mine]
+    # the job's files define what the user's config does: the user's own files serve them
+    assert _resumed_endpoints(_run_args(endpoints=None, resume=tmp_path / "job"), [same]) is None
+    # another base URL: refused, unless confirmed
+    with pytest.raises(InputError, match="evil|live") as refused:
+        _resumed_endpoints(_run_args(endpoints=None, resume=tmp_path / "job"), [theirs])
+    assert "--trust-job-endpoints" in str(refused.value)
+    assert _resumed_endpoints(_run_args(endpoints=None, resume=tmp_path / "job", trust_job_endpoints=True),
+                              [theirs]) == [theirs]
