@@ -15,11 +15,12 @@ its legacy name `version`) is read and recorded, never gated: Harbor never branc
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 import re
 from collections.abc import Iterable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 _FACTOR_MB = {"": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
@@ -30,7 +31,10 @@ def size_to_mb(text: str) -> int:
     match = _SIZE.match(text)
     if not match:
         raise ValueError(f"not a size: {text!r} (use e.g. '512M' or '2G')")
-    return int(float(match.group(1)) * _FACTOR_MB[match.group(2).upper()])
+    mb = float(match.group(1)) * _FACTOR_MB[match.group(2).upper()]
+    if not mb < 2**53:  # 1e400 is inf: a size, but not one
+        raise ValueError(f"not a usable size: {text[:40]!r}")
+    return int(mb)
 
 
 class _Section(BaseModel):
@@ -113,15 +117,31 @@ def _check_network(mode: str | None, hosts: list[str] | None) -> None:
             raise ValueError(f"allowed_hosts: {host!r}: a wildcard is a leading '*.' only")
 
 
+# Bounds on every value a task sets (DESIGN 4: its waits are capped, its quotas usable):
+# beyond them a value is a problem at load naming the field, never a retried launch error.
+MAX_TIMEOUT_SEC = 7 * 24 * 3600.0  # any phase, any build
+MAX_HEALTH_WAIT_SEC = 3600.0  # a healthcheck's start period
+MAX_HEALTH_STEP_SEC = 600.0  # its interval and each probe's timeout
+MAX_HEALTH_RETRIES = 100
+MIN_MB = 16
+MAX_MEMORY_MB = 1024 * 1024  # 1 TiB
+MAX_STORAGE_MB = 16 * 1024 * 1024  # 16 TiB
+RESERVED_DIRS = ("/logs", "/tests", "/solution", "/opt/orchestra")  # orchestra's own mounts
+
+
+def _timeout(default: float) -> float:
+    return Field(default=default, gt=0, le=MAX_TIMEOUT_SEC, allow_inf_nan=False)
+
+
 class Healthcheck(_Section):
     """Docker HEALTHCHECK semantics, run before the agent starts."""
 
     command: str
-    interval_sec: float = Field(default=5.0, ge=0)
-    timeout_sec: float = Field(default=30.0, gt=0)
-    start_period_sec: float = Field(default=0.0, ge=0)
-    start_interval_sec: float = Field(default=5.0, ge=0)
-    retries: int = Field(default=3, ge=1)
+    interval_sec: float = Field(default=5.0, ge=0, le=MAX_HEALTH_STEP_SEC, allow_inf_nan=False)
+    timeout_sec: float = Field(default=30.0, gt=0, le=MAX_HEALTH_STEP_SEC, allow_inf_nan=False)
+    start_period_sec: float = Field(default=0.0, ge=0, le=MAX_HEALTH_WAIT_SEC, allow_inf_nan=False)
+    start_interval_sec: float = Field(default=5.0, ge=0, le=MAX_HEALTH_STEP_SEC, allow_inf_nan=False)
+    retries: int = Field(default=3, ge=1, le=MAX_HEALTH_RETRIES)
 
 
 class Metadata(BaseModel):
@@ -137,7 +157,7 @@ class Metadata(BaseModel):
 
 
 class AgentSection(PhaseNetwork):
-    timeout_sec: float = Field(default=600.0, gt=0)
+    timeout_sec: float = _timeout(600.0)
     user: str | None = None
 
     @field_validator("user", mode="before")
@@ -147,7 +167,7 @@ class AgentSection(PhaseNetwork):
 
 
 class VerifierSection(PhaseNetwork):
-    timeout_sec: float = Field(default=600.0, gt=0)  # Harbor's default
+    timeout_sec: float = _timeout(600.0)  # Harbor's default
     env: dict[str, str] = {}  # ${VAR} and ${VAR:-default} expand from the host, as in Harbor
     environment_mode: Literal["shared", "separate", "snapshot"] = "shared"
     user: str | None = None
@@ -176,13 +196,13 @@ class SolutionSection(_Section):
 
 
 class EnvironmentSection(_Section):
-    cpus: float = Field(default=1.0, gt=0)
-    memory_mb: int = Field(default=2048, ge=16)
-    storage_mb: int = Field(default=10240, ge=16)
-    pids_limit: int = Field(default=1024, ge=8)
+    cpus: float = Field(default=1.0, ge=0.01, le=1024, allow_inf_nan=False)
+    memory_mb: int = Field(default=2048, ge=MIN_MB, le=MAX_MEMORY_MB)
+    storage_mb: int = Field(default=10240, ge=MIN_MB, le=MAX_STORAGE_MB)
+    pids_limit: int = Field(default=1024, ge=8, le=4_194_304)
     network_mode: NetworkMode = "public"
     allowed_hosts: list[str] | None = None
-    build_timeout_sec: float = Field(default=600.0, gt=0)
+    build_timeout_sec: float = _timeout(600.0)
     docker_image: str | None = None
     workdir: str = "/app"
     env: dict[str, str] = {}
@@ -206,6 +226,17 @@ class EnvironmentSection(_Section):
             return "/app"
         if not str(value).startswith("/"):
             raise ValueError("must be an absolute path such as /app")
+        path = posixpath.normpath(str(value))
+        if any(path == d or path.startswith(d + "/") for d in RESERVED_DIRS):
+            raise ValueError(f"{value!r} is orchestra's ({', '.join(RESERVED_DIRS)} are mounted "
+                             "over or emptied by orchestra); use e.g. /app")
+        return value
+
+    @field_validator("memory", "storage")
+    @classmethod
+    def _size(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            _bounded_mb(value, MAX_MEMORY_MB if info.field_name == "memory" else MAX_STORAGE_MB)
         return value
 
     @model_validator(mode="after")
@@ -224,7 +255,7 @@ class EnvironmentSection(_Section):
                                 "by orchestra yet")
         _check_network(self.network_mode, self.allowed_hosts)
         if self.memory is not None:
-            self.memory_mb = size_to_mb(self.memory)
+            self.memory_mb = size_to_mb(self.memory)  # bounded by _size
         if self.storage is not None:
             self.storage_mb = size_to_mb(self.storage)
         if self.allow_internet is False:
@@ -232,6 +263,14 @@ class EnvironmentSection(_Section):
         if self.network_mode == "none":
             self.network_mode = "no-network"
         return self
+
+
+def _bounded_mb(text: str, most: int) -> int:
+    """Harbor's size string in MB, within [MIN_MB, most] (`0M` is no limit to Docker)."""
+    mb = size_to_mb(text)
+    if not MIN_MB <= mb <= most:
+        raise ValueError(f"{text!r} is {mb} MB; it must be between {MIN_MB} MB and {most} MB")
+    return mb
 
 
 class DirectoryEntry(_Section):

@@ -33,9 +33,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from orchestrator.errors import InputError, validation_problems
+from orchestrator.models.task import MAX_HEALTH_RETRIES, MAX_HEALTH_STEP_SEC, MAX_HEALTH_WAIT_SEC
 from orchestrator.tasks.inputs import MAX_YAML_BYTES, load_yaml, read_capped
 
 # Harbor's docker backend reads exactly environment/docker-compose.yaml; a task's own data
@@ -57,8 +58,18 @@ class ComposeHealthcheck(BaseModel):
     test: list[str] | str
     interval: str = "30s"
     timeout: str = "30s"
-    retries: int = 3
+    retries: int = Field(default=3, ge=0, le=MAX_HEALTH_RETRIES)
     start_period: str = "0s"
+
+    @field_validator("interval", "timeout", "start_period")
+    @classmethod
+    def _bounded(cls, value: str, info: ValidationInfo) -> str:
+        """A duration Docker reads, within the task healthcheck's caps: a sidecar's wait
+        never keeps a job running without end."""
+        most = MAX_HEALTH_WAIT_SEC if info.field_name == "start_period" else MAX_HEALTH_STEP_SEC
+        if _ns(value) > most * 1e9:
+            raise ValueError(f"{value!r} is longer than the limit of {most:g}s")
+        return value
 
     @property
     def command(self) -> list[str]:
@@ -238,9 +249,15 @@ def load_compose(path: Path, main_image: str = "") -> Compose:
                               "variable, set by orchestra only: the dataset's value was dropped")
     compose.notes, compose.host_values = host.notes, host.values
     problems = []
+    task_dir = path.parent.parent.resolve()
     for name, service in compose.sidecars.items():
         if not (service.image or service.build):
             problems.append(f"{path}: field 'services.{name}': needs `image` or `build`")
+        outside = service.build and _outside(task_dir, path.parent, service.build)
+        if outside:
+            problems.append(f"{path}: field 'services.{name}.build.{outside[0]}': {outside[1]!r} "
+                            "leaves the task folder (a build context stays inside the task)")
+            continue
         if service.build and not (path.parent / service.build.context / service.build.dockerfile).is_file():
             problems.append(f"{path}: field 'services.{name}.build': no {service.build.dockerfile} "
                             f"in {service.build.context}")
@@ -261,6 +278,18 @@ def load_compose(path: Path, main_image: str = "") -> Compose:
     return compose
 
 
+def _outside(task_dir: Path, environment: Path, build: Build) -> tuple[str, str] | None:
+    """(field, value) of a build context or Dockerfile that is absolute or resolves outside
+    the task folder (`../..` up to /), else None. The folder's links were checked at load."""
+    context = environment / build.context
+    for field, value, where in (("context", build.context, context),
+                                ("dockerfile", build.dockerfile, context / build.dockerfile)):
+        resolved = where.resolve()
+        if value.startswith("/") or os.path.commonpath([task_dir, resolved]) != str(task_dir):
+            return field, value
+    return None
+
+
 def _interpolate(value: object, context: dict[str, str], host: HostEnv, field: str) -> object:
     if isinstance(value, str):
         def sub(match: re.Match) -> str:
@@ -278,7 +307,7 @@ def _interpolate(value: object, context: dict[str, str], host: HostEnv, field: s
 
 
 def _ns(duration: str) -> int:
-    if not _DURATION.match(duration.strip()):
-        raise ValueError(f"{duration!r} is not a duration like 5s or 1m30s")
+    if len(duration) > 64 or not _DURATION.match(duration.strip()):
+        raise ValueError(f"{duration[:64]!r} is not a duration like 5s or 1m30s")
     units = {"h": 3600e9, "m": 60e9, "s": 1e9, "ms": 1e6, "us": 1e3}
     return int(sum(float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s|us)", duration)))

@@ -257,3 +257,82 @@ def test_report_md_escapes_pipes_and_line_breaks_in_cells():
     assert len(rows) == 1 and rows[0].count(" | ") == 3  # one row of 4 cells: nothing forged
     assert "\\|" in rows[0] and "\\x0a" in rows[0]
     assert "# heading" not in text.split("\n## ")[0].splitlines()[1:]
+
+
+# ---- 5. unusable values are bounded when loaded --------------------------------------------
+
+
+@pytest.mark.parametrize("toml, field", [
+    ("[agent]\ntimeout_sec = inf\n", "agent.timeout_sec"),
+    ("[verifier]\ntimeout_sec = nan\n", "verifier.timeout_sec"),
+    ("[agent]\ntimeout_sec = 1e9\n", "agent.timeout_sec"),
+    ("[environment]\nbuild_timeout_sec = inf\n", "environment.build_timeout_sec"),
+    ('[environment]\nmemory = "0M"\n', "environment.memory"),
+    ('[environment]\nmemory = "1e400G"\n', "environment"),
+    ("[environment]\ncpus = 0.0001\n", "environment.cpus"),
+    ("[environment]\ncpus = inf\n", "environment.cpus"),
+    ('[environment]\nstorage = "1K"\n', "environment.storage"),
+    ('[environment]\nworkdir = "/logs"\n', "environment.workdir"),
+    ('[environment]\nworkdir = "/logs/agent"\n', "environment.workdir"),
+    ('[environment]\nworkdir = "/app/../tests"\n', "environment.workdir"),
+    ('[environment]\nworkdir = "/opt/orchestra"\n', "environment.workdir"),
+    ('[environment]\nworkdir = "/solution"\n', "environment.workdir"),
+    ('[environment.healthcheck]\ncommand = "true"\nstart_period_sec = 1e9\n', "environment.healthcheck.start_period_sec"),
+    ('[environment.healthcheck]\ncommand = "true"\ninterval_sec = inf\n', "environment.healthcheck.interval_sec"),
+    ('[environment.healthcheck]\ncommand = "true"\ntimeout_sec = 1e6\n', "environment.healthcheck.timeout_sec"),
+    ('[environment.healthcheck]\ncommand = "true"\nretries = 1000000\n', "environment.healthcheck.retries"),
+    ('[verifier.environment]\nmemory = "0M"\n', "verifier"),
+])
+def test_an_unusable_value_is_refused_at_load_naming_the_field(tmp_path, toml, field):
+    task = make_task(tmp_path, "t", toml=toml)
+    said = refused(task)
+    assert "task.toml" in said and f"field '{field}" in said, said
+
+
+@pytest.mark.parametrize("toml", [
+    '[agent]\ntimeout_sec = 604800\n[environment]\ncpus = 0.01\nmemory = "16M"\nstorage = "16M"\n',
+    '[environment]\nworkdir = "/logsheet"\n[environment.healthcheck]\ncommand = "true"\nstart_period_sec = 3600\n',
+])
+def test_values_at_the_bounds_still_load(tmp_path, toml):
+    assert load_task(make_task(tmp_path, "t", toml=toml))
+
+
+@pytest.mark.parametrize("healthcheck, field", [
+    ("start_period: 1000000000s", "start_period"),
+    ("interval: 2h", "interval"),
+    ("timeout: 99999999999999999999999999999999999999h", "timeout"),
+    ("retries: 100000", "retries"),
+])
+def test_a_sidecar_healthcheck_that_waits_forever_is_refused(tmp_path, healthcheck, field):
+    compose = ("services:\n  db:\n    image: redis:7\n    healthcheck:\n"
+               f"      test: [\"CMD\", \"true\"]\n      {healthcheck}\n")
+    task = make_task(tmp_path, "t", files={"environment/docker-compose.yaml": compose})
+    said = refused(task)
+    assert "docker-compose.yaml" in said and f"services.db.healthcheck.{field}" in said, said
+
+
+# ---- 6. a sidecar's build context stays inside the task folder -----------------------------
+
+
+@pytest.mark.parametrize("build, field", [
+    ("build: /", "context"),
+    ("build: ../../..", "context"),
+    ("build:\n      context: /etc", "context"),
+    ("build:\n      context: ../..", "context"),
+    ("build:\n      context: .\n      dockerfile: ../../../etc/Dockerfile", "dockerfile"),
+])
+def test_a_sidecar_build_context_outside_the_task_is_refused(tmp_path, build, field):
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")  # something to build up there
+    compose = f"services:\n  db:\n    {build}\n"
+    task = make_task(tmp_path / "ds", "t", files={"environment/docker-compose.yaml": compose})
+    said = refused(task)
+    assert "docker-compose.yaml" in said and f"services.db.build.{field}" in said, said
+    assert "leaves the task folder" in said
+
+
+def test_a_sidecar_build_context_inside_the_task_loads(tmp_path):
+    compose = "services:\n  db:\n    build: ../sidecar\n  web:\n    build: db\n"
+    task = make_task(tmp_path, "t", files={"environment/docker-compose.yaml": compose,
+                                           "sidecar/Dockerfile": "FROM scratch\n",
+                                           "environment/db/Dockerfile": "FROM scratch\n"})
+    assert set(load_task(task).compose.sidecars) == {"db", "web"}
