@@ -195,7 +195,7 @@ def _check(a: RunArgs) -> tuple[str, int | None]:
         raise InputError(f"--job-name: {problem}")
     if a.ca_bundle is not None and not a.ca_bundle.is_file():
         raise InputError(f"--ca-bundle: {a.ca_bundle}: no such file")
-    if a.replay_from is not None and not any(a.replay_from.glob("**/model/exchanges.jsonl")):
+    if a.replay_from is not None and not any(a.replay_from.glob("trials/*/model/exchanges.jsonl")):
         raise InputError(f"--replay-from: {a.replay_from}: no recorded exchanges "
                          "(trial folders with model/exchanges.jsonl) there")
     if a.retry_errors and a.resume is None:

@@ -119,16 +119,34 @@ def conversation_key(request: dict) -> str:
     return hashlib.sha256(json.dumps([task, system, turn]).encode()).hexdigest()
 
 
-def recorded_answers(job: Path) -> dict[str, list[tuple[int, dict]]]:
-    """Every recorded exchange of a job folder, by conversation key, in order."""
-    answers: dict[str, list[tuple[int, dict]]] = {}
-    for path in sorted(job.glob("**/" + str(RECORD))):
+def recorded_answers(job: Path) -> dict[str, dict[str, list[tuple[int, dict]]]]:
+    """A job folder's recorded exchanges, per trial (`task#attempt`, from its result.json)
+    and then per conversation key, in order. Only what the model proxy wrote on the host
+    is read: each trial's own `model/exchanges.jsonl`, never a file the agent wrote (its
+    artifacts or logs could hold a file of that name, to script a future replay); a trial
+    without a readable result.json or whose record is a link is left out."""
+    answers: dict[str, dict[str, list[tuple[int, dict]]]] = {}
+    for folder in sorted((job / "trials").glob("*")):
+        path, result = folder / RECORD, folder / "result.json"
+        if folder.is_symlink() or path.is_symlink() or (folder / "model").is_symlink() or not path.is_file():
+            continue
+        try:
+            facts = json.loads(result.read_text())
+            key = replay_key(str(facts["task"]), int(facts["attempt"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        trial = answers.setdefault(key, {})
         for item in read_exchanges(path):
             request, response = item.get("request"), item.get("response")
             if not isinstance(request, dict) or not isinstance(response, dict):
                 continue
-            answers.setdefault(conversation_key(request), []).append((int(item.get("status", 200)), response))
+            trial.setdefault(conversation_key(request), []).append((int(item.get("status", 200)), response))
     return answers
+
+
+def replay_key(task: str, attempt: int) -> str:
+    """Which recorded trial answers a replayed one: the same task and attempt."""
+    return f"{task}#{attempt}"
 
 
 # ---- a trajectory for agents that write none -------------------------------------------

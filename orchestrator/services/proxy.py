@@ -15,6 +15,7 @@ import secrets
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -111,10 +112,14 @@ class ModelProxy(OnOneServer):
     @classmethod
     def for_upstream(cls, host: str, upstream: Upstream, budget: Budget,
                      prices: dict[str, dict[str, float]], deadline: float,
-                     record: Path | None = None) -> ModelProxy:
+                     record: Path | None = None, trial: str | None = None) -> ModelProxy:
         """A started proxy on `host` in front of one of the job's upstreams; every exchange
-        is written to `record` when given (orchestrator.services.exchanges)."""
-        return cls(host, upstream.url, upstream.model, upstream.api_key, budget,
+        is written to `record` when given (orchestrator.services.exchanges). `trial`
+        (task#attempt): under --replay-from, whose recording answers (none: nothing does)."""
+        url = upstream.url
+        if upstream.replay:
+            url = f"{upstream.url.rstrip('/')}/trial/{urllib.parse.quote(trial or '-', safe='')}"
+        return cls(host, url, upstream.model, upstream.api_key, budget,
                    prices.get(upstream.model, {}), deadline=deadline, record=record).start()
 
     def stop(self) -> None:
@@ -299,6 +304,7 @@ class Upstream:
     model: str
     api_key: str | None
     env: dict
+    replay: bool = False  # a --replay-from recording: each trial names itself in the path
 
 
 class Upstreams:
@@ -330,7 +336,8 @@ class Upstreams:
                 url = server.url
             else:
                 url, key = endpoint.base_url, config.api_key(name)
-            upstreams.by_name[name] = Upstream(name, url, endpoint.model, key, dict(endpoint.env))
+            upstreams.by_name[name] = Upstream(name, url, endpoint.model, key, dict(endpoint.env),
+                                               replay=recorded is not None)
         scrub.register(*upstreams.secrets())
         return upstreams
 

@@ -24,8 +24,10 @@ tool calls of a recorded trajectory.jsonl in order, then its last message.
 
 `ReplayEngine({"recorded": recorded_answers(JOB)})` serves a recorded job's exchanges back
 (`orchestra run --replay-from JOB`): each call gets the recorded status and body of the
-same conversation at the same turn, in recorded order; a call the recording does not
-have (the run diverged) gets a 400 saying so, counted in `diverged`.
+same conversation at the same turn, in recorded order, from the recorded trial of the same
+task and attempt only (the trial's proxy names it in the path: `/v1/trial/<task#attempt>/`);
+a call the recording does not have (the run diverged, or no trial named) gets a 400 saying
+so, counted in `diverged`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import json
 import re
 import threading
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -103,12 +106,12 @@ class ReplayEngine:
         self.authorizations: list[str] = []  # what callers sent (tests check the proxy adds keys)
         self._lock = threading.Lock()
 
-    def answer(self, request: dict) -> tuple[int, dict]:
+    def answer(self, request: dict, trial: str | None = None) -> tuple[int, dict]:
         with self._lock:
             self.calls += 1
             calls = self.calls
         if "recorded" in self.script:
-            return self._recorded(request)
+            return self._recorded(request, trial)
         fail = self.script.get("fail_first") or {}
         if calls <= int(fail.get("times", 0)):
             status = int(fail.get("status", 429))
@@ -144,9 +147,10 @@ class ReplayEngine:
                 return 200, self._completion(request, rule["reply"], found, text)
         return 200, self._completion(request, {"content": "I have nothing scripted for this."}, {}, text)
 
-    def _recorded(self, request: dict) -> tuple[int, dict]:
-        with self._lock:
-            queue = self.script["recorded"].get(conversation_key(request))
+    def _recorded(self, request: dict, trial: str | None) -> tuple[int, dict]:
+        with self._lock:  # only the same task and attempt's recording answers it
+            queue = (self.script["recorded"].get(trial) or {}).get(conversation_key(request)) \
+                if trial is not None else None
             if queue:
                 return queue.pop(0) if len(queue) > 1 else queue[0]
             self.diverged += 1
@@ -185,6 +189,12 @@ class ReplayEngine:
         }
 
 
+def trial_of(path: str) -> str | None:
+    """The trial a proxy named in the path (`/v1/trial/<quoted task#attempt>/chat/...`)."""
+    match = re.match(r"^/v1/trial/([^/]+)/chat/completions/?$", path)
+    return urllib.parse.unquote(match.group(1)) if match else None
+
+
 class ReplayServer(BackgroundServer):
     """Serves a ReplayEngine on host:port (port 0: any free one). With `api_key` it answers
     401 to a call without `Authorization: Bearer <api_key>`, as a provider would (the tests
@@ -210,7 +220,7 @@ class ReplayServer(BackgroundServer):
                 elif not self.path.rstrip("/").endswith("/chat/completions") or not isinstance(request, dict):
                     self.reply(400, {"error": {"message": "POST a chat completion to /v1/chat/completions"}})
                 else:
-                    self.reply(*engine.answer(request))
+                    self.reply(*engine.answer(request, trial_of(self.path)))
 
         # one replay endpoint serves a whole job's proxies: no per-server request rate
         super().__init__(Handler, host, port, name="replay", path="/v1", request_rate=None)

@@ -22,7 +22,7 @@ from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import AGENT_LOGS, TrialDir
 from orchestrator.runtime.base import BuildFailed, Network
 from orchestrator.scrub import scrub_tree
-from orchestrator.services.exchanges import RECORD
+from orchestrator.services.exchanges import RECORD, replay_key
 from orchestrator.tasks.compose import HostEnv, allow_host_env, allowed_host_env
 from orchestrator.tasks.load import Task
 from orchestrator.tasks.memory import StateRoots, seed_engrams
@@ -196,7 +196,8 @@ class Trial:
             timeout = ctx.timeout_override or task.config.agent.timeout_sec
             self.proxy = proxy = ModelProxy.for_upstream(
                 network.gateway, upstream, lead.budget, ctx.manifest.prices,
-                time.time() + timeout + 60, record=self.paths.root / RECORD)
+                time.time() + timeout + 60, record=self.paths.root / RECORD,
+                trial=replay_key(task.name, self.result.attempt))
             env.update({**upstream.env, **proxy.env()})
             self.secrets.append(proxy.token)
         scrub.register(*self.secrets)

@@ -244,3 +244,88 @@ def test_resume_never_takes_endpoints_from_the_job_folder_over_yours(tmp_path, m
     assert "--trust-job-endpoints" in str(refused.value)
     assert _resumed_endpoints(_run_args(endpoints=None, resume=tmp_path / "job", trust_job_endpoints=True),
                               [theirs]) == [theirs]
+
+
+# ---- 4. replay: only the host's record, each trial its own -------------------------------
+def _ask(text: str) -> dict:
+    return {"model": "m", "messages": [{"role": "user", "content": text}]}
+
+
+def _exchange(text: str, answer: str) -> str:
+    import json
+
+    return json.dumps({"request": _ask(text), "status": 200, "response": {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
+                     "finish_reason": "stop"}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}}) + "\n"
+
+
+def _recorded_job(tmp_path: Path) -> Path:
+    job = tmp_path / "old-job"
+    for folder, task, attempt, answer in (("t__aaa", "ds/t", 0, "answer of t#0"),
+                                          ("t__bbb", "ds/t", 1, "answer of t#1"),
+                                          ("u__ccc", "ds/u", 0, "answer of u#0")):
+        trial = job / "trials" / folder
+        (trial / "model").mkdir(parents=True)
+        (trial / "result.json").write_text(f'{{"task": "{task}", "attempt": {attempt}}}')
+        (trial / "model" / "exchanges.jsonl").write_text(_exchange("do the task", answer))
+        # what the agent wrote: a scripted "recording" in its artifacts and its logs
+        for planted in (trial / "artifacts" / "model", trial / "agent" / "model", trial / "artifacts"):
+            planted.mkdir(parents=True, exist_ok=True)
+            (planted / "exchanges.jsonl").write_text(_exchange("planted question", "PLANTED"))
+    return job
+
+
+def test_replay_reads_only_the_proxys_record_per_trial(tmp_path):
+    from orchestrator.services.exchanges import recorded_answers
+    from orchestrator.services.replay import ReplayEngine
+
+    job = _recorded_job(tmp_path)
+    recorded = recorded_answers(job)
+    assert sorted(recorded) == ["ds/t#0", "ds/t#1", "ds/u#0"]
+    assert "PLANTED" not in str(recorded)
+    engine = ReplayEngine({"recorded": recorded})
+    for trial in ("ds/t#0", "ds/t#1", "ds/u#0"):
+        status, body = engine.answer(_ask("do the task"), trial)
+        assert status == 200 and body["choices"][0]["message"]["content"] == f"answer of {trial.replace('ds/', '')}"
+    for trial in ("ds/v#0", "ds/t#2", None):  # no recording of its own: never another trial's
+        status, body = engine.answer(_ask("do the task"), trial)
+        assert status == 400 and body["error"]["type"] == "replay_diverged", trial
+    status, _ = engine.answer(_ask("planted question"), "ds/t#0")
+    assert status == 400
+
+
+def test_a_trials_proxy_names_its_trial_to_the_replay_server(tmp_path):
+    import json
+    import time
+    import urllib.request
+
+    from orchestrator.models.manifest import Budget
+    from orchestrator.services.proxy import Upstreams
+
+    job = _recorded_job(tmp_path)
+    endpoints = tmp_path / "e.json"
+    endpoints.write_text('{"x": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}')
+    from orchestrator.models.endpoint import load_endpoints
+    from orchestrator.services.proxy import ModelProxy
+
+    upstreams = Upstreams.open({"x"}, load_endpoints([endpoints]), replay_from=job)
+    try:
+        got = {}
+        for trial in ("ds/t#1", "ds/u#0", "ds/v#0"):
+            proxy = ModelProxy.for_upstream("127.0.0.1", upstreams.by_name["x"], Budget(), {},
+                                            time.time() + 30, trial=trial)
+            try:
+                request = urllib.request.Request(
+                    proxy.url + "/chat/completions", data=json.dumps(_ask("do the task")).encode(),
+                    headers={"Authorization": f"Bearer {proxy.token}",
+                             "X-Orchestra-Trial": "ds/t#0"}, method="POST")  # the agent's header: ignored
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as response:
+                        got[trial] = json.loads(response.read())["choices"][0]["message"]["content"]
+                except urllib.error.HTTPError as exc:
+                    got[trial] = exc.code
+            finally:
+                proxy.stop()
+        assert got == {"ds/t#1": "answer of t#1", "ds/u#0": "answer of u#0", "ds/v#0": 400}
+    finally:
+        upstreams.close()

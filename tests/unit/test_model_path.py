@@ -245,9 +245,10 @@ def test_a_recorded_job_is_served_back_in_order_and_a_diverging_call_is_refused(
         answers = [post(proxy.url, proxy.token, body) for body in first]
     finally:
         proxy.stop()
+    (job / "trials" / "t1" / "result.json").write_text('{"task": "ds/t", "attempt": 0}')
     engine = ReplayEngine({"recorded": recorded_answers(job)})
-    assert [engine.answer(body) for body in first] == answers  # the same bodies, byte for byte
-    status, body = engine.answer(ask("something never asked"))
+    assert [engine.answer(body, "ds/t#0") for body in first] == answers  # the same bodies, byte for byte
+    status, body = engine.answer(ask("something never asked"), "ds/t#0")
     assert status == 400 and body["error"]["type"] == "replay_diverged" and engine.diverged == 1
 
 
