@@ -150,6 +150,27 @@ class ModelProxy(OnOneServer):
             return f"cost={b.cost} reached"
         return None
 
+    def _cap(self, request: dict) -> None:
+        """A call may not spend more than the token budget has left: max_tokens and
+        max_completion_tokens are lowered to it (max_tokens set when neither is given), and
+        `n` choices only as many as it covers (at least 1)."""
+        if self.budget.tokens is None:
+            return
+        with self._lock:
+            left = max(1, self.budget.tokens - self.stats.prompt_tokens - self.stats.completion_tokens)
+        keys = [k for k in ("max_tokens", "max_completion_tokens") if k in request]
+        for key in keys:
+            value = request[key]
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= left:
+                request[key] = left
+        if not keys:
+            request["max_tokens"] = left
+        per_choice = min(request[k] for k in keys or ["max_tokens"])
+        n = request.get("n")
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1 or n * per_choice > left):
+            request["n"] = max(1, min(n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1,
+                                      left // per_choice))
+
     def handle(self, path: str, headers: Message, read_body: Callable[[int], bytes],
                client_gone: Callable[[], bool] = lambda: False) -> tuple[int, dict | bytes, str]:
         """(status, body, content type). A `stream: true` request is sent upstream without
@@ -188,6 +209,7 @@ class ModelProxy(OnOneServer):
                                               'calls in this trial (insufficient credits, "code":402)',
                                    "type": "budget_exceeded", "code": "budget_exceeded"}}, None
         request["model"] = self.model
+        self._cap(request)
         stream = None
         if request.get("stream"):
             include = (request.get("stream_options") or {}).get("include_usage") if isinstance(

@@ -329,3 +329,41 @@ def test_a_trials_proxy_names_its_trial_to_the_replay_server(tmp_path):
         assert got == {"ds/t#1": "answer of t#1", "ds/u#0": "answer of u#0", "ds/v#0": 400}
     finally:
         upstreams.close()
+
+
+# ---- 5. the budget caps each call ----------------------------------------------------------
+def test_each_call_is_capped_to_what_the_token_budget_has_left():
+    import time
+
+    from orchestrator.models.manifest import Budget
+    from orchestrator.services.proxy import ModelProxy
+
+    proxy = ModelProxy("127.0.0.1", "http://127.0.0.1:9/v1", "m", None, Budget(tokens=1000), {},
+                       deadline=time.time() + 30)
+    try:
+        request = {"n": 1000, "max_tokens": 10**9}
+        proxy._cap(request)
+        assert request == {"n": 1, "max_tokens": 1000}  # 524x the budget before
+        request = {"max_completion_tokens": 10**9, "max_tokens": 200, "n": 3}
+        proxy._cap(request)
+        assert request == {"max_completion_tokens": 1000, "max_tokens": 200, "n": 3}
+        request = {}
+        proxy._cap(request)
+        assert request == {"max_tokens": 1000}
+        proxy.stats.prompt_tokens, proxy.stats.completion_tokens = 700, 250
+        request = {"n": 4, "max_tokens": 20}
+        proxy._cap(request)
+        assert request == {"n": 2, "max_tokens": 20}
+        request = {"n": "lots", "max_tokens": -5}
+        proxy._cap(request)
+        assert request == {"n": 1, "max_tokens": 50}
+        proxy.stats.completion_tokens = 300  # nothing left: refused before the call
+        assert proxy._over_budget() == "tokens=1000 reached"
+        unlimited = ModelProxy("127.0.0.1", "http://127.0.0.1:9/v1", "m", None, Budget(), {},
+                               deadline=time.time() + 30)
+        request = {"n": 1000, "max_tokens": 10**9}
+        unlimited._cap(request)
+        assert request == {"n": 1000, "max_tokens": 10**9}
+        unlimited.server.httpd.server_close()
+    finally:
+        proxy.server.httpd.server_close()
