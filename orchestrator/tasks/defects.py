@@ -29,7 +29,32 @@ _SOLUTION_PATH = re.compile(r"(?<![\w.])/solution/([\w./-]+)")
 
 def task_defects(task: Task) -> list[str]:
     """What the task folder itself gets wrong, each said with the file that shows it."""
-    return [*_not_executable(task), *_step_reaches_out(task)]
+    return [*_not_executable(task), *_step_reaches_out(task), *_copies_what_it_lacks(task)]
+
+
+def _copies_what_it_lacks(task: Task) -> list[str]:
+    """COPY/ADD sources the build context does not have (a data file never committed:
+    Docker's 'file not found in build context'). Stages (--from), URLs and globs that match
+    something are fine."""
+    context = task.path / "environment"
+    text = _read(task, context / "Dockerfile")
+    if text is None:
+        return []
+    defects = []
+    for line in _joined(text):
+        words = line.split()
+        if not words or words[0].upper() not in ("COPY", "ADD") or line.lstrip().startswith(("COPY [", "ADD [")):
+            continue
+        args = [w for w in words[1:] if not w.startswith("--")]
+        if any(w.startswith("--from") for w in words[1:]) or len(args) < 2:
+            continue
+        for source in args[:-1]:
+            if "://" in source or "$" in source:
+                continue
+            if not any(_inside(task.path, p) or p.is_dir() for p in context.glob(source.lstrip("/"))):
+                defects.append(f"environment/Dockerfile copies {source}, which the task does not ship "
+                               "(not in environment/: the build fails 'file not found in build context')")
+    return defects
 
 
 def _inside(root: Path, path: Path) -> Path | None:

@@ -66,3 +66,11 @@ def test_a_link_out_of_the_task_is_never_read(tmp_path):
     loaded = load_task(task)  # a link out is refused at load now; the doctor holds on its own
     (task / "solution/helper.sh").symlink_to(outside)
     assert task_defects(loaded) == []
+
+
+def test_a_dockerfile_copy_of_a_file_the_task_does_not_ship(tmp_path):
+    task = make_task(tmp_path, "t", files={"environment/data/have.csv": "a\n"},
+                     dockerfile="FROM python:3.12-slim\nCOPY data/have.csv /app/\nCOPY data/sample_orbit.csv /app/data/\n"
+                                "COPY --from=builder /out /app/\nADD https://example.com/x /app/\nCOPY data/*.csv /app/\n")
+    (found,) = task_defects(load_task(task))
+    assert "copies data/sample_orbit.csv, which the task does not ship" in found
