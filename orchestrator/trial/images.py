@@ -36,6 +36,7 @@ from orchestrator.runtime.base import (
     PullFailed,
     Runtime,
 )
+from orchestrator.tasks.dockerfile import for_classic_builder
 from orchestrator.tasks.load import Task, hash_tree, image_repository
 from orchestrator.tasks.standins import RELEASES, StandIn, base_image, choose, parse_reference
 from orchestrator.trial.trust import BUNDLE_IN_CONTEXT, Trust, trusted_stage
@@ -326,11 +327,15 @@ def build_context(folder: Path, dockerfile: str, stand_ins: list[StandIn],
     """The folder as a build context, its Dockerfile naming the stand-ins; with a CA
     bundle, trusted in every stage (trust.trusted_stage after each FROM), so `pip install`
     works behind a TLS-intercepting proxy. The task's own files are unchanged. A tar in a
-    temporary file, streamed to the engine: a task's big data files are never in memory."""
-    if not stand_ins and ca is None:
+    temporary file, streamed to the engine: a task's big data files are never in memory.
+    BuildKit-only COPY --chmod is rewritten for the engine's classic builder (tasks/dockerfile.py)."""
+    classic, rewritten = for_classic_builder(dockerfile)
+    if not stand_ins and ca is None and not rewritten:
         return spool_tree(folder)
+    if rewritten:
+        log.info("image.classic_builder", folder=str(folder), rewritten=rewritten)
     lines = []
-    for line in with_stand_ins(dockerfile, stand_ins).splitlines():
+    for line in with_stand_ins(classic, stand_ins).splitlines():
         lines.append(line)
         if ca is not None and _FROM.match(line):
             lines.extend(trusted_stage())

@@ -167,8 +167,10 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
     box.containers.append(box.agent_container)
     if box.volumes:
         box.on_disk.append(box.agent_container)
+    # /logs/verifier is there from the start, as under Harbor (tasks' solutions check it);
+    # what the agent leaves in it is removed before grading (reset_verifier_logs)
     if box.loop_disk is not None:  # /logs is the loop disk's logs folder: make it on the host
-        for folder in (AGENT_LOGS, ARTIFACTS):
+        for folder in (AGENT_LOGS, VERIFIER_LOGS, ARTIFACTS):
             path = box.loop_disk.logs / Path(folder).name
             path.mkdir()
             path.chmod(0o777)
@@ -177,7 +179,7 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
         runtime.exec(box.agent_container, ["sh", "-c", APPEND], user="0", deadline=time.time() + 30)
     if box.loop_disk is None:
         runtime.put_archive(box.agent_container, "/", tar_files(
-            {}, dirs=[p.lstrip("/") for p in (LOGS, AGENT_LOGS, ARTIFACTS)]))
+            {}, dirs=[p.lstrip("/") for p in (LOGS, AGENT_LOGS, VERIFIER_LOGS, ARTIFACTS)]))
 
 
 def _mount_loop_disk(runtime: Runtime, disks: DiskQuotas, box: Sandbox, name: str,

@@ -451,3 +451,16 @@ def test_tasks_check_lists_what_each_task_needs_that_this_host_lacks(runtime, tm
              "run time; where no registry answers (or --bases offline), orchestra/base:bookworm stands in: "
              "python 3.12 on bookworm asked; the tag's release decides, and bookworm's python is 3.11. "
              "Warning: python 3.11, NOT the python 3.12 the tag names (bookworm has no other)"]), modest
+
+
+def test_copy_chmod_builds_on_the_classic_builder_and_logs_are_there_from_the_start(runtime, tmp_path):
+    """Two shapes of Harbor's own example tasks: `COPY --chmod=755` (BuildKit-only; docker-py
+    drives the classic builder, which refused it: 15 of 32 examples were build errors), and
+    a solution that checks /logs/verifier exists during the agent phase, as under Harbor."""
+    make_task(tmp_path / "ds", "chmod", files={"environment/entrypoint.sh": "#!/bin/sh\necho ran\n"},
+              dockerfile="FROM python:3.12-slim-bookworm\nRUN useradd -m app\nUSER app\n"
+                         "COPY --chmod=755 entrypoint.sh /entrypoint.sh\nWORKDIR /app\nUSER root\n",
+              solve='[ -d /logs/verifier ] && [ "$(/entrypoint.sh)" = ran ] && touch /app/ok\n')
+    assert oct((tmp_path / "ds/chmod/environment/entrypoint.sh").stat().st_mode & 0o777) == "0o644"  # not executable as shipped
+    _, (trial,) = run(runtime, tmp_path / "ds", tmp_path / "jobs")
+    assert (trial.failure_mode, trial.reward) == ("none", {"reward": 1.0}), trial.error

@@ -1,0 +1,57 @@
+"""A task's Dockerfile, as the engine's classic builder can build it.
+
+docker-py drives the Engine API's classic builder (it has no BuildKit session), and the
+classic builder refuses BuildKit-only flags that Harbor datasets use because Harbor builds
+with the docker CLI: `COPY --chmod=755 entrypoint.sh /entrypoint.sh` fails with "the
+--chmod option requires BuildKit" (15 of Harbor's 32 example tasks that run here). Each
+such line is rewritten to what it means: the COPY (or ADD) without --chmod, then
+`RUN chmod -R MODE` of what it copied, as root. The task's files are unchanged; only the
+Dockerfile sent in the build context differs, and the rewrite is logged with the trial.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+
+_CHMOD = re.compile(r"\s--chmod=(\S+)")
+_USER = re.compile(r"^\s*USER\s+(\S+)", re.IGNORECASE)
+_FROM = re.compile(r"^\s*FROM\s", re.IGNORECASE)
+
+
+def for_classic_builder(dockerfile: str) -> tuple[str, list[str]]:
+    """The Dockerfile without BuildKit-only COPY/ADD --chmod, and what was rewritten (the
+    text as it was when there is nothing to rewrite)."""
+    if "--chmod" not in dockerfile:
+        return dockerfile, []
+    out: list[str] = []
+    notes: list[str] = []
+    user: str | None = None
+    for line in re.sub(r"\\\n", " ", dockerfile).splitlines():
+        if _FROM.match(line):
+            user = None
+        elif match := _USER.match(line):
+            user = match.group(1)
+        words = line.split()
+        chmod = _CHMOD.search(line)
+        if not words or words[0].upper() not in ("COPY", "ADD") or chmod is None or "[" in line:
+            out.append(line)
+            continue
+        mode = chmod.group(1)
+        plain = _CHMOD.sub("", line, count=1)
+        args = [w for w in plain.split()[1:] if not w.startswith("--")]
+        if len(args) < 2:
+            out.append(line)
+            continue
+        sources, dest = args[:-1], args[-1]
+        into_dir = dest.endswith("/") or len(sources) > 1
+        targets = [posixpath.join(dest, posixpath.basename(s.rstrip("/"))) for s in sources] if into_dir else [dest]
+        run = f"RUN chmod -R {mode} " + " ".join(t if "*" in t or "?" in t else shlex.quote(t) for t in targets)
+        out.append(plain)
+        if user not in (None, "root", "0"):
+            out.extend(["USER root", run, f"USER {user}"])
+        else:
+            out.append(run)
+        notes.append(f"{line.strip()} -> {plain.strip()}; {run}")
+    return "\n".join(out) + "\n", notes
