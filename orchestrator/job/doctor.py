@@ -253,7 +253,8 @@ def _why_oracle_failed(oracle: TrialResult | None, job_dir: Path, task: Task) ->
                       for s in oracle.stand_ins)
     tail = _verifier_output(oracle, job_dir)
     if mode == FailureMode.BUILD_ERROR:
-        sign = NETWORK_SIGNS.search(error) or NPM_OFFLINE.search(error)
+        own = error.split("\n[built on:")[0]  # the base's failed pull is said there, not the build's
+        sign = NETWORK_SIGNS.search(own) or NPM_OFFLINE.search(own)
         why = "build failed" + (f", needing a network this host lacks ({sign.group(0)})" if sign else "")
         return f"{why}: {_last_line(error)}" + (f" [{stood}]" if stood else "")
     if mode == FailureMode.INFEASIBLE:

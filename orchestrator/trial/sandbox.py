@@ -172,7 +172,7 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
     if box.loop_disk is not None:  # /logs is the loop disk's logs folder: make it on the host
         for folder in (AGENT_LOGS, VERIFIER_LOGS, ARTIFACTS):
             path = box.loop_disk.logs / Path(folder).name
-            path.mkdir()
+            path.mkdir(exist_ok=True)  # the engine may have made it as a mount point already
             path.chmod(0o777)
     runtime.start(box.agent_container)
     if box.trust.enabled:  # the system store too, for programs that read only it

@@ -462,5 +462,9 @@ def test_copy_chmod_builds_on_the_classic_builder_and_logs_are_there_from_the_st
                          "COPY --chmod=755 entrypoint.sh /entrypoint.sh\nWORKDIR /app\nUSER root\n",
               solve='[ -d /logs/verifier ] && [ "$(/entrypoint.sh)" = ran ] && touch /app/ok\n')
     assert oct((tmp_path / "ds/chmod/environment/entrypoint.sh").stat().st_mode & 0o777) == "0o644"  # not executable as shipped
-    _, (trial,) = run(runtime, tmp_path / "ds", tmp_path / "jobs")
-    assert (trial.failure_mode, trial.reward) == ("none", {"reward": 1.0}), trial.error
+    # an image that ships /logs/... itself (copied up into the trial's /logs volume)
+    make_task(tmp_path / "ds", "own-logs", dockerfile="FROM python:3.12-slim-bookworm\nWORKDIR /app\n"
+              "RUN mkdir -p /logs/agent /logs/verifier /logs/artifacts\n", solve="touch /app/ok\n")
+    _, trials = run(runtime, tmp_path / "ds", tmp_path / "jobs")
+    assert {t.task.split("/")[-1]: (t.failure_mode, t.headline) for t in trials} == {
+        "chmod": ("none", 1.0), "own-logs": ("none", 1.0)}, [t.error for t in trials]

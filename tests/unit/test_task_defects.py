@@ -74,3 +74,14 @@ def test_a_dockerfile_copy_of_a_file_the_task_does_not_ship(tmp_path):
                                 "COPY --from=builder /out /app/\nADD https://example.com/x /app/\nCOPY data/*.csv /app/\n")
     (found,) = task_defects(load_task(task))
     assert "copies data/sample_orbit.csv, which the task does not ship" in found
+
+
+def test_a_stood_in_base_whose_pull_failed_is_not_taken_for_the_builds_network_need(tmp_path):
+    task = make_task(tmp_path, "t", dockerfile="FROM python:3.12-slim\nCOPY data/x.csv /app/\n")
+    failed = oracle(0.0).model_copy(update={"reward": None, "failure_mode": "build_error", "error": (
+        "COPY failed: file not found in build context: stat data/x.csv: file does not exist\n"
+        "[built on: FROM python:3.12-slim stood in by orchestra/base:bookworm (the pull failed: "
+        "dial tcp: lookup registry-1.docker.io: no such host)]")})
+    d = classify(load_task(task), failed, None, tmp_path)
+    assert d.verdict == "broken" and "needing a network" not in d.reason, d.reason
+    assert "the task's own defect: environment/Dockerfile copies data/x.csv" in d.reason
