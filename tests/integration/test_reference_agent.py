@@ -261,7 +261,7 @@ def test_a_slow_endpoint_is_an_endpoint_error_in_the_trajectory_not_a_crash(runt
     class Slow(http.server.BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802
             seen.append(time.time())
-            time.sleep(25)  # then hangs up without an answer: a retryable failure
+            time.sleep(13)  # then hangs up without an answer: a retryable failure
 
         def log_message(self, *args):
             pass
@@ -273,11 +273,11 @@ def test_a_slow_endpoint_is_an_endpoint_error_in_the_trajectory_not_a_crash(runt
     endpoints.write_text(json.dumps({"slow": {"provider": "openai", "base_url":
                                               f"http://127.0.0.1:{server.server_address[1]}/v1",
                                               "model": "m"}}))
-    make_task(tmp_path / "ds", "slow", toml="[agent]\ntimeout_sec = 20\n")
+    make_task(tmp_path / "ds", "slow", toml="[agent]\ntimeout_sec = 15\n")  # 10 s of it the agent keeps for its end
     try:
         _, trials = run_with(runtime, tmp_path / "ds", tmp_path / "jobs", manifest("slow"),
                              endpoints=[endpoints], max_retries=0)
-        time.sleep(max(0.0, seen[0] + 32 - time.time()))  # past the moment a retry would go out
+        time.sleep(max(0.0, seen[0] + 17 - time.time()))  # past the moment a retry would go out
     finally:
         server.shutdown()
     result, folder = trials["slow"]
