@@ -101,7 +101,7 @@ python3 -c 'import os, packaging, typing_extensions; print(os.path.realpath(pack
 
 
 @pytest.mark.part("network-containers")
-@pytest.mark.parametrize("release", ["bookworm"])
+@pytest.mark.parametrize("release", list(RELEASES))
 def test_pip_upgrades_what_a_tasks_apt_get_pulled_in_for_debians_python(runtime, release, container_network):
     """The 15 real tasks lost to "uninstall-no-record-file": an `apt-get install` that brings
     Debian's python3-packaging and python3-typing-extensions, then `pip install --upgrade` of
