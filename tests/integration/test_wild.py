@@ -87,6 +87,11 @@ def test_wild_shapes_load_build_on_stand_ins_and_score_honestly(runtime, tmp_pat
                    "> /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
     make_task(ds, "ubuntu", toml=SMALL, dockerfile="FROM ubuntu:24.04\nWORKDIR /app\n",
               solve="touch /app/ok\n")
+    # the tag's Debian release decides (bookworm's apt pins and packages), its python said
+    make_task(ds, "bookworm-tag", toml=SMALL, dockerfile="FROM python:3.13-slim-bookworm\nWORKDIR /app\n",
+              solve="touch /app/ok\n", test="mkdir -p /logs/verifier\n"
+              "grep -q '^12' /etc/debian_version && [ -e /app/ok ] && echo 1 > /logs/verifier/reward.txt "
+              "|| echo 0 > /logs/verifier/reward.txt\n")
     check = subprocess.run([ORCHESTRA, "tasks", "check", str(ds), "--json"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     listed = {Path(row["path"]).name: row["ignored_fields"] for row in json.loads(check.stdout)}
@@ -98,8 +103,11 @@ def test_wild_shapes_load_build_on_stand_ins_and_score_honestly(runtime, tmp_pat
     t = _trials(tmp_path / "jobs/wild")
     assert {name: (r.failure_mode.value, r.headline) for name, r in t.items()} == {
         "pytest-at-grading": ("none", 0.0 if container_network == "none" else 1.0), "trixie-python": ("none", 1.0), "two-keys": ("none", 0.75),
-        "compose-named-data": ("none", 1.0), "ubuntu": ("none", 1.0)}, {n: r.error for n, r in t.items()}
-    assert job.mean_reward == round((4 + 0.75 - (container_network == "none")) / 5, 6)
+        "compose-named-data": ("none", 1.0), "ubuntu": ("none", 1.0), "bookworm-tag": ("none", 1.0)}, \
+        {n: r.error for n, r in t.items()}
+    assert job.mean_reward == round((5 + 0.75 - (container_network == "none")) / 6, 6)
+    tagged = t["bookworm-tag"].stand_ins[0]
+    assert tagged["release"] == "bookworm" and "NOT the python 3.13 the tag names" in tagged["warning"]
     wild = t["pytest-at-grading"]
     assert wild.ignored_fields[-1] == "environment.image" and wild.schema_version == "2.0"  # read, not gated
     assert wild.stand_ins[0]["stand_in"] == "orchestra/base:bookworm" and wild.stand_ins[0]["python"] == "3.11"
