@@ -272,6 +272,8 @@ def _why_oracle_failed(oracle: TrialResult | None, job_dir: Path, task: Task) ->
         why += f"; the test's `{missing.group(1)}` is not in the image"
     elif module := NO_MODULE.search(tail):
         why += f"; the test's python module `{module.group(1)}` is not in the image"
+    elif said := _said(tail):
+        why += f"; the test says: {said}"
     tests = "\n".join((d / "test.sh").read_text(errors="replace") for d in task.tests_dirs
                       if (d / "test.sh").is_file())
     if task.config.network_for("verifier") == "no-network" and (fetch := FETCHES.search(tests)):
@@ -283,12 +285,24 @@ def _why_oracle_failed(oracle: TrialResult | None, job_dir: Path, task: Task) ->
 
 
 def _verifier_output(oracle: TrialResult, job_dir: Path) -> str:
-    for path in job_dir.glob(f"trials/*__{oracle.trial_id[:12]}/verifier/test-stdout.txt"):
-        try:
-            return path.read_text(errors="replace")[-20_000:]
-        except OSError:
-            return ""
-    return ""
+    """What test.sh printed: the trial's, or each step's (a multi-step task grades in
+    steps/<name>/verifier/), the last 20 kB of each."""
+    found = []
+    for folder in job_dir.glob(f"trials/*__{oracle.trial_id[:12]}"):
+        for path in sorted([folder / "verifier/test-stdout.txt", *folder.glob("steps/*/verifier/test-stdout.txt")]):
+            try:
+                found.append(path.read_text(errors="replace")[-20_000:])
+            except OSError:
+                continue
+    return "\n".join(found)
+
+
+def _said(output: str) -> str:
+    """The test's own last words when they are not a pytest summary or a reward (a
+    message a task's test.sh prints on failure, e.g. 'blocked despite the allowlist')."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    words = [line for line in lines if not re.fullmatch(r"[\d.]+|=+.*=+|[.FEsx]+.*", line)]
+    return words[-1][:200] if words else ""
 
 
 _TELLING = re.compile(r"(failed|error|not found|no such|denied|unable|cannot|refused)", re.IGNORECASE)

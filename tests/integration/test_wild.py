@@ -138,6 +138,9 @@ def test_the_doctor_names_every_verdict_caches_it_and_run_skips_the_broken(runti
     (leaky / "environment/test.sh").write_text((leaky / "tests/test.sh").read_text())  # COPY . ships the test
     make_task(ds, "unbuildable", toml=SMALL, dockerfile="FROM node:20\nRUN true\n", solve="touch /app/ok\n")
     (make_task(ds, "invalid", toml=SMALL) / "tests/test.sh").unlink()  # as 5 tasks of one dataset
+    # the task's own defect: a helper its solution runs, shipped without its run bit
+    make_task(ds, "no-run-bit", toml=SMALL, test=CHECK, solve="cd /solution && ./helper.sh\n",
+              files={"solution/helper.sh": "#!/bin/bash\ntouch /app/ok\n"})
     jobs = tmp_path / "jobs"
     env = {**os.environ, "ORCHESTRA_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run([ORCHESTRA, "tasks", "doctor", str(ds), "--jobs-dir", str(jobs), "--json"],
@@ -146,7 +149,8 @@ def test_the_doctor_names_every_verdict_caches_it_and_run_skips_the_broken(runti
     found = {Path(d["path"]).name: d for d in json.loads(proc.stdout)}
     assert {name: d["verdict"] for name, d in found.items()} == {
         "healthy": "healthy", "offline-test": "broken", "weak": "weak-test", "no-solution": "no-solution",
-        "leaky": "leaky", "unbuildable": "broken", "invalid": "invalid"}, found
+        "leaky": "leaky", "unbuildable": "broken", "invalid": "invalid", "no-run-bit": "broken"}, found
+    assert "the task's own defect: solution/solve.sh runs ./helper.sh" in found["no-run-bit"]["reason"]
     assert "tests/test.sh: missing" in found["invalid"]["reason"]
     assert "needs a network this host lacks" in found["offline-test"]["reason"]
     assert "the image holds tests/test.sh at /app/test.sh" in found["leaky"]["reason"]
@@ -156,10 +160,10 @@ def test_the_doctor_names_every_verdict_caches_it_and_run_skips_the_broken(runti
     again = subprocess.run([ORCHESTRA, "tasks", "doctor", str(ds), "--jobs-dir", str(jobs)],
                            capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 1 and sorted(p.name for p in jobs.iterdir()) == runs  # the cache: no job
-    assert "2 broken" in again.stdout, again.stdout
+    assert "3 broken" in again.stdout, again.stdout
     skipped = subprocess.run([ORCHESTRA, "run", "--path", str(ds), "--agent", "oracle", "--skip-broken", "-q",
                               "--jobs-dir", str(jobs), "--job-name", "after", "--json", "-"],
                              capture_output=True, text=True, env=env, timeout=600)
     assert skipped.returncode == 0, skipped.stderr[-2000:]
-    assert "--skip-broken: 5 task(s)" in skipped.stderr  # 2 broken, leaky, no-solution, invalid
+    assert "--skip-broken: 6 task(s)" in skipped.stderr  # 3 broken, leaky, no-solution, invalid
     assert json.loads(skipped.stdout)["n_trials"] == 2  # healthy and weak

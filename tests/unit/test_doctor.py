@@ -203,3 +203,18 @@ def test_skip_broken_names_the_tasks_without_a_verdict(tmp_path, monkeypatch):
     assert plan.keep == [task, new] and plan.unchecked == [new]
     note = plan.note(tmp_path / "ds") or ""
     assert "1 task(s) have no doctor verdict" in note and new.name in note and "orchestra tasks doctor" in note
+
+
+def test_a_steps_verifier_output_is_read_and_a_tests_own_words_are_said(tmp_path):
+    """Third-party multi-step tasks grade in steps/<name>/verifier/: a DNS failure there is
+    the host's missing network; a test's own failure line is quoted when nothing else fits."""
+    path = make_task(tmp_path / "ds", "t")
+    step = tmp_path / "job" / "trials" / f"t__{'a' * 12}" / "steps" / "one" / "verifier"
+    step.mkdir(parents=True)
+    (step / "test-stdout.txt").write_text("urllib.error.URLError: <urlopen error [Errno -3] "
+                                          "Temporary failure in name resolution>\n")
+    d = classify(load_task(path), trial(0.0), trial(0.0), tmp_path / "job")
+    assert "needs a network this host lacks (Temporary failure in name resolution)" in d.reason, d.reason
+    (step / "test-stdout.txt").write_text("verifier: 1.1.1.1 was blocked despite the 1.1.1.0/24 allowlist\n0\n")
+    d = classify(load_task(path), trial(0.0), trial(0.0), tmp_path / "job")
+    assert "the test says: verifier: 1.1.1.1 was blocked despite the 1.1.1.0/24 allowlist" in d.reason, d.reason
