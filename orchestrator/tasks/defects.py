@@ -29,7 +29,12 @@ _SOLUTION_PATH = re.compile(r"(?<![\w.])/solution/([\w./-]+)")
 
 def task_defects(task: Task) -> list[str]:
     """What the task folder itself gets wrong, each said with the file that shows it."""
-    return [*_not_executable(task), *_step_reaches_out(task), *_copies_what_it_lacks(task)]
+    found = [*_not_executable(task), *_step_reaches_out(task), *_copies_what_it_lacks(task)]
+    if task.step is None:  # the whole task: each of its steps as Harbor runs it
+        for step in task.config.steps or []:
+            view = task.step_view(step)
+            found += [d for d in (*_not_executable(view), *_step_reaches_out(view)) if d not in found]
+    return found
 
 
 def _copies_what_it_lacks(task: Task) -> list[str]:

@@ -141,6 +141,13 @@ def test_the_doctor_names_every_verdict_caches_it_and_run_skips_the_broken(runti
     # the task's own defect: a helper its solution runs, shipped without its run bit
     make_task(ds, "no-run-bit", toml=SMALL, test=CHECK, solve="cd /solution && ./helper.sh\n",
               files={"solution/helper.sh": "#!/bin/bash\ntouch /app/ok\n"})
+    # the task's own defect: step two's solution uses a file only step one ships
+    make_task(ds, "step-reaches-out", toml=SMALL + '[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n',
+              test=CHECK, files={
+                  "steps/one/instruction.md": "x\n", "steps/two/instruction.md": "y\n",
+                  "steps/one/solution/solve.sh": "bash /solution/make.sh\n",
+                  "steps/one/solution/make.sh": "touch /app/one\n",
+                  "steps/two/solution/solve.sh": "bash /solution/make.sh && touch /app/ok\n"})
     jobs = tmp_path / "jobs"
     env = {**os.environ, "ORCHESTRA_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run([ORCHESTRA, "tasks", "doctor", str(ds), "--jobs-dir", str(jobs), "--json"],
@@ -149,7 +156,9 @@ def test_the_doctor_names_every_verdict_caches_it_and_run_skips_the_broken(runti
     found = {Path(d["path"]).name: d for d in json.loads(proc.stdout)}
     assert {name: d["verdict"] for name, d in found.items()} == {
         "healthy": "healthy", "offline-test": "broken", "weak": "weak-test", "no-solution": "no-solution",
-        "leaky": "leaky", "unbuildable": "broken", "invalid": "invalid", "no-run-bit": "broken"}, found
+        "leaky": "leaky", "unbuildable": "broken", "invalid": "invalid", "no-run-bit": "broken",
+        "step-reaches-out": "broken"}, found
+    assert "uses /solution/make.sh, which step 'two' does not ship" in found["step-reaches-out"]["reason"]
     assert "the task's own defect: solution/solve.sh runs ./helper.sh" in found["no-run-bit"]["reason"]
     assert "tests/test.sh: missing" in found["invalid"]["reason"]
     assert "needs a network this host lacks" in found["offline-test"]["reason"]
@@ -160,10 +169,10 @@ def test_the_doctor_names_every_verdict_caches_it_and_run_skips_the_broken(runti
     again = subprocess.run([ORCHESTRA, "tasks", "doctor", str(ds), "--jobs-dir", str(jobs)],
                            capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 1 and sorted(p.name for p in jobs.iterdir()) == runs  # the cache: no job
-    assert "3 broken" in again.stdout, again.stdout
+    assert "4 broken" in again.stdout, again.stdout
     skipped = subprocess.run([ORCHESTRA, "run", "--path", str(ds), "--agent", "oracle", "--skip-broken", "-q",
                               "--jobs-dir", str(jobs), "--job-name", "after", "--json", "-"],
                              capture_output=True, text=True, env=env, timeout=600)
     assert skipped.returncode == 0, skipped.stderr[-2000:]
-    assert "--skip-broken: 6 task(s)" in skipped.stderr  # 3 broken, leaky, no-solution, invalid
+    assert "--skip-broken: 7 task(s)" in skipped.stderr  # 4 broken, leaky, no-solution, invalid
     assert json.loads(skipped.stdout)["n_trials"] == 2  # healthy and weak

@@ -57,6 +57,7 @@ def test_a_step_solution_that_uses_another_steps_files_is_the_tasks_defect(tmp_p
     found = task_defects(two)
     assert any("uses /solution/make.py, which step 'two' does not ship" in f for f in found), found
     assert any("reaches outside its own folder (../../one/solution/make.py)" in f for f in found), found
+    assert task_defects(whole) == found  # the doctor's whole task: each step as Harbor runs it
 
 
 def test_a_link_out_of_the_task_is_never_read(tmp_path):
