@@ -18,6 +18,7 @@ import re
 import shlex
 from pathlib import Path
 
+from orchestrator.tasks.dockerfile import joined_lines
 from orchestrator.tasks.load import Task
 
 # `./x`, `/abs/x` or a bare `x.sh` as the first word of a command (after ;, &&, ||, |, a
@@ -46,7 +47,7 @@ def _copies_what_it_lacks(task: Task) -> list[str]:
     if text is None:
         return []
     defects = []
-    for line in _joined(text):
+    for line in joined_lines(text):
         words = line.split()
         if not words or words[0].upper() not in ("COPY", "ADD") or line.lstrip().startswith(("COPY [", "ADD [")):
             continue
@@ -99,7 +100,7 @@ def _not_executable(task: Task) -> list[str]:
             continue
         if source.name == "Dockerfile":  # only what RUN lines run (COPY --chmod=... counts as chmod)
             text = "\n".join(line[4:] if line[:4].upper() == "RUN " else line.replace("--chmod", "chmod")
-                             for line in _joined(text) if line[:4].upper() in ("RUN ", "COPY", "ADD "))
+                             for line in joined_lines(text) if line[:4].upper() in ("RUN ", "COPY", "ADD "))
         for match in _COMMAND.finditer(text):
             name = match.group(1)
             if re.search(r"chmod\b[^\n]*" + re.escape(Path(name).name), text):
@@ -127,24 +128,19 @@ def _step_reaches_out(task: Task) -> list[str]:
                 and not (task.solution_dir / rel).is_dir():
             defects.append(f"steps/{task.step}/solution/solve.sh uses /solution/{rel}, which step "
                            f"{task.step!r} does not ship (each step gets only its own solution/)")
-    for word in shlex.split(text, comments=True) if _splits(text) else []:
+    for word in _words(text):
         if word.startswith("../") or "/../" in word:
             defects.append(f"steps/{task.step}/solution/solve.sh reaches outside its own folder "
                            f"({word}): a step gets only its own solution/")
     return sorted(set(defects))
 
 
-def _splits(text: str) -> bool:
+def _words(text: str) -> list[str]:
+    """The script's words as the shell splits them (none where it cannot be split)."""
     try:
-        shlex.split(text, comments=True)
+        return shlex.split(text, comments=True)
     except ValueError:
-        return False
-    return True
-
-
-def _joined(dockerfile: str) -> list[str]:
-    """Dockerfile lines with backslash continuations joined."""
-    return re.sub(r"\\\n", " ", dockerfile).splitlines()
+        return []
 
 
 def _read(task: Task, path: Path) -> str | None:

@@ -20,6 +20,11 @@ _USER = re.compile(r"^\s*USER\s+(\S+)", re.IGNORECASE)
 _FROM = re.compile(r"^\s*FROM\s", re.IGNORECASE)
 
 
+def joined_lines(dockerfile: str) -> list[str]:
+    """Dockerfile lines with backslash continuations joined."""
+    return re.sub(r"\\\n", " ", dockerfile).splitlines()
+
+
 def for_classic_builder(dockerfile: str) -> tuple[str, list[str]]:
     """The Dockerfile without BuildKit-only COPY/ADD --chmod, and what was rewritten (the
     text as it was when there is nothing to rewrite)."""
@@ -28,7 +33,7 @@ def for_classic_builder(dockerfile: str) -> tuple[str, list[str]]:
     out: list[str] = []
     notes: list[str] = []
     user: str | None = None
-    for line in re.sub(r"\\\n", " ", dockerfile).splitlines():
+    for line in joined_lines(dockerfile):
         if _FROM.match(line):
             user = None
         elif match := _USER.match(line):
