@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 Layer = Literal["regression", "workflow"]
 Policy = Literal["memory-on", "memory-off"]
 Order = Literal["longest-first", "given"]
+Admission = Literal["reserve", "cpu-limit"]
 Backend = Literal["local", "ray"]
 BuildPolicy = Literal["prefer-prebuilt", "build", "pull"]
 Bases = Literal["auto", "pull", "offline"]
@@ -67,6 +68,7 @@ def run(
     engine_wait: Annotated[float, typer.Option("--engine-wait", min=0, help="Seconds trials wait for an engine that stopped answering (restarting, or answering errors) before the job stops as infrastructure (exit 3; --resume goes on). The outages are in the job result's engine_outages.")] = 300.0,
     max_cpus: Annotated[float | None, typer.Option(help="Admission budget in cpus (default: the engine's).")] = None,
     max_memory_mb: Annotated[int | None, typer.Option(help="Admission budget in MB (default: the engine's).")] = None,
+    admission: Annotated[Admission | None, typer.Option("--admission", help="Declared cpus: reserve (held for the whole trial: a trial starts only when its cpus fit --max-cpus beside the running ones; steady per-trial times) | cpu-limit (the container's limit only, trials share the cores; memory is reserved under both; more trials at once on a small host). Default: the manifest's sandbox.admission, else reserve. Recorded in the job result.")] = None,
     backend: Annotated[Backend, typer.Option(help="Where trials run: here, or on Ray (each trial a Ray task).")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: auto, i.e. RAY_ADDRESS or a local cluster).")] = None,
     oci_runtime: Annotated[str | None, typer.Option("--runtime", help="OCI runtime for every container of a trial (agent, verifier, workers, sidecars), e.g. runsc (gVisor); refused before any trial when the engine lacks it. A manifest's sandbox.oci_runtime sets it for a suite.")] = None,

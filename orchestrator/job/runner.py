@@ -158,7 +158,8 @@ class Job:
         self.executor = open_executor(options.backend, options.ray_address)
         capacity_cpus, capacity_mb = self.executor.capacity() or (engine.cpus, engine.memory_mb)
         self.admission = Admission(options.max_cpus or capacity_cpus,
-                                   options.max_memory_mb or capacity_mb, self.cancel)
+                                   options.max_memory_mb or capacity_mb, self.cancel,
+                                   options.admission or manifest.sandbox.admission or "reserve")
         in_use = preflight(self.tasks, manifest, options.endpoints, self.admission)
         self.capabilities = check_capabilities(runtime, options, engine)
         self.lead = lead = manifest.orchestrator
@@ -296,6 +297,7 @@ class Job:
         job = summarize(self.options, self.manifest, self.lead.agent, self.results, self.images.built,
                         started, self.admission)
         job.images_pushed, job.images_pruned, job.order = self.images.pushed, len(self.budget.pruned), self.order
+        job.admission = self.admission.policy
         durations.record(self.agent.name, durations.medians(self.seconds))
         watch = getattr(self, "engine_watch", None)
         if watch is not None:

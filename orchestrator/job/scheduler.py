@@ -1,8 +1,15 @@
 """Running many trials: a pool of n slots, resource-aware admission, infrastructure-only
 retries with backoff that never hold a slot, and prompt cancellation.
 
-- Admission: a trial starts only when the running trials' declared cpus and memory_mb plus
-  its own fit the host budget (--max-cpus, --max-memory-mb), so a quota is never noise.
+- Admission, by the job's policy (--admission, the manifest's sandbox.admission):
+  `reserve` (the default): a trial starts only when the running trials' declared cpus and
+  memory_mb plus its own fit the host budget (--max-cpus, --max-memory-mb), so a quota is
+  never noise. `cpu-limit`: declared cpus are the container's limit only (NanoCpus, set all
+  the same), not a reservation: trials share the cores as the kernel schedules them; memory
+  is reserved under both (it cannot be taken back). A trial whose cpus pass the budget
+  never runs under either (the engine refuses a limit above its cpus).
+- With a build pool (job/buildpool.py) a trial is submitted only once its images exist, so
+  its reservation and its slot start then, not while its image builds.
 - Retries: infra_error and launch_error results are retried up to max_retries times after
   a tenacity exponential-with-jitter wait, spent on a timer thread, not in a pool slot.
   Agent failures (timeouts, OOM, low reward) never are, nor a result that says why another
@@ -23,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
 
 from orchestrator.errors import InfraError
 from orchestrator.executors.spec import Item
@@ -44,11 +52,21 @@ class JobDiskFull(InfraError):
     """The job folder's filesystem is full: stop cleanly, keep what was written."""
 
 
-class Admission:
-    """Declared cpus and memory of running trials, held under the host budget."""
+AdmissionPolicy = Literal["reserve", "cpu-limit"]
+ADMISSION_POLICIES: tuple[AdmissionPolicy, ...] = ("reserve", "cpu-limit")
 
-    def __init__(self, max_cpus: float, max_memory_mb: int, cancel: threading.Event):
+
+class Admission:
+    """Declared cpus and memory of running trials, held under the host budget: memory
+    always, cpus only under the `reserve` policy (`cpus` counts them under both: the
+    job's peak_cpus says how far `cpu-limit` oversubscribed)."""
+
+    def __init__(self, max_cpus: float, max_memory_mb: int, cancel: threading.Event,
+                 policy: str = "reserve"):
+        if policy not in ADMISSION_POLICIES:
+            raise ValueError(f"admission policy {policy!r}: not one of {', '.join(ADMISSION_POLICIES)}")
         self.max_cpus, self.max_memory_mb, self.cancel = max_cpus, max_memory_mb, cancel
+        self.policy: AdmissionPolicy = "cpu-limit" if policy == "cpu-limit" else "reserve"
         self.cpus = 0.0
         self.memory_mb = 0
         self.peak_cpus = 0.0
@@ -64,7 +82,7 @@ class Admission:
         """Why `task` cannot start now (the budget it would pass), or None if it fits."""
         env = task.config.environment
         short = []
-        if self.cpus + env.cpus > self.max_cpus + 1e-9:
+        if self.policy == "reserve" and self.cpus + env.cpus > self.max_cpus + 1e-9:
             short.append(f"cpus {self.cpus:g} of {self.max_cpus:g} in use, needs {env.cpus:g}")
         if self.memory_mb + env.memory_mb > self.max_memory_mb:
             short.append(f"memory {self.memory_mb} of {self.max_memory_mb} MB in use, needs {env.memory_mb}")

@@ -70,6 +70,9 @@ class SandboxPolicy(_Strict):
     # pull (a failed pull is the task's build_error) | offline (never pulled: stand-ins);
     # `orchestra run --bases` wins over it
     bases: Literal["auto", "pull", "offline"] | None = None
+    # declared cpus: reserved for the whole trial (reserve) or the container's limit only
+    # (cpu-limit; memory is reserved under both); `orchestra run --admission` wins over it
+    admission: Literal["reserve", "cpu-limit"] | None = None
     # host variables a task may read (`${NAME}` in its compose file or verifier.env); nothing
     # by default, never orchestra's own (`orchestra run --task-env` adds to it)
     task_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = []

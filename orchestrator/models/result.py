@@ -272,6 +272,17 @@ class EngineOutage(BaseModel):
     seconds: float
 
 
+class ImageBuild(BaseModel):
+    """One task's images built ahead of its trials by the job's build pool."""
+
+    task: str
+    started_at: float
+    finished_at: float
+    estimate: float = 0.0  # the planner's guess that ordered it (longest first)
+    built: int = 0  # images this build made (0: all were there)
+    error: str | None = None  # the build failure every trial of the task records
+
+
 class JobResult(BaseModel):
     job: str
     condition: str
@@ -290,8 +301,10 @@ class JobResult(BaseModel):
     images_pushed: int = 0  # to --registry
     images_pruned: int = 0  # by --image-budget-gb while the job ran
     capabilities: JobCapabilities | None = None  # what the engine could enforce (pre-flight)
-    peak_cpus: float | None = None
+    peak_cpus: float | None = None  # declared cpus of trials running at once (past the host's under cpu-limit)
     peak_memory_mb: int | None = None
+    admission: Literal["reserve", "cpu-limit"] = "reserve"  # the job's admission policy (--admission)
+    builds: list[ImageBuild] = []  # images built ahead of trials (job/buildpool.py), in start order
     retried: int = 0
     order: str = "given"  # how trials were ordered: given, or longest first (job/durations.py)
     engine_outages: list[EngineOutage] = []  # the engine gone and back while the job ran
