@@ -21,6 +21,10 @@ def agent_for(member: RosterMember, manifest_dir: Path | None = None,
     oracle run never loads the installed CLIs' recipes and trajectory parsers)."""
     if member.agent not in AGENT_NAMES:
         raise InputError(f"agent {member.agent!r}: unknown (use {', '.join(AGENT_NAMES)})")
+    if member.agent == "acp" or member.agent.startswith("acp-"):  # agents/acp.py
+        from orchestrator.agents.acp import acp_agent
+
+        return acp_agent(member, ca_bundle)
     if member.agent not in BUILT_IN:  # an installed agent CLI
         from orchestrator.agents.installed import INSTALLED
 

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from typing_extensions import TypeIs  # typing.TypeIs is Python 3.13's
 
 # Built in, then the installed agent CLIs (orchestrator.agents.installed.INSTALLED).
-AgentKind = Literal["oracle", "nop", "reference", "command", "mini-swe-agent", "aider", "opencode"]
+AgentKind = Literal["oracle", "nop", "reference", "command", "acp", "acp-opencode",
+                    "mini-swe-agent", "aider", "opencode"]
 AGENT_NAMES: tuple[str, ...] = get_args(AgentKind)
 
 
@@ -39,6 +40,16 @@ class PromptRef(_Strict):
     sha256: str
 
 
+class AcpOptions(_Strict):
+    """agent: acp: how orchestra's ACP client answers the agent. `permission`: allow (the
+    allow_once option it offers, else allow_always) | allow_always | reject; `fs`: serve
+    fs/read_text_file and fs/write_text_file in the container (as the agent's user) or
+    decline them. The terminal capability is always declined."""
+
+    permission: Literal["allow", "allow_always", "reject"] = "allow"
+    fs: bool = True
+
+
 class RosterMember(_Strict):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
     kind: Literal["orchestrator", "worker"] = "worker"
@@ -54,6 +65,7 @@ class RosterMember(_Strict):
     budget: Budget = Budget()
     flags: dict[str, dict[str, str]] = {}
     prompt: PromptRef | None = None
+    acp: AcpOptions = AcpOptions()  # agent: acp / acp-*: the client's answers
 
 
 class TrialBudget(_Strict):
@@ -163,8 +175,8 @@ def load_manifest(path: Path) -> Manifest:
     except ValidationError as exc:
         raise InputError(validation_problems(path, exc)) from exc
     for member in manifest.roster:
-        if member.agent == "command" and not member.command:
-            raise InputError(f"{path}: field 'roster.{member.id}.command': required for agent: command")
+        if member.agent in ("command", "acp") and not member.command:
+            raise InputError(f"{path}: field 'roster.{member.id}.command': required for agent: {member.agent}")
     return manifest
 
 
