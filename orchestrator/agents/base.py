@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from orchestrator.paths import INSTRUCTION
+from orchestrator.runtime.base import ExecResult, Runtime
 from orchestrator.tasks.load import Task
 
 # Exit codes of the agents orchestra ships (the reference agent, the installed agents' run
@@ -78,3 +81,30 @@ def under_timeout(run: str, seconds: float, tool: str | None = None) -> str:
         return f"exec {tool} -k {KILL_AFTER_SEC} {seconds:g} {run}"
     return (f"if command -v timeout >/dev/null 2>&1; then exec timeout -k {KILL_AFTER_SEC} {seconds:g} {run}; "
             f"else exec {run}; fi")
+
+
+@dataclass
+class AgentRun:
+    """One run of an agent the host talks to while it runs (`Conversing`)."""
+
+    runtime: Runtime
+    container: str
+    command: str  # the rendered command line (render_command), to run in `workdir`
+    env: dict[str, str]
+    workdir: str
+    user: str | None
+    timeout: float  # seconds from the start to `deadline`
+    deadline: float  # time.time() by which its work must be done
+    stop: threading.Event  # the job was cancelled
+    task: Task
+
+
+@runtime_checkable
+class Conversing(Protocol):
+    """An agent whose command the host starts attached and talks to (acp: JSON-RPC over
+    its stdio) instead of running it to its end."""
+
+    def converse(self, run: AgentRun) -> ExecResult:
+        """Start it, talk to it until its work is done or the deadline, end it; how it
+        ended (`timed_out` when the deadline ended its work)."""
+        ...

@@ -207,6 +207,29 @@ class ExecResult:
     output: bytes = b""
 
 
+class Attached(ABC):
+    """A command running with its stdin and stdout attached (`Runtime.attach`): a duplex
+    byte stream to a process in a container (the ACP client speaks JSON-RPC over it). Its
+    stderr is not read: redirect it. One thread uses it at a time."""
+
+    @abstractmethod
+    def send(self, data: bytes, timeout: float) -> None:
+        """Write to its stdin; OSError (TimeoutError included) when it does not take it."""
+    @abstractmethod
+    def recv(self, timeout: float) -> bytes | None:
+        """Its next stdout bytes; b"" once its stream has ended; None when nothing came
+        within `timeout` seconds."""
+    @abstractmethod
+    def close_stdin(self) -> None:
+        """End its stdin (EOF); never fails."""
+    @abstractmethod
+    def exit_code(self) -> int | None:
+        """How it ended; None while it runs (or when the engine no longer knows)."""
+    @abstractmethod
+    def close(self) -> None:
+        """Drop the stream (the process runs on until it ends or is killed); never fails."""
+
+
 
 
 class Runtime(ABC):
@@ -323,6 +346,10 @@ class Runtime(ABC):
         their own logs, so a flood lands on the trial's disk, not here). `timed_out` when
         the deadline passed; `exit_code` None when it did not finish (deadline, stop, or
         the container died)."""
+    @abstractmethod
+    def attach(self, container: str, command: list[str], env: dict[str, str] | None = None,
+               workdir: str | None = None, user: str | None = None) -> Attached:
+        """Start a command with its stdin and stdout attached to the caller (`Attached`)."""
     @abstractmethod
     def spawn(self, container: str, command: list[str], env: dict[str, str] | None = None,
               workdir: str | None = None, user: str | None = None) -> str:

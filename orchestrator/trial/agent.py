@@ -8,7 +8,14 @@ import shlex
 import time
 from typing import TYPE_CHECKING
 
-from orchestrator.agents.base import EXIT_OUTCOMES, KILL_AFTER_SEC, render_command, under_timeout
+from orchestrator.agents.base import (
+    EXIT_OUTCOMES,
+    KILL_AFTER_SEC,
+    AgentRun,
+    Conversing,
+    render_command,
+    under_timeout,
+)
 from orchestrator.archive import tar_directory, tar_files
 from orchestrator.models.manifest import flag_env
 from orchestrator.models.result import FailureMode, TrialResult
@@ -97,9 +104,13 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult,
                "ORCHESTRA_DEADLINE": str(int(deadline)), "ORCHESTRA_AGENT_ID": ctx.agent_id,
                "ORCHESTRA_ATTEMPT": str(result.attempt),
                **(task.config.solution.env if ctx.agent.name == "oracle" else {})}
-        outcome = runtime.exec(container, ["sh", "-c", wrapped], env=env, workdir=box.workdir,
-                               user=task.config.agent.user, stop=ctx.cancel,
-                               deadline=deadline + KILL_AFTER_SEC + WATCHDOG_GRACE_SEC)
+        if isinstance(ctx.agent, Conversing):  # the host talks to it over its stdio (acp)
+            outcome = ctx.agent.converse(AgentRun(runtime, container, command, env, box.workdir, user,
+                                                  timeout, deadline, ctx.cancel, task))
+        else:
+            outcome = runtime.exec(container, ["sh", "-c", wrapped], env=env, workdir=box.workdir,
+                                   user=task.config.agent.user, stop=ctx.cancel,
+                                   deadline=deadline + KILL_AFTER_SEC + WATCHDOG_GRACE_SEC)
         if ctx.cancel.is_set():
             raise Cancelled()
         elapsed = time.time() - started

@@ -12,8 +12,8 @@ import struct
 import threading
 import time
 
-from orchestrator.runtime.base import ExecResult
-from orchestrator.runtime.client import APIError, NotFound
+from orchestrator.runtime.base import Attached, ExecResult
+from orchestrator.runtime.client import APIError, Hijacked, NotFound
 from orchestrator.runtime.docker.shared import DockerState
 
 POLL_SEC = 0.25  # how often a waiting exec checks its deadline and stop event
@@ -90,6 +90,13 @@ class ExecMixin(DockerState):
             time.sleep(0.03)
         return True
 
+    def attach(self, container: str, command: list[str], env: dict[str, str] | None = None,
+               workdir: str | None = None, user: str | None = None) -> Attached:
+        exec_id = self.api.exec_create(container, command, environment=env or {}, workdir=workdir,
+                                       user=user or "", stdin=True)["Id"]
+        raw, buffer = self.api.exec_attach(exec_id)
+        return _AttachedExec(self, exec_id, raw, buffer)
+
     def spawn(self, container: str, command: list[str], env: dict[str, str] | None = None,
               workdir: str | None = None, user: str | None = None) -> str:
         exec_id = self.api.exec_create(container, command, environment=env or {}, workdir=workdir,
@@ -116,3 +123,53 @@ def _frames(buffer: bytes, output: bytearray, capture: int) -> bytes:
             output += buffer[8:8 + size][:capture - len(output)]
         buffer = buffer[8 + size:]
     return buffer
+
+
+class _AttachedExec(Attached):
+    """Runtime.attach's stream: the exec's hijacked socket, its multiplexed frames split
+    into stdout (kept) and stderr (dropped)."""
+
+    def __init__(self, runtime: ExecMixin, exec_id: str, raw: Hijacked, buffer: bytes):
+        self.runtime, self.exec_id, self.raw = runtime, exec_id, raw
+        self.buffer, self.ended = buffer, False
+
+    def send(self, data: bytes, timeout: float) -> None:
+        self.raw.settimeout(max(0.05, timeout))
+        self.raw.sendall(data)
+
+    def recv(self, timeout: float) -> bytes | None:
+        out = self._stdout()
+        if out or self.ended:
+            return out
+        self.raw.settimeout(max(0.01, timeout))
+        try:
+            chunk = self.raw.recv(65536)
+        except TimeoutError:
+            return None
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.ended = True
+        self.buffer += chunk
+        return self._stdout() or (b"" if self.ended else None)
+
+    def _stdout(self) -> bytes:
+        out = bytearray()
+        while len(self.buffer) >= 8:
+            size = struct.unpack(">I", self.buffer[4:8])[0]
+            if len(self.buffer) < 8 + size:
+                break
+            if self.buffer[0] == 1:  # 1 stdout, 2 stderr
+                out += self.buffer[8:8 + size]
+            self.buffer = self.buffer[8 + size:]
+        return bytes(out)
+
+    def close_stdin(self) -> None:
+        self.raw.shutdown(socket.SHUT_WR)
+
+    def exit_code(self) -> int | None:
+        state = self.runtime._exec_state(self.exec_id)
+        return None if state.get("Running", True) else state.get("ExitCode")
+
+    def close(self) -> None:
+        self.raw.close()
