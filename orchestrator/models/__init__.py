@@ -10,4 +10,5 @@ from or written to a file (a bad one fails naming the file and the field):
 - evidence: relay-evidence.json (a relay trial's channel, graded by its tests)
 - events: a job's lifecycle events for watchers (NamedTuples, not pydantic: in memory only)
 - trajectory: an agent's trajectory.jsonl, read one way for every reader (plain functions)
+- atif: the trajectory in Harbor's interchange format (agent/trajectory.atif.json)
 """
