@@ -238,12 +238,14 @@ class EngineClient:
         return self.api.commit(container, repository=repository, tag=tag, conf=conf or {})
 
     def build(self, context: bytes | BinaryIO, tag: str, labels: dict[str, str], timeout: float,
-              rm: bool = True, forcerm: bool = True, pull: bool = False) -> Iterator[dict]:
-        """A build from a tar context: the engine's progress objects as they come."""
+              rm: bool = True, forcerm: bool = True, pull: bool = False,
+              network_mode: str | None = None) -> Iterator[dict]:
+        """A build from a tar context: the engine's progress objects as they come; its RUN
+        steps on `network_mode` (None: the engine's default bridge)."""
         return self.api.build(fileobj=io.BytesIO(context) if isinstance(context, bytes) else context,
                               custom_context=True, tag=tag,
                               labels=labels, rm=rm, forcerm=forcerm, pull=pull, timeout=timeout,
-                              decode=True)
+                              decode=True, network_mode=network_mode)
 
     def pull(self, repository: str, tag: str) -> Iterator[dict]:
         """Credentials for the image's registry come from the Docker config (and its

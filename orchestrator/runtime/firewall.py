@@ -17,6 +17,20 @@ network goes back to the pool. Traffic through the host (FORWARD: public egress)
 untouched, and so is the container's own DNS (Docker's resolver lives in the container's
 namespace).
 
+Traffic a trial sends *through* the host (FORWARD: a `public` trial's egress, a build's
+RUN steps) is the internet's, not the host's neighbourhood: one chain, jumped to from Docker's
+DOCKER-USER for packets from any orchestra bridge to a non-orchestra interface, refuses
+link-local addresses (169.254.0.0/16: the route a cloud VM's metadata service, and its
+credentials, takes) and every network the host is directly attached to (its LAN, Docker's
+default bridge, other engines' bridges), except DNS to the host's own resolvers:
+
+    ORC-FORWARD:  UDP/TCP 53 to a resolver of /etc/resolv.conf   RETURN (Docker's rules go on)
+                  169.254.0.0/16, each attached network         REJECT (at once)
+
+as the egress proxy refuses them for `allowlist` trials. Builds run on a network of their own
+(`orchestra-build`, see runtime/docker/networks.py), isolated like a trial's, so a Dockerfile's
+RUN reaches neither the host's services nor its neighbourhood either.
+
 Needs root and iptables; without them the result says `host_isolation: none` and
 authentication (relay signatures, proxy tokens) is what holds.
 """
@@ -24,13 +38,20 @@ authentication (relay signatures, proxy tokens) is what holds.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import shutil
 import subprocess
+import threading
 
 from orchestrator.log import get_logger
+from orchestrator.runtime.subnets import attached_routes
 
 log = get_logger()
+FORWARD_CHAIN = "ORC-FORWARD"
+LINK_LOCAL = "169.254.0.0/16"
+_forward_lock = threading.Lock()
+_forward_done = False  # once per process: the chain is rewritten whole on its first trial network
 
 
 def available() -> bool:
@@ -75,6 +96,64 @@ def _fill(chain: str, gateway: str, ports: list[int]) -> bool:
     return result.returncode == 0
 
 
+def _resolvers(path: str = "/etc/resolv.conf") -> list[str]:
+    """The host's IPv4 DNS servers (a container's queries Docker forwards to them)."""
+    found: list[str] = []
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "nameserver":
+            try:
+                if ipaddress.ip_address(parts[1]).version == 4:
+                    found.append(parts[1])
+            except ValueError:
+                continue
+    return found
+
+
+def forward_rules(routes: list[str], resolvers: list[str]) -> list[str]:
+    """The ORC-FORWARD chain as iptables-restore lines (its jump excluded)."""
+    lines = [f":{FORWARD_CHAIN} - [0:0]", f"-F {FORWARD_CHAIN}"]
+    for ns in sorted(set(resolvers)):
+        lines += [f"-A {FORWARD_CHAIN} -d {ns}/32 -p {proto} -m {proto} --dport 53 -j RETURN"
+                  for proto in ("udp", "tcp")]
+    for net in [LINK_LOCAL, *sorted(set(routes) - {LINK_LOCAL})]:
+        lines.append(f"-A {FORWARD_CHAIN} -d {net} -j REJECT --reject-with icmp-net-unreachable")
+    return lines
+
+
+def _forward_jump() -> list[str]:
+    return ["DOCKER-USER", "-i", "orc+", "!", "-o", "orc+", "-m", "comment", "--comment",
+            "orchestra:forward", "-j", FORWARD_CHAIN]
+
+
+def guard_forward() -> bool:
+    """ORC-FORWARD written whole (atomically) and jumped to from DOCKER-USER, once per process
+    (the host's attached networks as they are now; orchestra's own bridges are left out, the
+    jump does not apply between them and Docker's isolation chains already drop that)."""
+    global _forward_done
+    with _forward_lock:
+        if _forward_done:
+            return True
+        routes = [cidr for iface, cidr in attached_routes() if not iface.startswith("orc")]
+        lines = ["*filter", *forward_rules(routes, _resolvers()), "COMMIT", ""]
+        result = subprocess.run(["iptables-restore", "-w", "10", "--noflush"], input="\n".join(lines),
+                                capture_output=True, text=True, timeout=30)
+        if result.returncode != 0:
+            log.warning("firewall.forward_failed", error=result.stderr.strip()[:300])
+            return False
+        if _iptables("-C", *_forward_jump()).returncode != 0:
+            jumped = _iptables("-I", *_forward_jump())
+            if jumped.returncode != 0:  # no DOCKER-USER (an engine that is not Docker's)
+                log.warning("firewall.forward_jump_failed", error=jumped.stderr.strip()[:300])
+                return False
+        _forward_done = True
+        return True
+
+
 def isolate(network: str, gateway: str) -> bool:
     """The network's chain (no port open) and the INPUT jump to it. False where the bridge
     is not an interface of this host (a remote engine, or one that did not take orchestra's
@@ -84,6 +163,8 @@ def isolate(network: str, gateway: str) -> bool:
     bridge, chain = bridge_name(network), chain_name(network)
     if not os.path.isdir(f"/sys/class/net/{bridge}"):
         log.warning("firewall.no_bridge", bridge=bridge, network=network[:64])
+        return False
+    if not guard_forward():
         return False
     jumped = _iptables("-C", *_jump(bridge, chain)).returncode == 0
     if jumped and _closed(chain):  # a pool network as its last job left it (the usual claim)

@@ -42,7 +42,13 @@ class SubnetPool:
 def host_routes(bridges_only: bool = False) -> list[str]:
     """The IPv4 subnets of the host's directly attached routes, as CIDR; `bridges_only`:
     those of its bridge interfaces (Docker's and orchestra's networks)."""
-    found: list[str] = []
+    return [cidr for iface, cidr in attached_routes()
+            if not bridges_only or os.path.isdir(f"/sys/class/net/{iface}/bridge")]
+
+
+def attached_routes() -> list[tuple[str, str]]:
+    """(interface, CIDR) of each directly attached IPv4 route of the host (/proc/net/route)."""
+    found: list[tuple[str, str]] = []
     try:
         rows = open("/proc/net/route").read().splitlines()[1:]
     except OSError:
@@ -51,12 +57,10 @@ def host_routes(bridges_only: bool = False) -> list[str]:
         cols = row.split()
         if len(cols) < 8 or cols[1] == "00000000" or cols[2] != "00000000":
             continue  # the default route, or one through a gateway
-        if bridges_only and not os.path.isdir(f"/sys/class/net/{cols[0]}/bridge"):
-            continue
         try:
             net = int.from_bytes(bytes.fromhex(cols[1]), "little")
             mask = bin(int.from_bytes(bytes.fromhex(cols[7]), "little")).count("1")
-            found.append(str(ipaddress.ip_network((net, mask), strict=False)))
+            found.append((cols[0], str(ipaddress.ip_network((net, mask), strict=False))))
         except ValueError:
             continue
     return found

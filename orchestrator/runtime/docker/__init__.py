@@ -103,6 +103,7 @@ class DockerRuntime(EngineMixin, ImagesMixin, NetworksMixin, ContainersMixin, Ex
         self.subnets = SubnetPool()
         self._network_blocks: dict[str, Block] = {}
         self._ports_open: dict[str, list[int]] = {}
+        self._build_network: str | None = None
         self._runtime_paths: dict[str, str] | None = None  # OCI runtime name -> its binary
         self._lock = threading.Lock()
         # Podman's Docker-compatible API, where some calls differ (README "Engines")

@@ -46,7 +46,7 @@ class ImagesMixin(DockerState):
         started = time.monotonic()
         try:
             stream = self.api.build(context_tar, tag=tag, labels=labels,
-                                    timeout=int(timeout_sec) + 30)
+                                    timeout=int(timeout_sec) + 30, network_mode=self._build_net())
             for chunk in stream:
                 if "stream" in chunk:
                     tail = (tail + chunk["stream"].splitlines())[-30:]

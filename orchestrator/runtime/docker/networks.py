@@ -10,14 +10,20 @@ and disconnected here; volumes are plain or bind. Removals are idempotent and wa
 
 from __future__ import annotations
 
+from orchestrator.log import get_logger
 from orchestrator.paths import LOCK_DIR
 from orchestrator.runtime import firewall
-from orchestrator.runtime.base import Network, RuntimeFault
+from orchestrator.runtime.base import LABEL_KIND, Network, RuntimeFault
 from orchestrator.runtime.client import APIError, NotFound
 from orchestrator.runtime.docker.shared import DockerState, _removed
 from orchestrator.runtime.subnets import host_routes
 
+log = get_logger()
 SUBNET_LOCK = LOCK_DIR / "subnets.lock"
+# Builds run here, not on the engine's default bridge, where a Dockerfile's RUN reaches every
+# host service bound to all addresses: isolated like a trial network (no gateway port open,
+# ORC-FORWARD for what goes through the host), shared by every build on this engine.
+BUILD_NETWORK = "orchestra-build"
 
 
 class NetworksMixin(DockerState):
@@ -61,6 +67,38 @@ class NetworksMixin(DockerState):
             return Network(name=name, gateway=gateway, subnet=str(block), internal=internal,
                            host_isolation="iptables" if isolated else "none")
         raise RuntimeFault("network create failed: every candidate subnet overlapped")
+
+    def _build_net(self) -> str | None:
+        """The network a build's RUN steps use, made or adopted (isolated again) once per
+        process; None where no firewall can hold it (a remote engine, no iptables, an engine
+        that did not take orchestra's bridge name): the engine's default, as `docker build`."""
+        if not self.local_engine or not firewall.available():
+            return None
+        with self._lock:
+            if self._build_network is not None:
+                return self._build_network or None
+        found = self._isolated_build_network()
+        with self._lock:
+            self._build_network = found or ""
+        return found
+
+    def _isolated_build_network(self) -> str | None:
+        for _ in range(3):
+            try:
+                config = _ipam(self.api.inspect_network(BUILD_NETWORK))
+            except NotFound:
+                try:
+                    self.create_network(BUILD_NETWORK, internal=False,
+                                        labels={LABEL_KIND: "build-network"})
+                except RuntimeFault as exc:
+                    if "already exists" not in str(exc):
+                        raise
+                continue  # made (by us or by another process at the same moment): read it back
+            if config.get("Gateway") and firewall.ensure(BUILD_NETWORK, config["Gateway"]):
+                return BUILD_NETWORK
+            log.warning("network.build_unisolated", network=BUILD_NETWORK)
+            return None
+        return None
 
     def remove_network(self, name: str) -> None:
         """Idempotent; waits (bounded) while containers being removed still hold it."""

@@ -37,10 +37,14 @@ class DockerState(Runtime):
     _network_blocks: dict[str, Block]  # network name -> the block it holds
     _runtime_paths: dict[str, str] | None  # OCI runtime name -> its binary
     _ports_open: dict[str, list[int]]  # network name -> its gateway's ports this process opened
-    _lock: threading.Lock  # over _network_blocks and _ports_open
+    _lock: threading.Lock  # over _network_blocks, _ports_open and _build_network
+    _build_network: str | None  # None: not looked for yet; "": none can be isolated here
     podman: bool  # Podman's Docker-compatible API, where some calls differ (README "Engines")
     local_engine: bool  # the engine shares this host (its socket, or loopback TCP)
     _loop_disks: LoopDisks | None
+
+    def _build_net(self) -> str | None:  # NetworksMixin's
+        raise NotImplementedError
 
     def _is_gvisor(self, oci_runtime: str | None) -> bool:
         """Whether containers of this OCI runtime run in gVisor: its name, or the binary the
