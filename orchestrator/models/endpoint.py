@@ -18,7 +18,11 @@ from orchestrator.errors import InputError, validation_problems
 
 # Variables orchestra itself sets in the agent container; an endpoint may not override them.
 WIRING_PREFIXES = ("ORCHESTRA_",)
-WIRING_NAMES = {"TMPDIR", "OPENAI_BASE_URL", "OPENAI_API_KEY", "PATH", "HOME"}
+WIRING_NAMES = {"TMPDIR", "OPENAI_BASE_URL", "OPENAI_API_KEY", "PATH", "HOME",
+                # the other APIs' wiring: installed agents are pointed at the proxy with these
+                "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN",
+                "GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY"}
+ApiName = Literal["chat", "responses", "messages", "gemini"]
 
 
 class Endpoint(BaseModel):
@@ -29,6 +33,10 @@ class Endpoint(BaseModel):
     api_key_env: str | None = None
     env: dict[str, str] = {}
     script: str | None = None  # replay: the script file, relative to the config file
+    # The model APIs the upstream speaks at base_url (which ends in its version: /v1, or
+    # /v1beta for gemini): an agent's call in one of them is relayed, any other translated
+    # to chat (orchestrator.services.apis).
+    apis: list[ApiName] = ["chat"]
 
     @field_validator("env")
     @classmethod
@@ -37,6 +45,13 @@ class Endpoint(BaseModel):
         if bad:
             raise ValueError(f"may not override orchestra's wiring variables: {', '.join(bad)}")
         return env
+
+    @field_validator("apis")
+    @classmethod
+    def _some_apis(cls, apis: list[str]) -> list[str]:
+        if not apis:
+            raise ValueError("name at least one API the upstream speaks (chat, responses, messages, gemini)")
+        return list(dict.fromkeys(apis))
 
 
 class EndpointConfig(BaseModel):

@@ -2,10 +2,15 @@
 
 - `ExchangeLog`: the proxy appends one line per call to the trial's `model/exchanges.jsonl`
   (request, status, response, timing, attempts; keys scrubbed): `{"seq", "started",
-  "seconds", "attempts", "stream", "status", "request", "response"}`.
-- `event_stream`: an agent that asked for `stream: true` gets the finished completion as
-  server-sent events (the proxy always calls upstream without streaming, so it counts the
-  upstream's `usage` exactly).
+  "seconds", "attempts", "stream", "status", "api", "asked_model", "mode", "request",
+  "response", "api_request", "api_response"}`. `request` and `response` are always in
+  Chat Completions' shape (what went upstream when the proxy translated; the agent's API
+  translated to chat when it relayed), so readers and replay need one shape; `api` names
+  the agent's API (chat, responses, messages, gemini) and `api_request` / `api_response`
+  hold its own request (and, relayed, its own answer) when that is not chat. `mode`:
+  relay or translate. Lines written before these fields existed have none of them (chat).
+- `event_stream`: a finished chat completion as the server-sent events a streaming client
+  expects.
 - `recorded_answers`: a job's exchanges, keyed so a replay endpoint serves them back
   (`orchestra run --replay-from JOB`).
 - `trajectory_from_exchanges`: a DESIGN 3.6 trajectory for an agent that writes none.
@@ -36,14 +41,21 @@ class ExchangeLog:
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, request: bytes, status: int, response: bytes, started: float,
-              attempts: int, stream: bool) -> None:
+              attempts: int, stream: bool, meta: dict | None = None,
+              api_request: bytes | None = None, api_response: bytes | None = None) -> None:
+        """`request` and `response` chat-shaped; `meta` (the agent's `api`, its
+        `asked_model`, `mode`) and the agent's own `api_request` / `api_response` beside."""
         with self._lock:
             self.count += 1
             head = {"seq": self.count, "started": round(started, 3),
                     "seconds": round(time.time() - started, 3), "attempts": attempts,
-                    "stream": stream, "status": status}
+                    "stream": stream, "status": status, **(meta or {})}
             line = json.dumps(head)[:-1].encode() + b', "request": ' + _json_or_text(request) \
-                + b', "response": ' + _json_or_text(response) + b"}"
+                + b', "response": ' + _json_or_text(response)
+            for name, value in (("api_request", api_request), ("api_response", api_response)):
+                if value is not None:
+                    line += f', "{name}": '.encode() + _json_or_text(value)
+            line += b"}"
             if len(line) > MAX_LINE:
                 line = json.dumps({**head, "request": None, "response": None,
                                    "omitted_bytes": len(line)}).encode()
@@ -86,22 +98,10 @@ def read_exchanges(path: Path) -> list[dict]:
 def event_stream(completion: bytes, include_usage: bool) -> bytes:
     """A finished chat completion as the SSE chunks a streaming client expects: one chunk
     with the whole message, one with the finish reason (and usage), then [DONE]."""
-    body = json.loads(completion)
-    choice = (body.get("choices") or [{}])[0]
-    message = choice.get("message") or {}
-    base = {"id": body.get("id", "chatcmpl-orchestra"), "object": "chat.completion.chunk",
-            "created": body.get("created", int(time.time())), "model": body.get("model", "")}
-    delta: dict = {"role": "assistant", "content": message.get("content") or ""}
-    if message.get("reasoning_content"):
-        delta["reasoning_content"] = message["reasoning_content"]
-    if message.get("tool_calls"):
-        delta["tool_calls"] = [{**call, "index": i} for i, call in enumerate(message["tool_calls"])]
-    chunks = [{**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-              {**base, "choices": [{"index": 0, "delta": {},
-                                    "finish_reason": choice.get("finish_reason", "stop")}]}]
-    if include_usage and body.get("usage"):
-        chunks.append({**base, "choices": [], "usage": body["usage"]})
-    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    from orchestrator.services.apis.chat import API
+
+    request = {"stream_options": {"include_usage": include_usage}}
+    return b"".join(API.stream_from_chat(json.loads(completion), "", request))
 
 
 # ---- replay of a recorded job ------------------------------------------------------------

@@ -108,6 +108,31 @@ class JsonHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def start_stream(self, status: int, content_type: str = "text/event-stream") -> None:
+        """Headers of an answer sent as it is made (chunked): then send_chunk, end_stream."""
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def send_chunk(self, data: bytes) -> bool:
+        """One piece of a streamed answer, on the wire at once; False: the client is gone."""
+        if not data:
+            return True
+        try:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            return True
+        except OSError:
+            self.close_connection = True
+            return False
+
+    def end_stream(self) -> None:
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
+
     def parse_request(self) -> bool:
         """The request line and headers, then this server's request rate: a request past it
         waits, or is answered 429 before its body is read."""

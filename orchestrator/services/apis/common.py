@@ -1,0 +1,222 @@
+"""What every model API the proxy speaks has in common: one small typed interface.
+
+An `Api` knows its own wire shapes and nothing about HTTP serving or upstreams:
+
+- how the agent authenticates and how a key goes upstream (`auth_headers`);
+- its error body (`error`) for orchestra's few kinds of refusal (`ERROR_STATUS`);
+- its request's model, stream flag, output cap and choice count (`asked_model`, `streams`,
+  `cap`, `choices`) and the server-side state it must not rely on (`stateful`);
+- translation through Chat Completions, the hub: `to_chat` (its request as a chat request),
+  `from_chat` / `stream_from_chat` (a finished chat completion as its answer or as its
+  server-sent events), `as_chat` (its own answer as a chat completion, for the record);
+- `usage` (input, output tokens of its answer) and `collect` (a relayed stream's events
+  folded into the answer they add up to).
+
+Every function here is pure and never raises on what an agent sent: a value of the wrong
+type is treated as absent. Requests arrive as decoded JSON objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+# orchestra's refusals, each with the status every API gives it
+ERROR_STATUS = {"invalid": 400, "auth": 401, "budget": 402, "not_found": 404, "too_large": 413,
+                "rate": 429, "upstream": 502, "gone": 499, "unsupported": 501}
+
+
+@dataclass(frozen=True)
+class Route:
+    """One call as the path names it: which API, which operation, and what the path says."""
+
+    api: Api
+    op: str  # "generate" | "count_tokens" | "models"
+    model: str | None = None  # Gemini names the model in the path
+    stream: bool = False  # Gemini's :streamGenerateContent
+
+
+@dataclass(frozen=True)
+class Usage:
+    input: int = 0
+    output: int = 0
+
+
+class Api(ABC):
+    name: ClassVar[str]
+    # the SSE line that keeps a streaming client waiting (a comment, unless the API has a ping)
+    keepalive: ClassVar[bytes] = b": keepalive\n\n"
+    stream_type: ClassVar[str] = "text/event-stream"
+    # the agent's request headers a relayed call carries upstream (lower case)
+    forward_headers: ClassVar[tuple[str, ...]] = ()
+
+    # ---- the wire ---------------------------------------------------------------------
+    @abstractmethod
+    def error(self, kind: str, message: str) -> dict:
+        """orchestra's refusal (`kind` from ERROR_STATUS) in this API's error shape."""
+
+    def status(self, kind: str) -> int:
+        return ERROR_STATUS.get(kind, 400)
+
+    def stream_error(self, kind: str, message: str) -> bytes:
+        """A refusal inside a stream already under way (its status already sent)."""
+        return sse(self.error(kind, message))
+
+    @abstractmethod
+    def upstream_path(self, route: Route, model: str) -> str:
+        """Where a relayed call goes, after the upstream's base URL (which ends in /v1 or
+        /v1beta: the version is the base URL's)."""
+
+    @abstractmethod
+    def auth_headers(self, key: str) -> dict[str, str]:
+        """How this API's provider takes a key."""
+
+    # ---- the request ------------------------------------------------------------------
+    def asked_model(self, request: dict, route: Route) -> str | None:
+        model = request.get("model")
+        return model if isinstance(model, str) else route.model
+
+    def set_model(self, request: dict, model: str) -> None:
+        request["model"] = model
+
+    def streams(self, request: dict, route: Route) -> bool:
+        return request.get("stream") is True
+
+    def stateful(self, request: dict) -> str | None:
+        """Why this request needs state the proxy does not keep, if it does."""
+        return None
+
+    def choices(self, request: dict) -> int:
+        return 1
+
+    @abstractmethod
+    def cap(self, request: dict, left: int) -> None:
+        """Lower the call's output cap (and choice count) to `left` tokens in all."""
+
+    def count_tokens(self, request: dict) -> dict:
+        """A token count answered here (when the upstream cannot): ~4 bytes a token."""
+        return {"input_tokens": estimate_tokens(request)}
+
+    # ---- translation through chat -----------------------------------------------------
+    @abstractmethod
+    def to_chat(self, request: dict) -> dict: ...
+
+    @abstractmethod
+    def from_chat(self, completion: dict, model: str, request: dict) -> dict: ...
+
+    @abstractmethod
+    def stream_from_chat(self, completion: dict, model: str, request: dict) -> Iterator[bytes]: ...
+
+    @abstractmethod
+    def as_chat(self, response: dict) -> dict: ...
+
+    # ---- the answer -------------------------------------------------------------------
+    @abstractmethod
+    def usage(self, response: dict) -> Usage: ...
+
+    @abstractmethod
+    def collect(self, events: list[dict]) -> dict:
+        """A relayed stream's decoded `data:` payloads folded into one answer."""
+
+
+# ---- helpers every API uses --------------------------------------------------------------
+def sse(data: dict | str, event: str | None = None) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """Whole SSE events in `buffer` (CRLF or LF framed) and what is left of it."""
+    buffer = buffer.replace(b"\r\n", b"\n")
+    *events, rest = buffer.split(b"\n\n")
+    return events, rest
+
+
+def event_data(event: bytes) -> dict | None:
+    """The JSON object an SSE event carries in its `data:` lines (None: none, or [DONE])."""
+    lines = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
+    try:
+        data = json.loads(b"\n".join(lines)) if lines else None
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def as_int(value: object) -> int | None:
+    """An agent's number: a positive int, else None (bools and strings are not numbers)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def capped(value: object, left: int) -> int:
+    """An output cap lowered to `left` (a missing or malformed one becomes `left`)."""
+    number = as_int(value)
+    return left if number is None or number > left else number
+
+
+def as_dict(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
+def text_of(content: object) -> str:
+    """The text of a string or a list of parts ({"text": ...} or {"type": ..., "text": ...})."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def parse_args(arguments: object) -> dict:
+    """A tool call's JSON arguments as an object ({} when they are not one)."""
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = json.loads(arguments) if isinstance(arguments, str) and arguments else {}
+    except (ValueError, RecursionError):
+        return {"input": arguments}
+    return value if isinstance(value, dict) else {"input": value}
+
+
+def stable_id(prefix: str, *parts: object) -> str:
+    """An id derived from what it names: a replayed conversation gets the same ids."""
+    digest = hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:20]
+    return f"{prefix}{digest}"
+
+
+def estimate_tokens(value: object) -> int:
+    return max(1, len(json.dumps(value, default=str)) // 4)
+
+
+def chat_choice(completion: dict) -> tuple[dict, str | None]:
+    """A chat completion's first choice: its message and finish reason."""
+    choice = as_dict((as_list(completion.get("choices")) or [{}])[0])
+    return as_dict(choice.get("message")), choice.get("finish_reason")
+
+
+def chat_usage(completion: dict) -> Usage:
+    usage = as_dict(completion.get("usage"))
+    return Usage(as_int(usage.get("prompt_tokens")) or 0, as_int(usage.get("completion_tokens")) or 0)
+
+
+def chat_completion(message: dict, finish_reason: str, usage: Usage, model: str, id_: str) -> dict:
+    """A chat completion built from its parts (the record's shape for every API)."""
+    return {"id": id_, "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+            "usage": {"prompt_tokens": usage.input, "completion_tokens": usage.output,
+                      "total_tokens": usage.input + usage.output}}
+
+
+def chat_tool_call(id_: str, name: str, arguments: object) -> dict:
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": id_, "type": "function", "function": {"name": name, "arguments": text}}

@@ -1,0 +1,256 @@
+"""Anthropic Messages (`POST /v1/messages`, `/v1/messages/count_tokens`): Claude Code's API.
+
+Content blocks map to chat as: text and images to message parts, `tool_use` to tool calls,
+`tool_result` to tool messages (its images to a user message after them: chat tool
+messages carry text), `thinking` to reasoning_content one way (its signature cannot be
+made up, so a translated answer carries no thinking block). Stop reasons: end_turn <->
+stop, max_tokens <-> length, tool_use <-> tool_calls, stop_sequence -> stop.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from orchestrator.services.apis.common import (
+    Api,
+    Route,
+    Usage,
+    as_dict,
+    as_int,
+    as_list,
+    capped,
+    chat_choice,
+    chat_completion,
+    chat_tool_call,
+    chat_usage,
+    parse_args,
+    sse,
+    stable_id,
+    text_of,
+)
+
+TYPES = {"invalid": "invalid_request_error", "auth": "authentication_error", "budget": "billing_error",
+         "not_found": "not_found_error", "too_large": "request_too_large", "rate": "rate_limit_error",
+         "upstream": "api_error", "gone": "api_error", "unsupported": "invalid_request_error"}
+TO_CHAT_STOP = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls",
+                "stop_sequence": "stop", "pause_turn": "stop", "refusal": "content_filter"}
+FROM_CHAT_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
+                  "function_call": "tool_use", "content_filter": "refusal"}
+
+
+def image_part(block: dict) -> dict | None:
+    """An Anthropic image block as a chat image part (base64 or URL sources)."""
+    source = as_dict(block.get("source"))
+    if source.get("type") == "base64":
+        url = f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
+    elif source.get("type") == "url":
+        url = str(source.get("url", ""))
+    else:
+        return None
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def user_parts(blocks: list) -> list[dict]:
+    parts: list[dict] = []
+    for block in blocks:
+        block = as_dict(block)
+        if block.get("type") == "text":
+            parts.append({"type": "text", "text": str(block.get("text", ""))})
+        elif block.get("type") == "image" and (image := image_part(block)):
+            parts.append(image)
+        elif block.get("type") == "document" and as_dict(block.get("source")).get("type") == "text":
+            parts.append({"type": "text", "text": str(as_dict(block["source"]).get("data", ""))})
+    return parts
+
+
+def user_messages(content: object) -> list[dict]:
+    """One user turn: its tool results as tool messages first, then the rest."""
+    if not isinstance(content, list):
+        return [{"role": "user", "content": text_of(content)}]
+    out: list[dict] = []
+    images: list[dict] = []
+    for block in content:
+        block = as_dict(block)
+        if block.get("type") != "tool_result":
+            continue
+        result = block.get("content")
+        text = text_of(result) if isinstance(result, list) else str(result or "")
+        images += [p for p in user_parts(as_list(result)) if p["type"] == "image_url"]
+        out.append({"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")),
+                    "content": ("[error] " if block.get("is_error") else "") + text})
+    parts = user_parts(content) + images
+    if parts:
+        only_text = all(p["type"] == "text" for p in parts)
+        out.append({"role": "user", "content": "".join(p["text"] for p in parts) if only_text else parts})
+    return out
+
+
+def assistant_message(content: object) -> dict:
+    message: dict = {"role": "assistant", "content": text_of(content) if isinstance(content, list)
+                     else str(content or "")}
+    blocks = [as_dict(b) for b in as_list(content)]
+    thinking = "".join(str(b.get("thinking") or "") for b in blocks if b.get("type") == "thinking")
+    if thinking:
+        message["reasoning_content"] = thinking
+    calls = [chat_tool_call(str(b.get("id", "")), str(b.get("name", "")), as_dict(b.get("input")))
+             for b in blocks if b.get("type") == "tool_use"]
+    if calls:
+        message["tool_calls"] = calls
+    message["content"] = message["content"] or None if calls else message["content"]
+    return message
+
+
+def tool_choice(choice: object) -> tuple[object, bool | None]:
+    choice = as_dict(choice)
+    kind = choice.get("type")
+    parallel = False if choice.get("disable_parallel_tool_use") else None
+    if kind == "any":
+        return "required", parallel
+    if kind == "tool":
+        return {"type": "function", "function": {"name": str(choice.get("name", ""))}}, parallel
+    if kind in ("auto", "none"):
+        return kind, parallel
+    return None, parallel
+
+
+def blocks_from_chat(message: dict) -> list[dict]:
+    blocks: list[dict] = []
+    content = message.get("content")
+    text = text_of(content) if isinstance(content, list) else str(content or "")
+    if text:
+        blocks.append({"type": "text", "text": text})
+    for call in as_list(message.get("tool_calls")):
+        call = as_dict(call)
+        function = as_dict(call.get("function"))
+        blocks.append({"type": "tool_use", "id": str(call.get("id") or stable_id("toolu_", function)),
+                       "name": str(function.get("name", "")), "input": parse_args(function.get("arguments"))})
+    return blocks
+
+
+class MessagesApi(Api):
+    name = "messages"
+    keepalive = b'event: ping\ndata: {"type": "ping"}\n\n'
+    forward_headers = ("anthropic-version", "anthropic-beta")
+
+    def error(self, kind: str, message: str) -> dict:
+        return {"type": "error", "error": {"type": TYPES.get(kind, "api_error"), "message": message}}
+
+    def stream_error(self, kind: str, message: str) -> bytes:
+        return sse(self.error(kind, message), "error")
+
+    def upstream_path(self, route: Route, model: str) -> str:
+        return "/messages/count_tokens" if route.op == "count_tokens" else "/messages"
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key}
+
+    def cap(self, request: dict, left: int) -> None:
+        request["max_tokens"] = capped(request.get("max_tokens"), left)
+
+    def to_chat(self, request: dict) -> dict:
+        system = request.get("system")
+        messages: list[dict] = []
+        if system:
+            messages.append({"role": "system", "content": text_of(system)})
+        for message in as_list(request.get("messages")):
+            message = as_dict(message)
+            if message.get("role") == "assistant":
+                messages.append(assistant_message(message.get("content")))
+            else:
+                messages += user_messages(message.get("content"))
+        chat: dict = {"model": request.get("model"), "messages": messages}
+        tools = [{"type": "function", "function": {
+                    "name": str(t.get("name", "")), "description": str(t.get("description", "")),
+                    "parameters": as_dict(t.get("input_schema")) or {"type": "object", "properties": {}}}}
+                 for t in map(as_dict, as_list(request.get("tools"))) if "input_schema" in t or not t.get("type")]
+        if tools:
+            chat["tools"] = tools
+            choice, parallel = tool_choice(request.get("tool_choice"))
+            if choice is not None:
+                chat["tool_choice"] = choice
+            if parallel is not None:
+                chat["parallel_tool_calls"] = parallel
+        if as_int(request.get("max_tokens")):
+            chat["max_tokens"] = request["max_tokens"]
+        for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"), ("stop_sequences", "stop")):
+            if request.get(ours) is not None:
+                chat[theirs] = request[ours]
+        return chat
+
+    def from_chat(self, completion: dict, model: str, request: dict) -> dict:
+        message, finish = chat_choice(completion)
+        blocks = blocks_from_chat(message)
+        stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else FROM_CHAT_STOP.get(
+            str(finish), "end_turn")
+        usage = chat_usage(completion)
+        return {"id": "msg_" + str(completion.get("id") or stable_id("", blocks))[-24:], "type": "message",
+                "role": "assistant", "model": model, "content": blocks, "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": {"input_tokens": usage.input, "output_tokens": usage.output}}
+
+    def stream_from_chat(self, completion: dict, model: str, request: dict) -> Iterator[bytes]:
+        """The answer as Messages streaming events: message_start, each block's start,
+        one delta and stop, message_delta (stop reason, output tokens), message_stop."""
+        message = self.from_chat(completion, model, request)
+        usage = message["usage"]
+        yield sse({"type": "message_start", "message": {
+            **message, "content": [], "stop_reason": None,
+            "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 0}}}, "message_start")
+        for index, block in enumerate(message["content"]):
+            start: dict
+            delta: dict
+            if block["type"] == "text":
+                start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+            else:
+                start = {**block, "input": {}}
+                delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            yield sse({"type": "content_block_start", "index": index, "content_block": start},
+                      "content_block_start")
+            yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+            yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+        yield sse({"type": "message_delta", "delta": {"stop_reason": message["stop_reason"],
+                                                      "stop_sequence": None},
+                   "usage": {"output_tokens": usage["output_tokens"]}}, "message_delta")
+        yield sse({"type": "message_stop"}, "message_stop")
+
+    def as_chat(self, response: dict) -> dict:
+        message = assistant_message(response.get("content"))
+        finish = "tool_calls" if message.get("tool_calls") else TO_CHAT_STOP.get(
+            str(response.get("stop_reason")), "stop")
+        return chat_completion(message, finish, self.usage(response), str(response.get("model", "")),
+                               str(response.get("id", "")))
+
+    def usage(self, response: dict) -> Usage:
+        usage = as_dict(response.get("usage"))
+        prompt = sum(as_int(usage.get(k)) or 0 for k in (
+            "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+        return Usage(prompt, as_int(usage.get("output_tokens")) or 0)
+
+    def collect(self, events: list[dict]) -> dict:
+        message: dict = {}
+        blocks: dict[int, dict] = {}
+        partial: dict[int, list[str]] = {}
+        for event in events:
+            kind = event.get("type")
+            if kind == "message_start":
+                message = dict(as_dict(event.get("message")))
+            elif kind == "content_block_start" and isinstance(event.get("index"), int):
+                blocks[event["index"]] = dict(as_dict(event.get("content_block")))
+            elif kind == "content_block_delta" and event.get("index") in blocks:
+                block, delta = blocks[event["index"]], as_dict(event.get("delta"))
+                for field, key in (("text", "text"), ("thinking", "thinking"), ("signature", "signature")):
+                    if key in delta:
+                        block[field] = str(block.get(field) or "") + str(delta[key])
+                if "partial_json" in delta:
+                    partial.setdefault(event["index"], []).append(str(delta["partial_json"]))
+            elif kind == "message_delta":
+                message.update(as_dict(event.get("delta")))
+                message["usage"] = {**as_dict(message.get("usage")), **as_dict(event.get("usage"))}
+        for index, pieces in partial.items():
+            blocks[index]["input"] = parse_args("".join(pieces))
+        message["content"] = [blocks[i] for i in sorted(blocks)]
+        return message
+
+
+API = MessagesApi()

@@ -1,0 +1,272 @@
+"""OpenAI Responses (`POST /v1/responses`): Codex CLI's API.
+
+Input items map to chat as: messages to messages (developer to system), `function_call`
+items to the previous assistant message's tool calls, `*_output` items to tool messages.
+Tools: `function` as is; `custom` (free-form input, e.g. Codex's apply_patch) as a function
+of one string `input`; `local_shell` as a function of `command` (a list); the hosted tools
+(web search and the like) are left out. An answer's tool calls go back as the item type
+the request declared for that name. No server-side state: `previous_response_id` and
+`item_reference` inputs are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from orchestrator.services.apis.chat import openai_error
+from orchestrator.services.apis.common import (
+    Api,
+    Route,
+    Usage,
+    as_dict,
+    as_int,
+    as_list,
+    capped,
+    chat_choice,
+    chat_completion,
+    chat_tool_call,
+    chat_usage,
+    parse_args,
+    sse,
+    stable_id,
+    text_of,
+)
+
+STRING_INPUT = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+SHELL_INPUT = {"type": "object", "properties": {
+    "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
+    "timeout_ms": {"type": "number"}}, "required": ["command"]}
+OUTPUT_ITEMS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
+
+
+def user_content(content: object) -> str | list[dict]:
+    if not isinstance(content, list):
+        return str(content or "")
+    parts: list[dict] = []
+    for part in map(as_dict, content):
+        if part.get("type") in ("input_text", "output_text", "text"):
+            parts.append({"type": "text", "text": str(part.get("text", ""))})
+        elif part.get("type") == "input_image" and part.get("image_url"):
+            parts.append({"type": "image_url", "image_url": {"url": str(part["image_url"])}})
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def call_of(item: dict) -> dict:
+    """A function, custom or local-shell call item as a chat tool call."""
+    kind, call_id = item.get("type"), str(item.get("call_id") or item.get("id") or "")
+    if kind == "custom_tool_call":
+        return chat_tool_call(call_id, str(item.get("name", "")), {"input": str(item.get("input", ""))})
+    if kind == "local_shell_call":
+        return chat_tool_call(call_id, "local_shell", as_dict(item.get("action")))
+    return chat_tool_call(call_id, str(item.get("name", "")), str(item.get("arguments") or "{}"))
+
+
+def chat_tools(tools: list) -> list[dict]:
+    out = []
+    for tool in map(as_dict, tools):
+        kind, name = tool.get("type"), str(tool.get("name", ""))
+        description = str(tool.get("description", ""))
+        if kind == "function":
+            parameters = as_dict(tool.get("parameters")) or {"type": "object", "properties": {}}
+        elif kind == "custom":
+            grammar = as_dict(tool.get("format")).get("definition")
+            description += f"\nThe input follows this grammar:\n{grammar}" if grammar else ""
+            parameters = STRING_INPUT
+        elif kind == "local_shell":
+            name, description, parameters = "local_shell", "Run a command (argv list).", SHELL_INPUT
+        else:
+            continue
+        out.append({"type": "function", "function": {"name": name, "description": description,
+                                                     "parameters": parameters}})
+    return out
+
+
+def tool_kinds(request: dict) -> dict[str, str]:
+    """Tool name -> the item type its calls come back as."""
+    kinds = {}
+    for tool in map(as_dict, as_list(request.get("tools"))):
+        if tool.get("type") == "custom":
+            kinds[str(tool.get("name", ""))] = "custom_tool_call"
+        elif tool.get("type") == "local_shell":
+            kinds["local_shell"] = "local_shell_call"
+    return kinds
+
+
+def output_item(call: dict, kinds: dict[str, str]) -> dict:
+    function = as_dict(call.get("function"))
+    name, call_id = str(function.get("name", "")), str(call.get("id") or stable_id("call_", function))
+    kind = kinds.get(name, "function_call")
+    item = {"type": kind, "id": "fc_" + call_id[-24:], "call_id": call_id, "status": "completed"}
+    args = function.get("arguments") or "{}"
+    if kind == "custom_tool_call":
+        return {**item, "name": name, "input": str(parse_args(args).get("input", ""))}
+    if kind == "local_shell_call":
+        return {**item, "action": {"type": "exec", **parse_args(args)}}
+    return {**item, "name": name, "arguments": str(args)}
+
+
+class ResponsesApi(Api):
+    name = "responses"
+
+    def error(self, kind: str, message: str) -> dict:
+        return openai_error(kind, message)
+
+    def stream_error(self, kind: str, message: str) -> bytes:
+        error = openai_error(kind, message)["error"]
+        return sse({"type": "response.failed", "response": {
+            "object": "response", "status": "failed", "output": [],
+            "error": {"code": error["code"], "message": message}}}, "response.failed")
+
+    def upstream_path(self, route: Route, model: str) -> str:
+        return "/responses"
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+    def stateful(self, request: dict) -> str | None:
+        for field in ("previous_response_id", "conversation"):
+            if request.get(field):
+                return (f"{field}: orchestra's model proxy keeps no server-side state; send the "
+                        "whole conversation in `input` (store: false)")
+        if any(as_dict(i).get("type") == "item_reference" for i in as_list(request.get("input"))):
+            return "input: an item_reference needs stored items; orchestra's model proxy keeps none"
+        return None
+
+    def cap(self, request: dict, left: int) -> None:
+        request["max_output_tokens"] = capped(request.get("max_output_tokens"), left)
+
+    def to_chat(self, request: dict) -> dict:
+        messages: list[dict] = []
+        if request.get("instructions"):
+            messages.append({"role": "system", "content": text_of(request["instructions"])})
+        items = request.get("input")
+        for item in as_list(items) if isinstance(items, list) else [{"role": "user", "content": items}]:
+            item = as_dict(item)
+            kind, role = item.get("type", "message"), item.get("role")
+            if kind == "message" and role in ("system", "developer"):
+                messages.append({"role": "system", "content": text_of(item.get("content"))})
+            elif kind == "message" and role == "assistant":
+                messages.append({"role": "assistant", "content": text_of(item.get("content"))})
+            elif kind == "message":
+                messages.append({"role": "user", "content": user_content(item.get("content"))})
+            elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
+                if not messages or messages[-1]["role"] != "assistant":
+                    messages.append({"role": "assistant", "content": None})
+                messages[-1].setdefault("tool_calls", []).append(call_of(item))
+            elif kind in OUTPUT_ITEMS:
+                output = item.get("output")
+                messages.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")),
+                                 "content": output if isinstance(output, str) else text_of(output)})
+        chat: dict = {"model": request.get("model"), "messages": messages}
+        tools = chat_tools(as_list(request.get("tools")))
+        if tools:
+            chat["tools"] = tools
+            choice = request.get("tool_choice")
+            if choice in ("auto", "none", "required"):
+                chat["tool_choice"] = choice
+            elif as_dict(choice).get("name"):
+                chat["tool_choice"] = {"type": "function", "function": {"name": str(as_dict(choice)["name"])}}
+            if isinstance(request.get("parallel_tool_calls"), bool):
+                chat["parallel_tool_calls"] = request["parallel_tool_calls"]
+        if as_int(request.get("max_output_tokens")):
+            chat["max_tokens"] = request["max_output_tokens"]
+        for field in ("temperature", "top_p"):
+            if request.get(field) is not None:
+                chat[field] = request[field]
+        return chat
+
+    def from_chat(self, completion: dict, model: str, request: dict) -> dict:
+        message, finish = chat_choice(completion)
+        rid = str(completion.get("id") or stable_id("", message))[-24:]
+        output: list[dict] = []
+        if message.get("reasoning_content"):
+            output.append({"type": "reasoning", "id": "rs_" + rid, "summary": [
+                {"type": "summary_text", "text": str(message["reasoning_content"])}]})
+        text = text_of(message.get("content")) if isinstance(message.get("content"), list) \
+            else str(message.get("content") or "")
+        if text:
+            output.append({"type": "message", "id": "msg_" + rid, "status": "completed", "role": "assistant",
+                           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        kinds = tool_kinds(request)
+        output += [output_item(as_dict(call), kinds) for call in as_list(message.get("tool_calls"))]
+        usage = chat_usage(completion)
+        cut = finish == "length"
+        return {"id": "resp_" + rid, "object": "response", "created_at": completion.get("created", 0),
+                "status": "incomplete" if cut else "completed", "model": model, "output": output,
+                "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "error": None,
+                "usage": {"input_tokens": usage.input, "output_tokens": usage.output,
+                          "total_tokens": usage.input + usage.output,
+                          "input_tokens_details": {"cached_tokens": 0},
+                          "output_tokens_details": {"reasoning_tokens": 0}}}
+
+    def stream_from_chat(self, completion: dict, model: str, request: dict) -> Iterator[bytes]:
+        """response.created, each output item added (its text or arguments as one delta)
+        and done, then response.completed with the whole response."""
+        response = self.from_chat(completion, model, request)
+        seq = iter(range(1 << 30))
+
+        def event(kind: str, **fields: object) -> bytes:
+            return sse({"type": kind, "sequence_number": next(seq), **fields}, kind)
+
+        yield event("response.created", response={**response, "status": "in_progress", "output": []})
+        for index, item in enumerate(response["output"]):
+            head = {"output_index": index, "item_id": item["id"]}
+            if item["type"] == "message":
+                text = item["content"][0]["text"]
+                yield event("response.output_item.added", output_index=index,
+                            item={**item, "status": "in_progress", "content": []})
+                part = {"type": "output_text", "text": "", "annotations": []}
+                yield event("response.content_part.added", **head, content_index=0, part=part)
+                yield event("response.output_text.delta", **head, content_index=0, delta=text)
+                yield event("response.output_text.done", **head, content_index=0, text=text)
+                yield event("response.content_part.done", **head, content_index=0, part={**part, "text": text})
+            elif item["type"] == "function_call":
+                yield event("response.output_item.added", output_index=index,
+                            item={**item, "status": "in_progress", "arguments": ""})
+                yield event("response.function_call_arguments.delta", **head, delta=item["arguments"])
+                yield event("response.function_call_arguments.done", **head, arguments=item["arguments"])
+            else:
+                yield event("response.output_item.added", output_index=index, item=item)
+            yield event("response.output_item.done", output_index=index, item=item)
+        kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
+        yield event(kind, response=response)
+
+    def as_chat(self, response: dict) -> dict:
+        texts, reasoning, calls = [], [], []
+        for item in map(as_dict, as_list(response.get("output"))):
+            kind = item.get("type")
+            if kind == "message":
+                texts.append(text_of(item.get("content")))
+            elif kind == "reasoning":
+                reasoning.append(text_of(item.get("summary")))
+            elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
+                calls.append(call_of(item))
+        message: dict = {"role": "assistant", "content": "".join(texts) or None}
+        if any(reasoning):
+            message["reasoning_content"] = "".join(reasoning)
+        if calls:
+            message["tool_calls"] = calls
+        incomplete = as_dict(response.get("incomplete_details")).get("reason") == "max_output_tokens"
+        finish = "tool_calls" if calls else "length" if incomplete else "stop"
+        return chat_completion(message, finish, self.usage(response), str(response.get("model", "")),
+                               str(response.get("id", "")))
+
+    def usage(self, response: dict) -> Usage:
+        usage = as_dict(response.get("usage"))
+        return Usage(as_int(usage.get("input_tokens")) or 0, as_int(usage.get("output_tokens")) or 0)
+
+    def collect(self, events: list[dict]) -> dict:
+        """The stream's last whole response (completed, incomplete or failed), else its
+        finished output items."""
+        items: list[dict] = []
+        for event in events:
+            if event.get("type") in ("response.completed", "response.incomplete", "response.failed"):
+                return as_dict(event.get("response"))
+            if event.get("type") == "response.output_item.done":
+                items.append(as_dict(event.get("item")))
+        return {"object": "response", "status": "incomplete", "output": items}
+
+
+API = ResponsesApi()
