@@ -132,6 +132,7 @@ REPORT_EXITS = one_paragraph("""Exit codes: 0 reported (and every gate asked for
 def report(
     job_dir: Annotated[Path, typer.Argument(help="A job folder.")],
     junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML here.")] = None,
+    atif: Annotated[Path | None, typer.Option("--atif", help="Write every trial's trajectory in ATIF (Harbor's Agent Trajectory Interchange Format) into this folder, one TRIAL.json each (TRIAL.STEP.json for a multi-step task's steps): the agent/trajectory.atif.json collection wrote, or, for a trial without one (a job from an older orchestra), built now from its folder.")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write the report (job result, tables, gate) as JSON here ('-': stdout, the rest to stderr).")] = None,
     fail_under: Annotated[float | None, typer.Option(help="Exit 1 when the mean reward is below this.")] = None,
     baseline: Annotated[Path | None, typer.Option(help="A baseline job: the regression gate (below).")] = None,
@@ -171,6 +172,8 @@ def report(
 
         write_junit(job.job, job_dir, trials, junit, regression)
         human.print(f"wrote {junit}", soft_wrap=True)
+    if atif:
+        _write_atif(job_dir, atif, human)
     if json_out:
         from orchestrator.util import write_output
 
@@ -205,6 +208,17 @@ def _write_report(job_dir: Path, job: "JobResult", trials: "list[TrialResult]", 
     (job_dir / "report.html").write_text(to_html(job, aggregate, compare, trials))
     human.print(f"wrote {job_dir / 'report.md'} and {job_dir / 'report.html'}", soft_wrap=True)
     return blocks
+
+
+def _write_atif(job_dir: Path, out: Path, human: "Console") -> None:
+    """The job's ATIF files into `out`; what had to be built, and trials left out, said."""
+    from orchestrator.report.atif import export_atif
+
+    export = export_atif(job_dir, out)
+    for line in export.built + export.problems:
+        human.print(line, markup=False, highlight=False, soft_wrap=True)
+    human.print(f"wrote {export.written} ATIF trajectories to {out} ({len(export.copied)} as collected, "
+                f"{len(export.built)} built now)", soft_wrap=True)
 
 
 def _compare_in(job_dir: Path) -> "CompareReport | None":

@@ -20,7 +20,7 @@ def facts(**kw: object) -> TrialFacts:
 def folder(tmp_path: Path, events: list[dict] | None = None, exchanges: list[dict] | None = None,
            **files: str) -> tuple[Path, Path]:
     agent = tmp_path / "agent"
-    agent.mkdir()
+    agent.mkdir(parents=True)
     (agent / "instruction.md").write_text(INSTRUCTION)
     if events is not None:
         (agent / "trajectory.jsonl").write_text("".join(json.dumps({"seq": i, **e}) + "\n"
@@ -29,7 +29,7 @@ def folder(tmp_path: Path, events: list[dict] | None = None, exchanges: list[dic
         (agent / name.replace("_", ".")).write_text(text)
     record = tmp_path / "model" / "exchanges.jsonl"
     if exchanges is not None:
-        record.parent.mkdir()
+        record.parent.mkdir(parents=True)
         record.write_text("".join(json.dumps(x) + "\n" for x in exchanges))
     return agent, record
 
@@ -174,3 +174,27 @@ def test_agent_data_that_does_not_fit_is_left_out_not_an_error(tmp_path: Path) -
     assert doc.steps[3].message.endswith("characters]") and len(doc.steps[3].message) < MAX_TEXT + 100
     assert "5 lines of the agent's trajectory were not events" in (doc.notes or "")
     Trajectory.model_validate_json(doc.to_json())  # what is written reads back
+
+
+def test_report_atif_copies_what_collection_wrote_and_builds_what_is_missing(tmp_path: Path) -> None:
+    from orchestrator.models.result import TrialResult
+    from orchestrator.report.atif import UNKNOWN_COMMAND, export_atif
+
+    job = tmp_path / "job"
+    for name, exit_code in (("new", None), ("old", 0), ("broken", None)):
+        trial = job / "trials" / name
+        agent, _ = folder(trial)
+        result = TrialResult(trial_id=name * 8, job="job", task="examples/hello-file", task_path="x",
+                             content_hash="h", condition="c", condition_hash="ch", agent="oracle",
+                             attempt=1, agent_exit_code=exit_code)
+        (trial / "result.json").write_text(result.model_dump_json())
+    write_atif(job / "trials/new/agent", job / "trials/new/model/exchanges.jsonl", facts(trial_id="n" * 24))
+    (job / "trials/broken/agent" / FILE_NAME).write_text('{"steps": []}')
+    (job / "trials/stray").mkdir()
+    export = export_atif(job, tmp_path / "out")
+    assert export.copied == ["new.json"] and export.written == 3
+    assert [b.split(":")[0] for b in export.built] == ["broken.json", "old.json"]
+    assert "did not read as ATIF" in export.built[0] and export.problems[0].startswith("stray: ")
+    old = Trajectory.model_validate_json((tmp_path / "out/old.json").read_text())
+    assert old.steps[1].tool_calls[0].arguments == {"command": UNKNOWN_COMMAND}  # type: ignore[index]
+    assert (tmp_path / "out/new.json").read_bytes() == (job / "trials/new/agent" / FILE_NAME).read_bytes()
