@@ -23,6 +23,7 @@ from orchestrator.host.netpool import NetworkPool
 from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.job import durations
 from orchestrator.job.budget import DiskBudget, EngineDiskFull
+from orchestrator.job.buildpool import BuildPool
 from orchestrator.job.enginewatch import EngineWatch
 from orchestrator.job.options import JobOptions, attempts_for
 from orchestrator.job.preflight import check_capabilities, preflight, with_sandbox_policy
@@ -234,9 +235,22 @@ class Job:
         self.scheduler = Scheduler(options.n_concurrent, self.admission, self.cancel, options.max_retries,
                                    options.backoff_multiplier, self.engine_watch)
         self.watchdog.start()
+        self.builds = self._build_pool()
         self.scheduler.run(todo, self.executor.runner(ctx, self.spec),
                            lambda item: cancelled_result(ctx, item.task, item.attempt, item.retries),
-                           lambda result: self._done(result, total))
+                           lambda result: self._done(result, total),
+                           self.builds.start if self.builds is not None else None)
+
+    def _build_pool(self) -> BuildPool | None:
+        """Images ahead of trials (job/buildpool.py), min(2, the engine's cpus) at once by
+        default; none on Ray (each node builds or pulls its own) or under an image budget
+        (everything built ahead would pass it): there each trial builds its own, as before."""
+        options = self.options
+        workers = options.build_workers if options.build_workers is not None \
+            else min(2, max(1, int(self.engine.cpus or 1)))
+        if workers <= 0 or options.backend != "local" or options.image_budget_gb is not None:
+            return None
+        return BuildPool(lambda task: self.images.ahead(task, self.ctx.trust), workers, self.cancel)
 
     def _keep(self, result: TrialResult) -> None:
         self.results.append(trial_summary(result))
@@ -267,7 +281,10 @@ class Job:
         the result summarized and written. Returns it and what clean-up could not remove."""
         ctx, options = self.ctx, self.options
         scheduler = getattr(self, "scheduler", None)
+        builds: BuildPool | None = getattr(self, "builds", None)
         seen = {r.trial_id for r in self.results}
+        if builds is not None:
+            builds.stop(timeout=15.0 if interrupted else 3600.0)
         if scheduler is not None:
             scheduler.stop(timeout=15.0 if interrupted else 3600.0)
             for _item, result in scheduler.drain():
@@ -298,6 +315,8 @@ class Job:
                         started, self.admission)
         job.images_pushed, job.images_pruned, job.order = self.images.pushed, len(self.budget.pruned), self.order
         job.admission = self.admission.policy
+        if (builds := getattr(self, "builds", None)) is not None:
+            job.builds = builds.in_start_order()
         durations.record(self.agent.name, durations.medians(self.seconds))
         watch = getattr(self, "engine_watch", None)
         if watch is not None:

@@ -184,13 +184,27 @@ class Scheduler:
 
     def run(self, items: list[Item], run_one: Callable[[Item], TrialResult],
             on_cancelled: Callable[[Item], TrialResult],
-            on_done: Callable[[TrialResult], None]) -> int:
+            on_done: Callable[[TrialResult], None],
+            images_ready: Callable[[list[Task], Callable[[Task], None]], object] | None = None) -> int:
         """Run every item to its final result, each handed to `on_done` and not kept here (a
-        long job's 2,000 full results held 28 MB); returns how many were final."""
+        long job's 2,000 full results held 28 MB); returns how many were final.
+        `images_ready(tasks, then)`: a build pool (job/buildpool.py) that calls `then(task)`
+        exactly once per task when its images exist (or its build failed, or the job was
+        cancelled); a task's items are submitted then, in their given order, not before."""
         finals = 0
         self._outstanding = len(items)
-        for item in items:
-            self._submit(item, run_one, on_cancelled)
+        if images_ready is None:
+            for item in items:
+                self._submit(item, run_one, on_cancelled)
+        else:
+            by_task: dict[str, list[Item]] = {}
+            for item in items:
+                by_task.setdefault(item.task.name, []).append(item)
+
+            def then(task: Task) -> None:
+                for item in by_task.get(task.name, []):
+                    self._submit(item, run_one, on_cancelled)
+            images_ready([group[0].task for group in by_task.values()], then)
         while self._outstanding:
             try:
                 item, result = self._results.get(timeout=0.25)

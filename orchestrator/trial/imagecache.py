@@ -17,10 +17,11 @@ from dataclasses import asdict, dataclass, field
 
 from orchestrator.host.cleanup import touch_images
 from orchestrator.log import get_logger
-from orchestrator.runtime.base import Runtime
+from orchestrator.runtime.base import BuildFailed, Runtime
 from orchestrator.tasks.load import Task
 from orchestrator.tasks.standins import StandIn
-from orchestrator.trial.images import TaskImages, ensure_task_images
+from orchestrator.trial.images import TaskImages, ensure_task_images, verifier_image
+from orchestrator.trial.trust import Trust
 
 log = get_logger()
 TOUCH_EVERY_SEC = 600.0  # how often a job says it still uses its images (cleanup's LRU)
@@ -63,6 +64,7 @@ class ImageCache:
         self.runtime, self.job, self.install, self.bases = runtime, job, install, bases
         self.ca_bundle, self.build_policy, self.registry = ca_bundle, build_policy, registry
         self._done: dict[str, TaskImages] = {}
+        self._failed: dict[str, BuildFailed] = {}  # built ahead and failed: every trial says it
         self._published: dict[str, Published] = {}
         self._offered: dict[str, Published] = {}  # on a node: what the driver pushed
         self._locks: dict[str, threading.Lock] = {}
@@ -80,6 +82,8 @@ class ImageCache:
 
     def __call__(self, task: Task) -> TaskImages:
         with self._lock(task):
+            if (failed := self._failed.get(task.name)) is not None:
+                raise failed  # the job's build pool tried once: no trial builds it again
             if task.name not in self._done:
                 offered = self._offered.get(task.name)
                 images = self._adopt(offered) if offered else ensure_task_images(
@@ -99,6 +103,29 @@ class ImageCache:
                 with self._guard:  # the finished ones go: a long job says it every 10 minutes a task
                     self._saying = [t for t in self._saying if t.is_alive()] + [saying]
             return self._done[task.name]
+
+    def ahead(self, task: Task, trust: Trust | None = None) -> int:
+        """Every image the task's trials will use, before any of them starts (the job's
+        build pool): the task image and agent layer, the separate verifier's
+        tests/Dockerfile, each compose sidecar's (with their bases, pulled or stood in).
+        A BuildFailed is kept: every trial of the task then records it from its build
+        phase, and nothing builds it again in this job. Returns how many task and agent
+        images this call made."""
+        from orchestrator.trial.sidecars import sidecar_image  # sidecars are rare: on use
+
+        with self._guard:
+            known = task.name in self._done
+        try:
+            images = self(task)
+            if task.config.verifier.environment_mode != "snapshot" and not task.config.steps:
+                verifier_image(self.runtime, task, images.task_image, self.job, trust)
+            for name, service in (task.compose.sidecars if task.compose else {}).items():
+                sidecar_image(self.runtime, task, name, service, self.job, trust)
+        except BuildFailed as exc:
+            with self._guard:
+                self._failed.setdefault(task.name, exc)
+            raise
+        return 0 if known else images.built
 
     def _say_used(self, refs: list[str]) -> None:
         self._ending.wait(TOUCH_DELAY_SEC)

@@ -1,0 +1,192 @@
+"""Images ahead of and beside trials: a job plans every image its trials will use, builds
+them in a pool of their own, and hands a task's trials to the scheduler only once that
+task's images exist, so a trial's slot and its cpu and memory reservation start then, not
+while an image builds (a build runs in the engine's builder and uses none of the trial's
+quota).
+
+- Plan (`plan_images`): per task, the Dockerfiles its trials build (environment/Dockerfile,
+  the separate verifier's tests/Dockerfile, each compose sidecar's build context), the
+  images used as they are (Harbor's `docker_image`, a compose service's `image`) and the
+  FROM bases they need; an estimate of the build's cost.
+- Order: longest first by that estimate, so one long build does not start last. The job
+  records trials' durations, not builds', so the estimate is a heuristic: per Dockerfile
+  one unit, one per RUN line, FETCH_WEIGHT for a RUN that fetches (apt, pip, curl, ...),
+  and one per 50 MB of build context.
+- Pool (`BuildPool`): `workers` builds at once (the job's default min(2, the engine's
+  cpus): builds are CPU, disk and network, and trials run beside them). A build that
+  fails is the task's, said once: the image cache keeps the failure, every trial of the
+  task records it from its build phase, nothing builds it again in the job (no retry
+  storm). Anything else (the engine gone mid-build) is left to the trial's own build path,
+  which retries as infrastructure.
+
+Used by the local executor's jobs; a Ray job, a job under --image-budget-gb (building
+everything ahead would pass the budget) and a single trial build in the trial itself, as
+before (trial/lifecycle.py's build phase, through the same image cache).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.job.host_needs import FETCHES
+from orchestrator.log import get_logger
+from orchestrator.models.result import ImageBuild
+from orchestrator.runtime.base import BuildFailed
+from orchestrator.tasks.dockerfile import joined_lines
+from orchestrator.tasks.load import Task
+from orchestrator.trial.images import base_references
+
+log = get_logger()
+FETCH_WEIGHT = 5.0  # a RUN that fetches (apt-get, pip, curl...) against one that does not
+CONTEXT_UNIT = 50 * 2**20  # bytes of build context worth one RUN line
+
+
+@dataclass
+class ImagePlan:
+    """What one task's trials will use: Dockerfiles to build ((what, folder)), images used
+    as they are, the bases those start FROM, and the estimate that orders the build."""
+
+    task: Task
+    dockerfiles: list[tuple[str, Path]] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
+    bases: list[str] = field(default_factory=list)
+    estimate: float = 0.0
+
+
+def plan_images(task: Task) -> ImagePlan:
+    plan = ImagePlan(task)
+    env = task.config.environment
+    if env.docker_image:
+        plan.images.append(env.docker_image)
+    if (task.path / "environment" / "Dockerfile").is_file():
+        plan.dockerfiles.append(("task", task.path / "environment"))
+    tests = task.tests_dirs[-1] if task.tests_dirs else task.path / "tests"
+    if task.config.verifier.environment_mode != "snapshot" and (tests / "Dockerfile").is_file():
+        plan.dockerfiles.append(("verifier", tests))
+    for name, service in (task.compose.sidecars if task.compose else {}).items():
+        if service.build is not None:
+            plan.dockerfiles.append((f"sidecar:{name}", task.path / "environment" / service.build.context))
+        elif service.image:
+            plan.images.append(service.image)
+    for _what, folder in plan.dockerfiles:
+        text = _read(folder / "Dockerfile")
+        plan.bases += [b for b in base_references(text) if b not in plan.bases]
+        plan.estimate += dockerfile_cost(text) + _context_bytes(folder) / CONTEXT_UNIT
+    return plan
+
+
+def dockerfile_cost(text: str) -> float:
+    """One unit for the Dockerfile, one per RUN line, FETCH_WEIGHT for a RUN that fetches."""
+    cost = 1.0
+    for line in joined_lines(text):
+        stripped = line.strip()
+        if stripped.upper().startswith("RUN"):
+            cost += FETCH_WEIGHT if FETCHES.search(stripped) else 1.0
+    return cost
+
+
+def longest_first(plans: Iterable[ImagePlan]) -> list[ImagePlan]:
+    """Largest estimate first; ties keep the given order (the job's trial order)."""
+    return sorted(plans, key=lambda p: -p.estimate)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _context_bytes(folder: Path, cap: int = 20_000) -> int:
+    """The build context's size (at most `cap` files looked at: an estimate, not a walk of
+    a huge dataset)."""
+    total, seen = 0, 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            seen += 1
+            if seen > cap:
+                return total
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+class BuildPool:
+    """Builds tasks' images ahead of their trials, `workers` at once, longest first;
+    `on_ready(task)` is called exactly once per task planned, when its images exist, its
+    build failed, or the job was cancelled (the scheduler then submits its trials, which
+    find their images, record the failure, or are cancelled)."""
+
+    def __init__(self, build: Callable[[Task], int], workers: int, cancel: threading.Event):
+        self.build, self.workers, self.cancel = build, max(1, workers), cancel
+        self.records: list[ImageBuild] = []
+        self._guard = threading.Lock()
+        self._closed = False
+        self._pool: ThreadPoolExecutor | None = None
+        self._running: list = []
+
+    def start(self, tasks: Iterable[Task], on_ready: Callable[[Task], None]) -> list[ImagePlan]:
+        """Plan each task's images (once per task name) and submit their builds, longest
+        first. Returns the plans in build order."""
+        unique = {t.name: t for t in tasks}
+        plans = longest_first(plan_images(t) for t in unique.values())
+        self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="build")
+        log.info("build_pool.start", tasks=len(plans), workers=self.workers,
+                 first=[p.task.name for p in plans[:5]])
+        for plan in plans:
+            self._running.append(self._pool.submit(self._build, plan, on_ready))
+        return plans
+
+    def _build(self, plan: ImagePlan, on_ready: Callable[[Task], None]) -> None:
+        task, started = plan.task, time.time()
+        record = ImageBuild(task=task.name, started_at=started, finished_at=started,
+                            estimate=round(plan.estimate, 2))
+        try:
+            if not self.cancel.is_set():
+                record.built = self.build(task)
+        except BuildFailed as exc:
+            record.error = str(exc)[-2000:]
+            log.warning("build_pool.failed", task=task.name, error=str(exc)[-500:],
+                        message=f"{task.name}: its images did not build; every trial of it records "
+                                "this build failure (built once, not retried)")
+        except Exception as exc:  # the engine failed, not the task: the trial's own build retries
+            record.error = f"{exc.__class__.__name__}: {exc}"[:500]
+            log.warning("build_pool.left_to_trials", task=task.name, error=record.error)
+        finally:
+            record.finished_at = time.time()
+            with self._guard:
+                self.records.append(record)
+                closed = self._closed
+            if not closed:
+                try:
+                    on_ready(task)
+                except Exception as exc:  # never lose the pool's thread to the scheduler
+                    log.error("build_pool.on_ready_failed", task=task.name, error=str(exc))
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """The job's end: builds still queued start only if the job was not cancelled (a
+        cancelled job's skip theirs at once); what runs is waited for up to `timeout` (an
+        engine build cannot be interrupted from here); later completions tell no one."""
+        if self._pool is None:
+            return
+        self._pool.shutdown(wait=False)
+        deadline = time.monotonic() + timeout
+        for future in self._running:
+            try:
+                future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception:  # cancelled, or still running past the timeout
+                pass
+        with self._guard:
+            self._closed = True
+
+    def in_start_order(self) -> list[ImageBuild]:
+        with self._guard:
+            return sorted(self.records, key=lambda r: r.started_at)

@@ -1,0 +1,160 @@
+"""Images ahead of trials (job/buildpool.py): planned per task, built longest first in a
+bounded pool, a task's trials submitted only once its images exist, a failed build said
+once and kept for every trial of the task. Fakes only: no engine."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from conftest import make_task
+
+from orchestrator.job.buildpool import BuildPool, dockerfile_cost, plan_images
+from orchestrator.job.scheduler import Admission, Item, Scheduler
+from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.runtime.base import BuildFailed
+from orchestrator.tasks.load import load_task
+from orchestrator.trial import imagecache
+from orchestrator.trial.imagecache import ImageCache
+
+SLOW = "FROM python:3.12-slim-bookworm\nRUN apt-get update && apt-get install -y gcc\nRUN pip install numpy\n"
+QUICK = "FROM python:3.12-slim-bookworm\nWORKDIR /app\n"
+
+
+def _short(name: str) -> str:
+    return name.rsplit("/", 1)[-1]  # a task loaded alone is named with its parent folder
+
+
+def _task(tmp_path, name, dockerfile=QUICK, files=None):
+    return load_task(make_task(tmp_path, name, dockerfile=dockerfile, files=files))
+
+
+def test_a_plan_names_every_dockerfile_and_base_its_trials_use(tmp_path):
+    task = _task(tmp_path, "t", SLOW, files={
+        "tests/Dockerfile": "FROM debian:bookworm-slim\nRUN true\n",
+        "task.toml": '[verifier]\nenvironment_mode = "separate"\n'})
+    plan = plan_images(task)
+    assert [what for what, _ in plan.dockerfiles] == ["task", "verifier"]
+    assert plan.bases == ["python:3.12-slim-bookworm", "debian:bookworm-slim"]
+    assert plan.estimate > plan_images(_task(tmp_path, "q")).estimate
+
+
+def test_a_fetching_run_line_weighs_more_than_one_that_does_not():
+    assert dockerfile_cost("FROM x\nRUN apt-get install -y gcc\n") > dockerfile_cost("FROM x\nRUN make\n")
+    assert dockerfile_cost("FROM x\nRUN make \\\n  && make install\n") == 2.0  # one RUN, continued
+
+
+def test_builds_start_longest_first_and_each_task_is_ready_exactly_once(tmp_path):
+    tasks = [_task(tmp_path, "quick"), _task(tmp_path, "slow", SLOW), _task(tmp_path, "mid",
+             "FROM python:3.12-slim-bookworm\nRUN make\n")]
+    order, ready = [], []
+    pool = BuildPool(lambda t: order.append(_short(t.name)) or 1, workers=1, cancel=threading.Event())
+    pool.start(tasks + tasks[:1], ready.append)  # a task named twice is planned once
+    pool.stop(timeout=10)
+    assert order == ["slow", "mid", "quick"]
+    assert sorted(_short(t.name) for t in ready) == ["mid", "quick", "slow"]
+    assert [_short(r.task) for r in pool.in_start_order()] == order
+    assert all(r.built == 1 and r.error is None for r in pool.records)
+
+
+def test_no_more_builds_run_at_once_than_the_pool_has_workers(tmp_path):
+    tasks = [_task(tmp_path, f"t{i}") for i in range(6)]
+    running, peak, guard = [0], [0], threading.Lock()
+    release = threading.Event()
+    done = threading.Semaphore(0)
+
+    def build(task):
+        with guard:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        release.wait(10)
+        with guard:
+            running[0] -= 1
+        return 0
+
+    pool = BuildPool(build, workers=2, cancel=threading.Event())
+    pool.start(tasks, lambda task: done.release())
+    threading.Timer(0.3, release.set).start()
+    for _ in tasks:
+        assert done.acquire(timeout=10)
+    assert peak[0] == 2
+
+
+@pytest.mark.parametrize("error", [BuildFailed("RUN make: exit 2"), RuntimeError("engine gone")])
+def test_a_build_that_raises_still_makes_its_task_ready_once_and_is_recorded(tmp_path, error):
+    ready = []
+
+    def build(task):
+        raise error
+
+    pool = BuildPool(build, workers=2, cancel=threading.Event())
+    pool.start([_task(tmp_path, "a")], ready.append)
+    pool.stop(timeout=10)
+    assert [_short(t.name) for t in ready] == ["a"]
+    assert pool.records[0].error is not None and str(error) in pool.records[0].error
+
+
+def test_a_cancelled_job_builds_nothing_more_but_every_task_is_told(tmp_path):
+    cancel = threading.Event()
+    cancel.set()
+    built, ready = [], []
+    pool = BuildPool(lambda t: built.append(t) or 1, workers=1, cancel=cancel)
+    pool.start([_task(tmp_path, "a"), _task(tmp_path, "b")], ready.append)
+    pool.stop(timeout=10)
+    assert built == [] and len(ready) == 2
+
+
+def test_a_tasks_trials_start_only_after_its_images_exist_and_others_run_meanwhile(tmp_path):
+    """Task `slow`'s build waits until task `quick`'s trials have run: quick's trials never
+    wait behind it, and none of slow's starts before its build finished."""
+    slow, quick = _task(tmp_path, "slow", SLOW), _task(tmp_path, "quick")
+    events: list[str] = []
+    guard = threading.Lock()
+    quick_done = threading.Event()
+    cancel = threading.Event()
+
+    def build(task):
+        if _short(task.name) == "slow":
+            assert quick_done.wait(10)
+        with guard:
+            events.append(f"built {_short(task.name)}")
+        return 1
+
+    def run_one(item):
+        with guard:
+            events.append(f"trial {_short(item.task.name)}#{item.attempt}")
+            if sum(e.startswith("trial quick") for e in events) == 2:
+                quick_done.set()
+        return TrialResult(trial_id=f"{item.task.name}{item.attempt}", job="j", task=item.task.name,
+                           task_path="", content_hash="h", condition="c", condition_hash="h",
+                           agent="oracle", policy="memory-on", attempt=item.attempt)
+
+    pool = BuildPool(build, workers=2, cancel=cancel)  # slow's build starts first and waits
+    scheduler = Scheduler(2, Admission(4, 8192, cancel), cancel)
+    items = [Item(slow, 0), Item(slow, 1), Item(quick, 0), Item(quick, 1)]
+    finals = scheduler.run(items, run_one, lambda i: None, lambda r: None, pool.start)
+    pool.stop()
+    scheduler.stop()
+    assert finals == 4
+    first_slow_trial = min(i for i, e in enumerate(events) if e.startswith("trial slow"))
+    assert events.index("built slow") < first_slow_trial
+    assert events.index("trial quick#0") < events.index("built slow")
+
+
+def test_a_failed_build_is_kept_so_no_trial_of_the_task_builds_it_again(tmp_path, monkeypatch):
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(_short(args[1].name))
+        raise BuildFailed("RUN make: exit 2")
+
+    monkeypatch.setattr(imagecache, "ensure_task_images", failing)
+    cache = ImageCache(runtime=None, job="j")  # type: ignore[arg-type]  # never reached: the build fails first
+    task = _task(tmp_path, "broken")
+    with pytest.raises(BuildFailed):
+        cache.ahead(task)
+    for _attempt in range(3):  # each trial's build phase
+        with pytest.raises(BuildFailed, match="RUN make: exit 2"):
+            cache(task)
+    assert calls == ["broken"]
+    assert FailureMode.BUILD_ERROR.value == "build_error"
