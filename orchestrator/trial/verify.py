@@ -15,6 +15,7 @@ from pathlib import Path
 from orchestrator.agents.base import under_timeout
 from orchestrator.archive import safe_extract, spool_directories, tar_directory, tar_files
 from orchestrator.host.watchdog import DiskWatchdog
+from orchestrator.log import get_logger
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import ARTIFACTS, LOGS, TESTS, VERIFIER_LOGS, TrialDir
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, ContainerSpec, Runtime
@@ -38,6 +39,8 @@ EVIDENCE_NAME = "relay-evidence.json"
 
 MAX_REWARD_FILE = 1024 * 1024
 _TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?\}")
+
+log = get_logger()
 
 
 class RewardError(ValueError):
@@ -204,9 +207,12 @@ def _verify_live(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
     _stage_evidence(runtime, container, evidence)
     started = time.time()
     result.verifier_interpreter = verifier_tools.interpreter_note(box.static_tools)
+    host = HostEnv(where="task.toml: ")
+    env = resolve_env(verifier.env, host)
+    if host.values:  # a secret of the host's is about to be in test.sh's environment
+        _stop_agent_processes(runtime, container, box, result)
     outcome = runtime.exec(container, _command(box, box.static_tools, staged, verifier.timeout_sec),
-                           env=resolve_env(verifier.env), user=verifier.user,
-                           deadline=started + verifier.timeout_sec + 10)
+                           env=env, user=verifier.user, deadline=started + verifier.timeout_sec + 10)
     elapsed = time.time() - started
     exit_code = outcome.exit_code
     if watchdog is not None and watchdog.tripped(container):
@@ -224,6 +230,45 @@ def _verify_live(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
         switch_network(runtime, box, task.config.network_for("agent"), container, back=True)
     # else the trial's clean-up removes the container next (a forced removal kills it): a
     # separate kill first cost ~0.1 s per trial
+
+
+# Every process of the container but its own (PID 1 and, under an init, the command it runs:
+# the child of PID 1 that started first, which nothing the agent starts can predate) is
+# stopped in one pass (`kill -STOP -1` is one walk of the kernel's process list: nothing forks
+# past it), then killed; only shell built-ins, so any image's sh (or the static tools') does.
+_STOP_OTHERS = r"""kill -STOP -1 2>/dev/null
+main=; first=
+read -r init < /proc/1/comm
+case "$init" in docker-init|tini|dumb-init|catatonit)
+  for p in /proc/[0-9]*; do
+    { read -r stat < "$p/stat"; } 2>/dev/null || continue
+    set -- ${stat##*) }
+    [ "$2" = 1 ] || continue
+    if [ -z "$first" ] || [ "${20}" -lt "$first" ]; then first=${20}; main=${p#/proc/}; fi
+  done;;
+esac
+n=0
+for p in /proc/[0-9]*; do
+  pid=${p#/proc/}
+  case "$pid" in 1|$$|"$main") continue;; esac
+  kill -KILL "$pid" 2>/dev/null && n=$((n+1))
+done
+[ -n "$main" ] && kill -CONT "$main"
+echo "$n"
+"""
+
+
+def _stop_agent_processes(runtime: Runtime, container: str, box: Sandbox, result: TrialResult) -> None:
+    """Shared mode with a host secret in verifier.env: no process the agent left behind may
+    read it from test.sh's /proc/PID/environ (or send it anywhere), so none survives into
+    grading; services the agent started stop with them (said in the result)."""
+    shell, _, _ = verifier_tools.wrapper(box.static_tools)
+    outcome = runtime.exec(container, [*shell, _STOP_OTHERS], user="root", deadline=time.time() + 30)
+    killed = outcome.output.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
+    note = (f"verifier.env holds a host variable (--task-env): the agent's {killed[0]} leftover "
+            "process(es) were stopped before test.sh, services it started among them")
+    result.verifier_note = f"{result.verifier_note}; {note}" if result.verifier_note else note
+    log.info("verifier.agent_processes_stopped", container=container[:12], killed=killed[0])
 
 
 def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox,

@@ -155,3 +155,58 @@ def test_two_resumes_of_one_job_one_writer(tmp_path):
         out, err = one.communicate(timeout=240)
     assert one.returncode == 0, err
     assert len(list((job / "trials").glob("*/result.json"))) == 1
+
+
+LURK = r"""cat > /tmp/lurk.sh <<'EOF'
+while true; do
+  for f in /proc/[0-9]*/environ; do
+    v=$(tr '\0' '\n' < "$f" 2>/dev/null | sed -n 's/^JUDGE_API_KEY=//p')
+    if [ -n "$v" ]; then python3 -c 'import sys; print(sys.argv[1][::-1])' "$v" > /tmp/stolen; fi
+  done
+  date +%s%N > /tmp/lurker-alive
+  sleep 0.05
+done
+EOF
+nohup setsid bash /tmp/lurk.sh >/dev/null 2>&1 &
+sleep 0.5
+[ -s /tmp/lurker-alive ] && touch /app/ok
+"""
+# test.sh gives the lurker time to find it, then keeps what it found (reversed: no scrubber
+# knows that form) and whether it was still alive
+LURKED = """sleep 1.5
+mkdir -p /logs/verifier
+cat /tmp/stolen > /logs/verifier/stolen.txt 2>/dev/null
+a=$(cat /tmp/lurker-alive); sleep 0.5; b=$(cat /tmp/lurker-alive)
+[ "$a" != "$b" ] && echo alive > /logs/verifier/lurker.txt || echo gone > /logs/verifier/lurker.txt
+[ -e /app/ok ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt
+"""
+
+
+def test_no_agent_process_reads_a_shared_mode_verifier_secret(tmp_path):
+    ds = tmp_path / "ds"
+    literal = "not-a-secret-literal-value"
+    # the same lurker twice: a verifier.env the dataset wrote itself (the positive control:
+    # the lurker survives into grading and reads test.sh's environment), and one that reads
+    # a host secret the run allows (--task-env): then no process of the agent's survives
+    make_task(ds, "lurker-literal", solve=LURK, test=LURKED,
+              toml=f'[agent]\ntimeout_sec = 60\n[verifier]\nenv = {{JUDGE_API_KEY = "{literal}"}}\n')
+    make_task(ds, "lurker-secret", solve=LURK, test=LURKED,
+              toml='[agent]\ntimeout_sec = 60\n[verifier]\nenv = {JUDGE_API_KEY = "${JUDGE_KEY}"}\n')
+    run = orchestra("run", "--path", str(ds), "--agent", "oracle", "--jobs-dir", str(tmp_path / "jobs"),
+                    "--job-name", "lurk", "-q", "--task-env", "JUDGE_KEY", env={"JUDGE_KEY": SECRET})
+    assert run.returncode == 0, run.stderr
+    import json
+    trials = {json.loads((t / "result.json").read_text())["task"].split("/")[-1]: t
+              for t in (tmp_path / "jobs/lurk/trials").iterdir()}
+    control = trials["lurker-literal"]
+    assert (control / "verifier/lurker.txt").read_text().strip() == "alive"  # ran, into grading
+    assert (control / "verifier/stolen.txt").read_text().strip() == literal[::-1]  # and read it
+    secret = trials["lurker-secret"]
+    result = json.loads((secret / "result.json").read_text())
+    assert result["reward"]["reward"] == 1.0  # the agent's work is graded as it was left
+    assert (secret / "verifier/lurker.txt").read_text().strip() == "gone"
+    assert (secret / "verifier/stolen.txt").read_text() == ""
+    assert "stopped before test.sh" in result["verifier_note"]
+    for path in (tmp_path / "jobs").rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes() and SECRET[::-1].encode() not in path.read_bytes()
