@@ -359,26 +359,30 @@ class ModelProxy(OnOneServer):
                         handler.client_gone)
         if up.response is None:
             body = json.dumps(api.error(up.kind, f"orchestra proxy: {up.message}")).encode() if up.kind else up.body
-            handler.reply(up.status, self.scrub(body))
             self._record(call, data, up.status, body, None)
+            handler.reply(up.status, self.scrub(body))
             return
         kind = up.response.headers.get("Content-Type", "application/json")
-        if call.stream and "event-stream" in kind:
+        streamed = call.stream and "event-stream" in kind
+        if streamed:
             native = api.collect(self._pump(handler, call, up.response, wants_usage))
         else:
             with up.response:
                 body = up.response.read()
             native = _object(body)
-            if call.stream:  # an upstream that answered a stream request all at once
-                asked = {**request, "stream_options": {"include_usage": wants_usage}}
-                self._stream(handler, api, api.stream_from_chat(api.as_chat(native), call.asked or "", asked))
-            else:
-                handler.reply(200, self.scrub(body), content_type=kind)
         self._count(api.usage(native))
-        self._record(call, data, 200, json.dumps(native).encode(), native)
+        self._record(call, data, 200, json.dumps(native).encode(), native)  # before the client's last byte
+        if streamed:
+            handler.end_stream()
+        elif call.stream:  # an upstream that answered a stream request all at once
+            asked = {**request, "stream_options": {"include_usage": wants_usage}}
+            self._stream(handler, api, api.stream_from_chat(api.as_chat(native), call.asked or "", asked))
+        else:
+            handler.reply(200, self.scrub(body), content_type=kind)
 
     def _pump(self, handler: JsonHandler, call: Call, response: HTTPResponse, wants_usage: bool) -> list[dict]:
-        """Pass a streamed answer on event by event as it arrives; its decoded events."""
+        """Pass a streamed answer on event by event as it arrives (the caller ends the
+        stream); its decoded events."""
         handler.start_stream(200, response.headers.get("Content-Type", "text/event-stream"))
         events: list[dict] = []
         try:
@@ -396,7 +400,6 @@ class ModelProxy(OnOneServer):
                         break
         except (OSError, HTTPException) as exc:  # the upstream broke off mid-stream
             handler.send_chunk(call.api.stream_error("upstream", f"orchestra proxy: the endpoint broke off: {exc}"))
-        handler.end_stream()
         return events
 
     def _stream(self, handler: JsonHandler, api: Api, events: object, started: bool = False) -> None:
