@@ -51,6 +51,7 @@ DATASET_FORBIDDEN_PREFIXES = ("ORCHESTRA_",)
 DATASET_FORBIDDEN_NAMES = frozenset({"OPENAI_BASE_URL", "OPENAI_API_KEY", "TMPDIR"})
 _allowed_host_env: frozenset[str] = frozenset()
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s|us))+$")
+_VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # Docker's rule for a volume's name
 
 
 class ComposeHealthcheck(BaseModel):
@@ -232,6 +233,9 @@ def load_compose(path: Path, main_image: str = "") -> Compose:
     volumes = raw.get("volumes") or {}
     problems += [f"{path}: orchestra cannot honour options of `volumes.{name}` (named volumes only)"
                  for name, options in volumes.items() if options]
+    problems += [f"{path}: field 'volumes.{name}': a volume name is letters, digits, '_', '.' "
+                 "and '-', starting with a letter or digit" for name in volumes
+                 if not _VOLUME_NAME.fullmatch(str(name))]
     if problems:
         raise InputError(problems)
     context = {"CONTEXT_DIR": str(path.parent), "MAIN_IMAGE_NAME": main_image}

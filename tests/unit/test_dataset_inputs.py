@@ -109,6 +109,12 @@ def test_yaml_aliases_are_refused_before_they_expand(tmp_path):
     assert "docker-compose.yaml" in said and "alias" in said
 
 
+def test_a_volume_name_that_could_leave_the_trials_disk_is_refused(tmp_path):
+    compose = "services:\n  main:\n    volumes:\n      - ../../x:/data\nvolumes:\n  ../../x:\n"
+    said = refused(make_task(tmp_path, "t", files={"environment/docker-compose.yaml": compose}))
+    assert "docker-compose.yaml" in said and "volumes.../../x" in said
+
+
 def test_deep_yaml_is_a_problem_not_a_recursion_error(tmp_path):
     deep = "services: " + "[" * 100_000 + "]" * 100_000 + "\n"
     task = make_task(tmp_path, "t", files={"environment/docker-compose.yaml": deep})
