@@ -1,0 +1,198 @@
+"""The model proxy refuses in the caller's own API: wrong tokens in each header, unknown
+routes, server-side state, hostile sizes, budgets, broken upstreams (real HTTP on loopback)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+
+import pytest
+import test_proxy_apis
+from test_proxy_apis import (
+    ALL,
+    KEY,
+    answer_of,
+    first_turn,
+    path_of,
+    second_turn,
+    send,
+)
+
+from orchestrator.models.manifest import Budget
+from orchestrator.services.exchanges import recorded_answers
+from orchestrator.services.proxy import ModelProxy
+from orchestrator.services.replay import ReplayServer
+
+stack = test_proxy_apis.stack  # the suite's fixture: a proxy before a scripted upstream
+
+
+def shape(api: str, body: dict) -> str:
+    """Which API's error shape a body is in, and of what kind ('' when none)."""
+    if api == "messages":
+        assert body["type"] == "error" and set(body["error"]) == {"type", "message"}
+        return body["error"]["type"]
+    if api == "gemini":
+        assert set(body["error"]) == {"code", "message", "status"}
+        return body["error"]["status"]
+    assert {"message", "type", "code"} <= set(body["error"])
+    return body["error"]["type"]
+
+
+WRONG = {"chat": {"Authorization": "Bearer nope"}, "responses": {"Authorization": "Bearer nope"},
+         "messages": {"x-api-key": "nope"}, "gemini": {"x-goog-api-key": "nope"}}
+AUTH_KIND = {"chat": "invalid_api_key", "responses": "invalid_api_key", "messages": "authentication_error",
+             "gemini": "UNAUTHENTICATED"}
+
+
+@pytest.mark.parametrize("api", ALL)
+def test_a_wrong_or_missing_token_in_each_apis_header_is_refused_in_its_shape(stack, api):
+    proxy, upstream = stack()
+    for headers in (WRONG[api], {}, {"Authorization": f"Basic {proxy.token}"}):
+        status, body, _ = send(proxy, api, path_of(api, False), first_turn(api, False), headers=headers)
+        assert status == 401 and shape(api, body) == AUTH_KIND[api]
+        assert proxy.token not in json.dumps(body)
+    if api == "gemini":
+        body = body["error"]
+        assert body["code"] == 401
+    assert upstream.seen == [] and proxy.stats.calls == 0
+
+
+def test_the_token_is_taken_from_the_query_for_gemini_and_the_asked_model_is_the_paths(stack, tmp_path):
+    from orchestrator.services.exchanges import read_exchanges
+
+    proxy, upstream = stack()
+    key = urllib.parse.quote(proxy.token)
+    status, body, _ = send(proxy, "gemini", f"/v1beta/models/gemini-2.5-flash:generateContent?key={key}",
+                           first_turn("gemini", False), headers={})
+    assert status == 200 and answer_of("gemini", body, [])[0][0]["name"] == "shell"
+    record = read_exchanges(tmp_path / "model" / "exchanges.jsonl")[-1]
+    assert record["asked_model"] == "gemini-2.5-flash" and upstream.seen[-1].body["model"] == "trial-model"
+
+
+@pytest.mark.parametrize("api,path,kind", [
+    ("chat", "/v1/embeddings", "not_found_error"), ("responses", "/v1/responses/resp_1/cancel", "not_found_error"),
+    ("messages", "/v1/messages/batches", "not_found_error"), ("gemini", "/v1beta/models/g:embedContent", "NOT_FOUND"),
+    ("gemini", "/v1beta/cachedContents", "NOT_FOUND")])
+def test_an_unknown_route_is_a_404_in_the_shape_the_caller_understands(stack, api, path, kind):
+    proxy, upstream = stack()
+    status, body, _ = send(proxy, api, path, {})
+    assert status == 404 and shape(api, body) == kind and upstream.seen == []
+
+
+@pytest.mark.parametrize("extra", [{"previous_response_id": "resp_123"}, {"conversation": "conv_1"},
+                                   {"input": [{"type": "item_reference", "id": "msg_1"}]}])
+def test_server_side_state_is_refused_in_the_responses_shape(stack, extra):
+    proxy, upstream = stack()
+    status, body, _ = send(proxy, "responses", "/v1/responses", first_turn("responses", True, **extra))
+    assert status == 400 and shape("responses", body) == "invalid_request_error"
+    assert "no server-side state" in body["error"]["message"] or "stored items" in body["error"]["message"]
+    assert upstream.seen == []
+
+
+@pytest.mark.parametrize("api,extra,kind", [
+    ("chat", {"n": 1000}, "invalid_request_error"),
+    ("gemini", {"generationConfig": {"candidateCount": 1000}}, "INVALID_ARGUMENT")])
+def test_a_huge_number_of_choices_is_refused(stack, api, extra, kind):
+    proxy, upstream = stack()
+    status, body, _ = send(proxy, api, path_of(api, False), first_turn(api, False, **extra))
+    assert status == 400 and shape(api, body) == kind and upstream.seen == []
+
+
+@pytest.mark.parametrize("apis", [("chat",), ALL], ids=["translated", "relayed"])
+def test_each_call_is_capped_to_what_the_token_budget_has_left(stack, apis):
+    proxy, upstream = stack(apis=apis, budget=Budget(tokens=500))
+    huge = {"chat": {"max_tokens": 10**9, "n": 3}, "responses": {"max_output_tokens": 10**9},
+            "messages": {"max_tokens": 10**9}, "gemini": {"generationConfig": {"maxOutputTokens": 10**9,
+                                                                              "candidateCount": 3}}}
+    seen = {}
+    for api in ALL:
+        status, _, _ = send(proxy, api, path_of(api, False), first_turn(api, False, **huge[api]))
+        assert status == 200
+        seen[api] = upstream.seen[-1].body
+    if apis == ALL:  # each in its own field
+        assert (seen["chat"]["max_tokens"], seen["chat"]["n"]) == (500, 1)
+        assert seen["responses"]["max_output_tokens"] == 482 and seen["messages"]["max_tokens"] == 464
+        assert seen["gemini"]["generationConfig"] == {"maxOutputTokens": 446, "candidateCount": 1}
+    else:  # each translated to chat's
+        assert [seen[api]["max_tokens"] for api in ALL] == [500, 482, 464, 446]
+        assert seen["gemini"]["n"] == 1
+
+
+@pytest.mark.parametrize("api,status,kind", [("chat", 402, "budget_exceeded"), ("responses", 402, "budget_exceeded"),
+                                             ("messages", 402, "billing_error"), ("gemini", 400, "FAILED_PRECONDITION")])
+def test_a_spent_budget_is_refused_in_each_apis_shape(stack, api, status, kind):
+    proxy, upstream = stack(budget=Budget(max_calls=0))
+    got, body, _ = send(proxy, api, path_of(api, True), first_turn(api, True))
+    assert (got, shape(api, body)) == (status, kind) and "budget exceeded" in json.dumps(body)
+    assert upstream.seen == [] and proxy.stats.refused_budget == 1
+
+
+@pytest.mark.parametrize("api", ALL)
+def test_a_body_that_is_not_a_json_object_is_refused_in_its_shape(stack, api):
+    proxy, _ = stack()
+    for body in (b"{not json", b"[1, 2]"):
+        status, answer, _ = send(proxy, api, path_of(api, False), body)
+        assert status == 400 and shape(api, answer) in ("invalid_request_error", "INVALID_ARGUMENT")
+
+
+@pytest.mark.parametrize("api", ["responses", "messages", "gemini"])
+def test_an_upstream_refusal_reaches_a_translated_caller_in_its_shape_without_the_key(api):
+    upstream = ReplayServer({"rules": [], "fail_first": {"status": 400, "times": 9}}).start()
+    proxy = ModelProxy("127.0.0.1", upstream.url, "m", KEY, Budget(), {}, deadline=time.time() + 30).start()
+    try:
+        status, body, _ = send(proxy, api, path_of(api, False), first_turn(api, False))
+        assert status == 400 and shape(api, body) in ("invalid_request_error", "INVALID_ARGUMENT")
+        assert "scripted failure" in json.dumps(body) and KEY not in json.dumps(body)
+        assert proxy.stats.upstream_refusals == 1
+    finally:
+        proxy.stop()
+        upstream.stop()
+
+
+@pytest.mark.parametrize("api,stream", [("messages", False), ("messages", True), ("gemini", True)])
+def test_an_endpoint_that_is_down_is_an_error_in_the_callers_shape(api, stream):
+    proxy = ModelProxy("127.0.0.1", "http://127.0.0.1:9/v1", "m", KEY, Budget(), {}, deadline=time.time() + 30,
+                       max_attempts=2, backoff_max=0.05).start()
+    try:
+        status, body, evs = send(proxy, api, path_of(api, stream), first_turn(api, stream))
+        assert status == 502 and shape(api, body) in ("api_error", "UNAVAILABLE") and not evs
+        assert proxy.stats.upstream_errors == 1
+    finally:
+        proxy.stop()
+
+
+def test_token_counts_and_the_model_list_are_answered_here(stack):
+    proxy, upstream = stack()
+    status, body, _ = send(proxy, "messages", "/v1/messages/count_tokens", first_turn("messages", False))
+    assert status == 200 and body["input_tokens"] > 10
+    status, body, _ = send(proxy, "gemini", "/v1beta/models/g:countTokens", first_turn("gemini", False))
+    assert status == 200 and body["totalTokens"] > 10
+    assert upstream.seen == [] and proxy.stats.calls == 0  # never a budget call
+
+
+def test_a_recorded_conversation_in_each_api_is_replayed_through_chat(stack, tmp_path):
+    proxy, _ = stack()
+    turns = {}
+    for api in ALL:
+        first = first_turn(api, False)
+        _, body, _ = send(proxy, api, path_of(api, False), first)
+        call = answer_of(api, body, [])[0][0]
+        second = second_turn(api, first, {**call, "id": call["id"] or "c1"}, f"{api} ran")
+        turns[api] = [(first, body), (second, send(proxy, api, path_of(api, False), second)[1])]
+    proxy.stop()
+    (tmp_path / "trials" / "t").mkdir(parents=True)
+    (tmp_path / "model").rename(tmp_path / "trials" / "t" / "model")
+    (tmp_path / "trials" / "t" / "result.json").write_text('{"task": "ds/t", "attempt": 0}')
+    replay = ReplayServer({"recorded": recorded_answers(tmp_path)}).start()
+    again = ModelProxy("127.0.0.1", f"{replay.url}/trial/{urllib.parse.quote('ds/t#0', safe='')}", "trial-model",
+                       None, Budget(), {}, deadline=time.time() + 30).start()
+    try:
+        for api in ALL:
+            for request, answer in turns[api]:
+                status, body, _ = send(again, api, path_of(api, False), request)
+                assert status == 200 and answer_of(api, body, []) == answer_of(api, answer, [])
+        assert replay.engine.diverged == 0
+    finally:
+        again.stop()
+        replay.stop()
