@@ -4,7 +4,8 @@ collection for any agent, from what the trial folder holds:
 1. the agent's own trajectory (agent/trajectory.jsonl, DESIGN 3.6 events: its own log, or
    an installed CLI's converted) where it has events: its steps, tool calls and results;
    each step it can be matched to a model call (by tool call id, else by its text) gets
-   that call's model, tokens, time and reasoning;
+   that call's model, tokens, time and reasoning (a trajectory orchestra itself made from
+   the model calls, for an agent without a log, is passed over for the calls: 2);
 2. else the model proxy's exchanges (model/exchanges.jsonl, trial/atif_calls.py): one
    agent step per answered call, the tool results the agent sent back as its observations;
 3. else the agent's command, when it ran one without a model (the oracle's solve.sh, a
@@ -39,6 +40,7 @@ from orchestrator.models.atif import (
 )
 from orchestrator.models.trajectory import event_of, records, tool_of
 from orchestrator.paths import SOURCE_ROOT
+from orchestrator.services.exchanges import read_exchanges, trajectory_from_exchanges
 from orchestrator.trial.atif_calls import ModelCall, Record, arguments, read_calls, text_of
 from orchestrator.util import write_atomic
 
@@ -107,7 +109,8 @@ def build_atif(agent_dir: Path, exchanges: Path, facts: TrialFacts) -> Trajector
     else:
         doc.add(source="user", message=_cap(instruction))
     lines = list(records(agent_dir / "trajectory.jsonl"))
-    if any(r is not None and (event_of(r) or "memory_recall" in r) for _, r in lines):
+    if any(r is not None and (event_of(r) or "memory_recall" in r) for _, r in lines) \
+            and not _made_from(lines, exchanges):
         source = "agent trajectory"
         _from_events(doc, lines, instruction)
     elif record.calls:
@@ -120,6 +123,19 @@ def build_atif(agent_dir: Path, exchanges: Path, facts: TrialFacts) -> Trajector
         source = "none"
         doc.notes.append("the agent ran nothing: no trajectory, no model calls, no command")
     return doc.finish(facts, source)
+
+
+def _made_from(lines: list[tuple[int, dict | None]], exchanges: Path) -> bool:
+    """Whether the trajectory is the one orchestra made from the model calls for an agent
+    without a log (agents/installed.py): then the calls themselves say more (reasoning,
+    the model and tokens of each), and are the source."""
+    if not exchanges.is_file() or exchanges.is_symlink():
+        return False
+    try:
+        made = trajectory_from_exchanges(read_exchanges(exchanges))
+    except (AttributeError, TypeError, KeyError, IndexError):  # a record it cannot read
+        return False
+    return [r for _, r in lines] == made
 
 
 # ---- the document being built ----------------------------------------------------------

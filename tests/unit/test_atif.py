@@ -198,3 +198,16 @@ def test_report_atif_copies_what_collection_wrote_and_builds_what_is_missing(tmp
     old = Trajectory.model_validate_json((tmp_path / "out/old.json").read_text())
     assert old.steps[1].tool_calls[0].arguments == {"command": UNKNOWN_COMMAND}  # type: ignore[index]
     assert (tmp_path / "out/new.json").read_bytes() == (job / "trials/new/agent" / FILE_NAME).read_bytes()
+
+
+def test_a_trajectory_orchestra_made_from_the_calls_gives_way_to_the_calls(tmp_path: Path) -> None:
+    from orchestrator.services.exchanges import read_exchanges, trajectory_from_exchanges
+
+    exchanges = [chat(1, "I'll look.", [("a", "bash", {"cmd": "ls"})]), chat(2, "Done.", results=[("a", "x")])]
+    agent, record = folder(tmp_path, exchanges=exchanges)
+    made = trajectory_from_exchanges(read_exchanges(record))  # what agents/installed.py writes
+    (agent / "trajectory.jsonl").write_text("".join(json.dumps(e) + "\n" for e in made))
+    assert build_atif(agent, record, facts()).extra["source"] == "model exchanges"  # type: ignore[index]
+    with open(agent / "trajectory.jsonl", "a") as handle:  # the agent's own events: its trajectory
+        handle.write(json.dumps({"seq": 9, "event": {"kind": "text", "text": "mine"}}) + "\n")
+    assert build_atif(agent, record, facts()).extra["source"] == "agent trajectory"  # type: ignore[index]
