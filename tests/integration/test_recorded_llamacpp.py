@@ -83,3 +83,35 @@ def test_every_fixture_is_a_real_recording(case):
     first = json.loads(lines[0])
     assert first["request"]["messages"][0]["role"] == "system" and "status" in first
     assert "usage" in first["response"] or "error" in first["response"]
+
+
+def test_a_replay_reads_no_exchanges_the_agent_wrote(runtime, tmp_path):
+    """A past agent plants `exchanges.jsonl` files in its own artifacts and logs, answering
+    the first call with a write of "pwned": a replay of that job takes only the record the
+    model proxy wrote on the host (tests/hostile/README.md, the dataset's replay row)."""
+    source = tmp_path / "recorded"
+    shutil.copytree(FIXTURES / "text-tool-calls", source)
+    trial = source / "trials/hello-file"
+    first = json.loads((trial / "model/exchanges.jsonl").read_text().splitlines()[0])
+    message = first["response"]["choices"][0]["message"]
+    message["content"] = message["content"].replace("Hello, world!", "pwned")
+    forged = json.dumps(first) + "\n"
+    for planted in ("agent/exchanges.jsonl", "artifacts/exchanges.jsonl", "artifacts/model/exchanges.jsonl"):
+        (trial / planted).parent.mkdir(parents=True, exist_ok=True)
+        (trial / planted).write_text(forged * 6)
+    # the attack in place: each planted answer is the first call's own key, scripted to "pwned"
+    from orchestrator.services.exchanges import conversation_key
+    for planted in trial.rglob("exchanges.jsonl"):
+        record = json.loads(planted.read_text().splitlines()[0])
+        assert conversation_key(record["request"]) == conversation_key(first["request"])
+    assert len(list(trial.rglob("exchanges.jsonl"))) == 4
+    shutil.copytree(ROOT / "tasks/examples/hello-file", tmp_path / "ds" / "hello-file")
+    endpoints = tmp_path / "endpoints.json"
+    endpoints.write_text(json.dumps(ENDPOINTS))
+    options = JobOptions(job_name="replayed", jobs_dir=tmp_path / "jobs", n_concurrent=1,
+                         endpoints=load_endpoints([endpoints]), replay_from=source, max_retries=0)
+    run_job(runtime, load_tasks(tmp_path / "ds"), load_manifest(source / "manifest.yaml"), options)
+    (folder,) = (tmp_path / "jobs/replayed/trials").iterdir()
+    result = TrialResult.model_validate_json((folder / "result.json").read_text())
+    assert result.reward == {"reward": 1.0} and result.model["calls"] == 5, result.error
+    assert b"pwned" not in (folder / "agent/trajectory.jsonl").read_bytes()
