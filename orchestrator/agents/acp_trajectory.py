@@ -99,7 +99,7 @@ class Recorder:
             tool = self._tools[str(tool_id)] = _Tool(id=str(tool_id))
         if tool.done:
             return
-        if isinstance(update.get("title"), str):
+        if isinstance(update.get("title"), str) and not tool.dispatched:  # later titles describe
             tool.name = update["title"][:200]
         if isinstance(update.get("kind"), str):
             tool.kind = update["kind"][:64]

@@ -177,6 +177,9 @@ def load_manifest(path: Path) -> Manifest:
     for member in manifest.roster:
         if member.agent in ("command", "acp") and not member.command:
             raise InputError(f"{path}: field 'roster.{member.id}.command': required for agent: {member.agent}")
+        if member.agent.startswith("acp") and member.kind != "orchestrator":
+            raise InputError(f"{path}: field 'roster.{member.id}.agent': {member.agent} runs as the "
+                             "orchestrator only (no ACP client talks to workers yet)")
     return manifest
 
 

@@ -196,3 +196,32 @@ def test_updates_are_agent_data_nothing_malformed_raises():
     assert got[2]["tool"]["output"] == "diff /f:\nnew"
     assert got[3]["tool"] == {"id": "b", "name": "", "args": {"command": "ls"}}  # open at the end
     assert recorder.ignored["malformed"] == 5
+
+
+@pytest.mark.parametrize("member, said", [
+    ("agent: acp", "field 'roster.lead.command': required for agent: acp"),
+    ("agent: acp\n    command: x\n  - id: w\n    agent: acp-opencode",
+     "field 'roster.w.agent': acp-opencode runs as the orchestrator only"),
+    ("agent: acp\n    command: x\n    acp: {permission: maybe}", "roster.0.acp.permission")])
+def test_a_manifest_that_cannot_run_an_acp_agent_is_refused_naming_the_field(tmp_path, member, said):
+    from orchestrator.errors import InputError
+    from orchestrator.models.manifest import load_manifest
+
+    path = tmp_path / "m.yaml"
+    path.write_text(f"roster:\n  - id: lead\n    kind: orchestrator\n    {member}\n")
+    with pytest.raises(InputError) as caught:
+        load_manifest(path)
+    assert said in " ".join(str(caught.value).split())
+
+
+def test_acp_opencode_needs_an_endpoint_and_acp_takes_the_members_options():
+    from orchestrator.agents import agent_for
+    from orchestrator.errors import InputError
+    from orchestrator.models.manifest import RosterMember
+
+    with pytest.raises(InputError, match="calls a model"):
+        agent_for(RosterMember(id="lead", kind="orchestrator", agent="acp-opencode"))
+    agent = agent_for(RosterMember(id="lead", kind="orchestrator", agent="acp", command="goose acp",
+                                   acp={"permission": "reject", "fs": False}))
+    assert agent.name == "acp" and agent.command(None) == "goose acp"  # type: ignore[arg-type]
+    assert agent.member.acp.permission == "reject" and agent.binds() == {}  # type: ignore[attr-defined]
