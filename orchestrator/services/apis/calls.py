@@ -1,0 +1,324 @@
+"""One model call's way through the proxy, after its route, token and budget were
+checked (services.proxy): upstream (apis.forward), then either relayed in the agent's API
+or translated through chat, and recorded.
+
+- relay: the body as the agent sent it (model mapped, output capped), the key added in
+  that API's header; a stream is passed on event by event as it arrives (each event's
+  data also decoded, to read usage and to record the answer it adds up to); a whole
+  answer to a stream request (a replay server, say) is played back as that API's events.
+- translate: the request as a chat request, asked without streaming (usage is exact);
+  a streaming agent hears the API's keep-alive line every `keepalive_sec` while the
+  upstream works (its headers sent at the first one), then the answer as its events.
+
+Errors are in the agent's API's shape: orchestra's own as `Refusal`, the upstream's
+relayed as they came (same API) or re-worded in the agent's shape (translated).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http.client import HTTPException, HTTPResponse
+
+from tenacity import RetryError
+
+from orchestrator.services.apis import chat
+from orchestrator.services.apis.common import Api, Route, Usage, as_dict, event_data
+from orchestrator.services.apis.forward import ClientGone, events_of, open_upstream, upstream_said
+from orchestrator.services.exchanges import ExchangeLog
+from orchestrator.services.httpserve import JsonHandler
+
+KIND_OF_STATUS = {401: "auth", 402: "budget", 404: "not_found", 413: "too_large", 429: "rate", 499: "gone"}
+
+
+class Refusal(Exception):
+    """orchestra's own answer to a call, in the caller's API's error shape."""
+
+    def __init__(self, kind: str, message: str, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.kind, self.status, self.retry_after = kind, status, retry_after
+
+
+@dataclass
+class ProxyStats:
+    calls: int = 0
+    refused_budget: int = 0
+    upstream_errors: int = 0  # down after every retry: an endpoint_error trial
+    upstream_refusals: int = 0  # a 4xx (e.g. context overflow): the agent's request failed
+    abandoned: int = 0  # the agent gave up waiting; the proxy did not re-send
+    retries: int = 0
+    last_error: str | None = None  # the upstream's last error: status and body, cut, scrubbed
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    by_api: dict[str, int] = field(default_factory=dict)  # calls per agent API
+
+
+@dataclass
+class Call:
+    """One model call under way: the agent's API and request, and what became of it."""
+
+    route: Route
+    request: dict  # the agent's, its model mapped and its output capped
+    asked: str | None  # the model name the agent asked for
+    stream: bool
+    started: float = field(default_factory=time.time)
+    attempts: list[int] = field(default_factory=lambda: [0])
+
+    @property
+    def api(self) -> Api:
+        return self.route.api
+
+
+@dataclass
+class Upshot:
+    """What the upstream made of a call: an open 2xx answer, or a status and a body (the
+    upstream's, or `kind`: orchestra's own refusal with `message`)."""
+
+    status: int
+    response: HTTPResponse | None = None
+    body: bytes = b""
+    kind: str | None = None
+    message: str = ""
+
+
+
+class CallWays:
+    """The proxy's calls upstream, relayed or translated, and their record (ModelProxy's
+    base: it sets these attributes)."""
+
+    upstream: str
+    model: str
+    api_key: str | None
+    deadline: float
+    max_attempts: int
+    backoff_max: float
+    keepalive_sec: float
+    prices: dict[str, float]
+    stats: ProxyStats
+    record: ExchangeLog | None
+    _lock: threading.Lock
+
+    def scrub(self, data: bytes) -> bytes:
+        raise NotImplementedError
+
+    def _refuse(self, handler: JsonHandler, api: Api, refusal: Refusal) -> None:
+        body = json.dumps(api.error(refusal.kind, f"orchestra proxy: {refusal}")).encode()
+        handler.reply(refusal.status or api.status(refusal.kind), self.scrub(body), refusal.retry_after)
+
+    def _count(self, usage: Usage) -> None:
+        with self._lock:
+            self.stats.prompt_tokens += usage.input
+            self.stats.completion_tokens += usage.output
+            self.stats.cost += (usage.input * self.prices.get("input", 0.0)
+                                + usage.output * self.prices.get("output", 0.0)) / 1e6
+
+    # ---- upstream -------------------------------------------------------------------------
+    def _headers(self, api: Api, handler: JsonHandler | None = None) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", **(api.auth_headers(self.api_key) if self.api_key else {})}
+        for name in api.forward_headers:
+            if handler is not None and handler.headers.get(name):
+                headers[name] = str(handler.headers[name])
+        return headers
+
+    def _forward(self, data: bytes, client_gone: Callable[[], bool] = lambda: False,
+                 attempts: list[int] | None = None) -> tuple[int, bytes]:
+        """POST a chat request upstream and read the answer (retried; ClientGone)."""
+        status, answer = open_upstream(self.upstream + "/chat/completions", data, self._headers(chat.API),
+                                       self.deadline, self.max_attempts, self.backoff_max, client_gone,
+                                       self._retried, attempts if attempts is not None else [0])
+        if isinstance(answer, bytes):
+            return status, answer
+        with answer:
+            return status, answer.read()
+
+    def _retried(self) -> None:
+        with self._lock:
+            self.stats.retries += 1
+
+    def _send(self, call: Call, data: bytes, path: str, headers: dict[str, str],
+              client_gone: Callable[[], bool]) -> Upshot:
+        try:
+            status, answer = open_upstream(self.upstream + path, data, headers, self.deadline, self.max_attempts,
+                                           self.backoff_max, client_gone, self._retried, call.attempts)
+        except ClientGone:
+            with self._lock:
+                self.stats.abandoned += 1
+            return Upshot(499, kind="gone", message="the client stopped waiting")
+        except RetryError as exc:
+            last = self._cut(str(exc.last_attempt.exception()))
+            with self._lock:
+                self.stats.upstream_errors += 1
+                self.stats.last_error = last
+            return Upshot(502, kind="upstream", message=f"endpoint failed after retries ({last})")
+        if isinstance(answer, HTTPResponse):
+            return Upshot(status, response=answer)
+        with self._lock:
+            self.stats.upstream_refusals += 1
+            self.stats.last_error = self._cut(upstream_said(status, answer))
+        return Upshot(status, body=answer)
+
+    def _cut(self, text: str) -> str:
+        return self.scrub(text.encode())[:500].decode(errors="replace")
+
+    # ---- relay: the upstream speaks the agent's API ---------------------------------------
+    def _relay(self, handler: JsonHandler, call: Call) -> None:
+        api, request = call.api, call.request
+        wants_usage = bool(as_dict(request.get("stream_options")).get("include_usage"))
+        if api is chat.API and call.stream:  # usage is counted from the stream's last chunk
+            request["stream_options"] = {**as_dict(request.get("stream_options")), "include_usage": True}
+        data = json.dumps(request).encode()
+        up = self._send(call, data, api.upstream_path(call.route, self.model), self._headers(api, handler),
+                        handler.client_gone)
+        if up.response is None:
+            body = json.dumps(api.error(up.kind, f"orchestra proxy: {up.message}")).encode() if up.kind else up.body
+            self._record(call, data, up.status, body, None)
+            handler.reply(up.status, self.scrub(body))
+            return
+        kind = up.response.headers.get("Content-Type", "application/json")
+        streamed = call.stream and "event-stream" in kind
+        if streamed:
+            native = api.collect(self._pump(handler, call, up.response, wants_usage))
+        else:
+            with up.response:
+                body = up.response.read()
+            native = _object(body)
+        self._count(api.usage(native))
+        self._record(call, data, 200, json.dumps(native).encode(), native)  # before the client's last byte
+        if streamed:
+            handler.end_stream()
+        elif call.stream:  # an upstream that answered a stream request all at once
+            asked = {**request, "stream_options": {"include_usage": wants_usage}}
+            self._stream(handler, api, api.stream_from_chat(api.as_chat(native), call.asked or "", asked))
+        else:
+            handler.reply(200, self.scrub(body), content_type=kind)
+
+    def _pump(self, handler: JsonHandler, call: Call, response: HTTPResponse, wants_usage: bool) -> list[dict]:
+        """Pass a streamed answer on event by event as it arrives (the caller ends the
+        stream); its decoded events."""
+        handler.start_stream(200, response.headers.get("Content-Type", "text/event-stream"))
+        events: list[dict] = []
+        try:
+            with response:
+                for raw in events_of(response):
+                    data = event_data(raw)
+                    if data is not None:
+                        events.append(data)
+                        if call.api is chat.API and not wants_usage and data.get("usage") \
+                                and not data.get("choices"):
+                            continue  # the usage chunk we asked for, not the agent
+                    if not handler.send_chunk(self.scrub(raw)):
+                        with self._lock:
+                            self.stats.abandoned += 1
+                        break
+        except (OSError, HTTPException) as exc:  # the upstream broke off mid-stream
+            handler.send_chunk(call.api.stream_error("upstream", f"orchestra proxy: the endpoint broke off: {exc}"))
+        return events
+
+    def _stream(self, handler: JsonHandler, api: Api, events: Iterable[bytes], started: bool = False) -> None:
+        if not started:
+            handler.start_stream(200, api.stream_type)
+        for event in events:
+            if not handler.send_chunk(self.scrub(event)):
+                return
+        handler.end_stream()
+
+    # ---- translate: the upstream speaks chat -----------------------------------------------
+    def _translate(self, handler: JsonHandler, call: Call) -> None:
+        api = call.api
+        request = api.to_chat(call.request)
+        request.update(model=self.model, stream=False)
+        request.pop("stream_options", None)
+        data = json.dumps(request).encode()
+        del request
+        outcome: list[tuple[Upshot, bytes]] = []
+
+        def ask() -> None:
+            up = self._send(call, data, "/chat/completions", self._headers(chat.API), handler.client_gone)
+            if up.response is not None:
+                with up.response:
+                    try:
+                        outcome.append((up, up.response.read()))
+                    except (OSError, HTTPException) as exc:
+                        outcome.append((Upshot(502, kind="upstream", message=f"the endpoint broke off: {exc}"), b""))
+                return
+            outcome.append((up, up.body))
+
+        started = False
+        if call.stream:  # the client hears from us while the upstream works
+            worker = threading.Thread(target=ask, name="model-proxy-call", daemon=True)
+            worker.start()
+            worker.join(self.keepalive_sec)
+            while worker.is_alive():
+                if not started:
+                    handler.start_stream(200, api.stream_type)
+                    started = True
+                handler.send_chunk(api.keepalive)
+                worker.join(self.keepalive_sec)
+        else:
+            ask()
+        up, body = outcome[0]
+        completion = _object(body) if up.status == 200 else None
+        if up.status == 200 and not completion:
+            up, completion = Upshot(502, kind="upstream", message="the endpoint's answer is not a completion"), None
+        self._record(call, data, up.status, body, None, translated=True)
+        if completion is None:
+            message = up.message or upstream_said(up.status, body)
+            kind = up.kind or KIND_OF_STATUS.get(up.status, "upstream" if up.status >= 500 else "invalid")
+            if started:
+                self._stream(handler, api, [api.stream_error(kind, f"orchestra proxy: {message}")], started)
+            else:
+                self._refuse(handler, api, Refusal(kind, message, up.status))
+            return
+        self._count(chat.API.usage(completion))
+        if call.stream:
+            self._stream(handler, api, api.stream_from_chat(completion, call.asked or self.model, call.request),
+                         started)
+        else:
+            answer = api.from_chat(completion, call.asked or self.model, call.request)
+            handler.reply(200, self.scrub(json.dumps(answer).encode()))
+
+    # ---- token counts ------------------------------------------------------------------------
+    def _count_tokens(self, handler: JsonHandler, call: Call, relayed: bool) -> None:
+        """Relayed where the upstream speaks the API, else estimated here; never a budget call."""
+        if not relayed:
+            handler.reply(200, call.api.count_tokens(call.request))
+            return
+        up = self._send(call, json.dumps(call.request).encode(), call.api.upstream_path(call.route, self.model),
+                        self._headers(call.api, handler), handler.client_gone)
+        if up.response is not None:
+            with up.response:
+                handler.reply(up.status, self.scrub(up.response.read()))
+        elif up.kind:
+            self._refuse(handler, call.api, Refusal(up.kind, up.message, up.status))
+        else:
+            handler.reply(up.status, self.scrub(up.body))
+
+    # ---- the record ----------------------------------------------------------------------------
+    def _record(self, call: Call, sent: bytes, status: int, answer: bytes, native: dict | None,
+                translated: bool = False) -> None:
+        """One exchange, chat-shaped (what went upstream when translated; the agent's API
+        translated to chat when relayed), with the agent's own request and answer beside it."""
+        if self.record is None:
+            return
+        api = call.api
+        meta = {"api": api.name, "asked_model": call.asked, "mode": "translate" if translated else "relay"}
+        if api is chat.API or translated:
+            request, response = sent, answer
+        else:
+            request = json.dumps(api.to_chat(call.request)).encode()
+            response = json.dumps(api.as_chat(native)).encode() if native is not None else answer
+        native_request = None if api is chat.API else json.dumps(call.request).encode()
+        native_response = json.dumps(native).encode() if native is not None and api is not chat.API else None
+        self.record.write(request, status, response, call.started, call.attempts[0], call.stream,
+                          meta=meta, api_request=native_request, api_response=native_response)
+
+def _object(body: bytes) -> dict:
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
