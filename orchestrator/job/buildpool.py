@@ -67,7 +67,7 @@ def plan_images(task: Task) -> ImagePlan:
     if (task.path / "environment" / "Dockerfile").is_file():
         plan.dockerfiles.append(("task", task.path / "environment"))
     tests = task.tests_dirs[-1] if task.tests_dirs else task.path / "tests"
-    if task.config.verifier.environment_mode != "snapshot" and (tests / "Dockerfile").is_file():
+    if task.config.verifier.environment_mode == "separate" and (tests / "Dockerfile").is_file():
         plan.dockerfiles.append(("verifier", tests))
     for name, service in (task.compose.sidecars if task.compose else {}).items():
         if service.build is not None:

@@ -117,7 +117,7 @@ class ImageCache:
             known = task.name in self._done
         try:
             images = self(task)
-            if task.config.verifier.environment_mode != "snapshot" and not task.config.steps:
+            if task.config.verifier.environment_mode == "separate" and not task.config.steps:
                 verifier_image(self.runtime, task, images.task_image, self.job, trust)
             for name, service in (task.compose.sidecars if task.compose else {}).items():
                 sidecar_image(self.runtime, task, name, service, self.job, trust)
