@@ -32,7 +32,6 @@ from dataclasses import asdict
 from email.message import Message
 from pathlib import Path
 
-from orchestrator.log import get_logger
 from orchestrator.models.manifest import Budget
 from orchestrator.services import apis
 from orchestrator.services.apis import chat
@@ -43,7 +42,6 @@ from orchestrator.services.apis.upstreams import Upstream, Upstreams
 from orchestrator.services.exchanges import ExchangeLog
 from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler, OnOneServer
 
-log = get_logger()
 # A request body's cap (~500k tokens of context). Decoded, 2 MB of tiny JSON values is
 # ~20 MB of objects: the cap and the byte rate (httpserve) bound what an agent costs us.
 MAX_REQUEST = 2 * 1024 * 1024
@@ -177,7 +175,6 @@ class ModelProxy(CallWays, OnOneServer):
         self._admit(api)
         if (left := self._left()) is not None:
             api.cap(request, left)
-        log.debug("proxy.call", api=api.name, asked_model=call.asked, stream=call.stream, relayed=relayed)
         with self._lock:
             self._in_flight += 1
         try:

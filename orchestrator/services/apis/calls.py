@@ -25,12 +25,14 @@ from http.client import HTTPException, HTTPResponse
 
 from tenacity import RetryError
 
+from orchestrator.log import get_logger
 from orchestrator.services.apis import chat
 from orchestrator.services.apis.common import Api, Route, Usage, as_dict, event_data
 from orchestrator.services.apis.forward import ClientGone, events_of, open_upstream, upstream_said
 from orchestrator.services.exchanges import ExchangeLog
 from orchestrator.services.httpserve import JsonHandler
 
+log = get_logger()
 KIND_OF_STATUS = {401: "auth", 402: "budget", 404: "not_found", 413: "too_large", 429: "rate", 499: "gone"}
 
 
@@ -153,6 +155,7 @@ class CallWays:
             with self._lock:
                 self.stats.upstream_errors += 1
                 self.stats.last_error = last
+            log.warning("proxy.upstream_failed", api=call.api.name, attempts=call.attempts[0], error=last)
             return Upshot(502, kind="upstream", message=f"endpoint failed after retries ({last})")
         if isinstance(answer, HTTPResponse):
             return Upshot(status, response=answer)
@@ -215,6 +218,7 @@ class CallWays:
                             self.stats.abandoned += 1
                         break
         except (OSError, HTTPException) as exc:  # the upstream broke off mid-stream
+            log.warning("proxy.stream_broken", api=call.api.name, error=self._cut(str(exc)))
             handler.send_chunk(call.api.stream_error("upstream", f"orchestra proxy: the endpoint broke off: {exc}"))
         return events
 

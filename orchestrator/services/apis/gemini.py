@@ -186,6 +186,12 @@ class GeminiApi(Api):
                              ("topP", "top_p"), ("stopSequences", "stop"), ("candidateCount", "n")):
             if field(config, ours) is not None:
                 chat[theirs] = field(config, ours)
+        schema = field(config, "responseJsonSchema") or field(config, "responseSchema")
+        if isinstance(schema, dict):  # a side call wanting JSON (Gemini CLI's next-speaker check)
+            chat["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": "response", "schema": lower_types(schema)}}
+        elif field(config, "responseMimeType") == "application/json":
+            chat["response_format"] = {"type": "json_object"}
         return chat
 
     def from_chat(self, completion: dict, model: str, request: dict) -> dict:

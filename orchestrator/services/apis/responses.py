@@ -175,6 +175,12 @@ class ResponsesApi(Api):
         for field in ("temperature", "top_p"):
             if request.get(field) is not None:
                 chat[field] = request[field]
+        fmt = as_dict(as_dict(request.get("text")).get("format"))
+        if fmt.get("type") == "json_schema":
+            chat["response_format"] = {"type": "json_schema", "json_schema": {
+                k: fmt[k] for k in ("name", "schema", "strict") if k in fmt}}
+        elif fmt.get("type") == "json_object":
+            chat["response_format"] = {"type": "json_object"}
         return chat
 
     def from_chat(self, completion: dict, model: str, request: dict) -> dict:

@@ -1,0 +1,104 @@
+"""The model proxy's cost (DESIGN 7: at most 1 ms added per call at p50, the first streamed
+byte within 5 ms of a direct call), measured in one run against a direct call to the same
+scripted upstream (orchestrator.services.apis.scripted) on loopback. `name=value` lines,
+no assertions:
+
+  proxy_added_ms_p50_<api>_<mode>   median whole-call round trip through the proxy minus
+                                    the direct one (mode: relay = the upstream speaks the
+                                    agent's API; translate = through chat)
+  proxy_ratio_p50_<api>_<mode>      the same as a ratio (through the proxy / direct)
+  proxy_ttfb_added_ms_p50_<api>     median time to the first streamed byte of a relayed
+                                    stream, through the proxy minus direct
+  proxy_ttfb_ratio_p50_<api>        the same as a ratio
+
+Each client keeps one connection open, as agents' HTTP clients do; the proxy opens one to
+the upstream per call. The proxy's request-rate cap (25 a second per trial, a hostile
+agent's bound) is lifted here: this measures a call's cost, not the cap.
+
+    python bench/proxy_latency.py [calls]      (default 200 per line)
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import statistics
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "unit"))
+
+from test_proxy_apis import auth, first_turn, path_of  # noqa: E402  (the suite's request shapes)
+
+from orchestrator.models.manifest import Budget  # noqa: E402
+from orchestrator.services.apis.scripted import Script, ScriptedUpstream  # noqa: E402
+from orchestrator.services.proxy import ModelProxy  # noqa: E402
+
+ALL = ("chat", "responses", "messages", "gemini")
+
+
+def emit(name: str, value: object) -> None:
+    print(f"{name}={value}", flush=True)
+
+
+def timed(base: str, api: str, body: dict, headers: dict, calls: int, stream: bool) -> list[float]:
+    """Seconds per call (whole answer), or to the first body byte when `stream`."""
+    url = urllib.parse.urlsplit(base)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    path = path_of(api, stream)
+    data = json.dumps(body).encode()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        conn.request("POST", path, data, {"Content-Type": "application/json", **headers})
+        response = conn.getresponse()
+        if stream:
+            response.readline()
+            times.append(time.perf_counter() - start)
+            response.read()
+        else:
+            response.read()
+            times.append(time.perf_counter() - start)
+        assert response.status == 200, (api, response.status)
+    conn.close()
+    return times
+
+
+def proxy_for(upstream: ScriptedUpstream, apis: tuple[str, ...]) -> ModelProxy:
+    proxy = ModelProxy("127.0.0.1", upstream.url + "/v1", "bench-model", "sk-bench", Budget(), {},
+                       deadline=time.time() + 3600, upstream_apis=apis)
+    proxy.server.httpd.requests = None  # the per-trial request rate: not what is measured here
+    return proxy.start()
+
+
+def main(calls: int = 200) -> None:
+    upstream = ScriptedUpstream(Script()).start()
+    relay, translate = proxy_for(upstream, ALL), proxy_for(upstream, ("chat",))
+    try:
+        for api in ALL:
+            body = first_turn(api, False)
+            timed(upstream.url, api, body, {}, 20, False)  # warm both paths
+            direct = statistics.median(timed(upstream.url, api, body, {}, calls, False))
+            for mode, proxy in (("relay", relay), ("translate", translate)):
+                if mode == "translate" and api == "chat":
+                    continue  # chat to a chat upstream is always relayed
+                through = statistics.median(timed(proxy.root_url, api, body, auth(api, proxy.token), calls, False))
+                emit(f"proxy_added_ms_p50_{api}_{mode}", round((through - direct) * 1000, 3))
+                emit(f"proxy_ratio_p50_{api}_{mode}", round(through / direct, 2))
+        upstream.script.chunk_delay = 0.002  # a stream that takes a while after its first event
+        for api in ALL:
+            body = first_turn(api, True)
+            direct = statistics.median(timed(upstream.url, api, body, {}, calls // 2, True))
+            through = statistics.median(timed(relay.root_url, api, body, auth(api, relay.token), calls // 2, True))
+            emit(f"proxy_ttfb_added_ms_p50_{api}", round((through - direct) * 1000, 3))
+            emit(f"proxy_ttfb_ratio_p50_{api}", round(through / direct, 2))
+    finally:
+        relay.stop()
+        translate.stop()
+        upstream.stop()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 200)
