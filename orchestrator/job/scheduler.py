@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import errno
+import heapq
 import queue
 import threading
 import time
@@ -138,6 +139,7 @@ class Scheduler:
         self._futures: list[concurrent.futures.Future] = []  # attempts submitted, not done
         self._outstanding = 0
         self._lock = threading.Lock()
+        self._ready: list[tuple[int, Item]] = []  # (rank in the job's order, item): a heap
         self.unstarted: list[Item] = []  # items given up on by a cancel
 
     def _attempt(self, item: Item, run_one: Callable[[Item], TrialResult],
@@ -169,11 +171,32 @@ class Scheduler:
             self.admission.release(item.task)
         self._results.put((item, result))
 
-    def _submit(self, item: Item, run_one: Callable[[Item], TrialResult],
+    def _next_ready(self) -> Item:
+        with self._lock:
+            return heapq.heappop(self._ready)[1]
+
+    def _attempt_next(self, run_one: Callable[[Item], TrialResult],
+                      on_cancelled: Callable[[Item], TrialResult]) -> None:
+        """Whichever ready item comes first in the job's order, taken when a slot is free
+        (not when its images were done): the job's longest-first order holds among them."""
+        self._attempt(self._next_ready(), run_one, on_cancelled)
+
+    def _submit_ready(self, ranked: list[tuple[int, Item]], run_one: Callable[[Item], TrialResult],
+                      on_cancelled: Callable[[Item], TrialResult]) -> None:
+        with self._lock:
+            for entry in ranked:
+                heapq.heappush(self._ready, entry)
+        for _ in ranked:
+            self._submit(None, run_one, on_cancelled)
+
+    def _submit(self, item: Item | None, run_one: Callable[[Item], TrialResult],
                 on_cancelled: Callable[[Item], TrialResult]) -> None:
+        """One attempt of `item`, or (None) of the first ready item when a slot frees."""
         try:
-            future = self.pool.submit(self._attempt, item, run_one, on_cancelled)
+            future = self.pool.submit(self._attempt, item, run_one, on_cancelled) if item is not None \
+                else self.pool.submit(self._attempt_next, run_one, on_cancelled)
         except RuntimeError:  # stop() shut the pool first (a retry's timer that was already
+            item = item if item is not None else self._next_ready()
             try:  # firing, or a cancel racing run()'s first submits): the attempt is cancelled
                 self._results.put((item, on_cancelled(item)))
             except BaseException as exc:
@@ -190,21 +213,19 @@ class Scheduler:
         long job's 2,000 full results held 28 MB); returns how many were final.
         `images_ready(tasks, then)`: a build pool (job/buildpool.py) that calls `then(task)`
         exactly once per task when its images exist (or its build failed, or the job was
-        cancelled); a task's items are submitted then, in their given order, not before."""
+        cancelled); a task's items become ready then, not before, and a free slot takes the
+        ready item first in the given order."""
         finals = 0
         self._outstanding = len(items)
         if images_ready is None:
             for item in items:
                 self._submit(item, run_one, on_cancelled)
         else:
-            by_task: dict[str, list[Item]] = {}
-            for item in items:
-                by_task.setdefault(item.task.name, []).append(item)
-
-            def then(task: Task) -> None:
-                for item in by_task.get(task.name, []):
-                    self._submit(item, run_one, on_cancelled)
-            images_ready([group[0].task for group in by_task.values()], then)
+            by_task: dict[str, list[tuple[int, Item]]] = {}
+            for rank, item in enumerate(items):
+                by_task.setdefault(item.task.name, []).append((rank, item))
+            images_ready([group[0][1].task for group in by_task.values()],
+                         lambda task: self._submit_ready(by_task.get(task.name, []), run_one, on_cancelled))
         while self._outstanding:
             try:
                 item, result = self._results.get(timeout=0.25)

@@ -158,3 +158,38 @@ def test_a_failed_build_is_kept_so_no_trial_of_the_task_builds_it_again(tmp_path
             cache(task)
     assert calls == ["broken"]
     assert FailureMode.BUILD_ERROR.value == "build_error"
+
+
+def test_a_free_slot_takes_the_ready_trial_first_in_the_jobs_order_not_the_first_built(tmp_path):
+    """The job's order (longest first) holds among ready trials: `b` was ready before `a`,
+    but `a` comes first in the job's order, so the slot `c` frees takes `a`."""
+    a, b, c = (_task(tmp_path, name) for name in "abc")
+    cancel = threading.Event()
+    started: list[str] = []
+    c_running, both_ready = threading.Event(), threading.Event()
+
+    def run_one(item):
+        started.append(_short(item.task.name))
+        if _short(item.task.name) == "c":
+            c_running.set()
+            assert both_ready.wait(10)
+        return TrialResult(trial_id=item.task.name, job="j", task=item.task.name, task_path="",
+                           content_hash="h", condition="c", condition_hash="h", agent="oracle",
+                           policy="memory-on", attempt=item.attempt)
+
+    def images_ready(tasks, then):
+        by_name = {_short(t.name): t for t in tasks}
+        then(by_name["c"])
+
+        def later():
+            assert c_running.wait(10)
+            then(by_name["b"])
+            then(by_name["a"])
+            both_ready.set()
+        threading.Thread(target=later).start()
+
+    scheduler = Scheduler(1, Admission(4, 8192, cancel), cancel)
+    assert scheduler.run([Item(a, 0), Item(b, 0), Item(c, 0)], run_one, lambda i: None,
+                         lambda r: None, images_ready) == 3
+    scheduler.stop()
+    assert started == ["c", "a", "b"]
