@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 import time
 import urllib.parse
 
@@ -205,8 +206,11 @@ def stack(tmp_path):
         return proxy, upstream
 
     yield start
-    for server in reversed(started):
-        server.stop()
+    stopping = [threading.Thread(target=server.stop) for server in started]  # each waits out a poll
+    for thread in stopping:
+        thread.start()
+    for thread in stopping:
+        thread.join()
 
 
 # ---- translation through chat: a tool call and its result round-trip ------------------------------
