@@ -30,6 +30,7 @@ class Agent(_Strict):
     name: str
     version: str
     model_name: str | None = None
+    tool_definitions: list[dict[str, Any]] | None = None  # OpenAI function-calling shape
     extra: dict[str, Any] | None = None
 
 

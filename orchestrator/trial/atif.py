@@ -194,7 +194,8 @@ class _Document:
                               "a streamed or cut record)")
         return Trajectory(
             session_id=facts.trial_id,
-            agent=Agent(name=facts.agent, version=facts.agent_version, model_name=default_model),
+            agent=Agent(name=facts.agent, version=facts.agent_version, model_name=default_model,
+                        tool_definitions=self.record.tools),
             steps=steps, notes="; ".join(self.notes) or None,
             final_metrics=FinalMetrics(
                 total_prompt_tokens=_total(m.prompt_tokens for m in calls),

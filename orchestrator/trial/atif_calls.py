@@ -51,6 +51,7 @@ class Record:
 
     calls: list[ModelCall]
     unanswered: int  # an error status, a streamed or cut answer: nothing to read
+    tools: list[dict] | None = None  # the first chat request's tool definitions
 
 
 def read_calls(path: Path) -> Record:
@@ -64,7 +65,17 @@ def read_calls(path: Path) -> Record:
             unanswered += 1
         else:
             calls.append(call)
-    return Record(calls, unanswered)
+    return Record(calls, unanswered, next(filter(None, map(_chat_tools, items)), None))
+
+
+def _chat_tools(item: dict) -> list[dict] | None:
+    """A chat request's tools, when each is a function definition (ATIF's own shape)."""
+    tools = _dict(item.get("request")).get("tools")
+    if isinstance(tools, list) and tools and all(
+            isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
+            for t in tools):
+        return tools
+    return None
 
 
 def _call(item: dict, index: int) -> ModelCall | None:

@@ -42,7 +42,8 @@ def chat(seq: int, content: str | None, calls: list[tuple[str, str, dict]] = (),
         {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
         for i, n, a in calls] or None}
     return {"seq": seq, "started": 1_700_000_000 + seq, "seconds": 1.0, "status": 200, **extra,
-            "request": {"model": "orchestra-model", "messages": messages},
+            "request": {"model": "orchestra-model", "messages": messages, "tools": [
+                {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]},
             "response": {"model": "qwen-0.5b", "choices": [{"message": message, "finish_reason": "stop"}],
                          "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
                                    "prompt_tokens_details": {"cached_tokens": 40}}}}
@@ -83,6 +84,7 @@ def test_the_reference_agents_trajectory_is_matched_to_its_model_calls(tmp_path:
     assert doc.final_metrics.total_steps == 6 and doc.extra["source"] == "agent trajectory"  # type: ignore[union-attr,index]
     assert "1 model calls had no answer" in (doc.notes or "")
     assert doc.session_id == "t" * 64 and doc.schema_version == "ATIF-v1.7"
+    assert [t["function"]["name"] for t in doc.agent.tool_definitions or []] == ["bash"]
 
 
 def test_without_a_trajectory_the_model_calls_are_the_steps(tmp_path: Path) -> None:
