@@ -311,5 +311,5 @@ class JobResult(BaseModel):
     engine_down_seconds: float = 0.0  # their total
     started_at: float = 0.0
     finished_at: float = 0.0
-    memory_shadow: dict | None = None  # report/shadow.py's MemoryShadow, when memory was in play
+    memory_shadow: dict | None = None  # job/shadow.py's MemoryShadow, when memory was in play
     trials: list[TrialSummary] = []

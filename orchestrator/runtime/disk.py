@@ -4,7 +4,7 @@ A trial gets a sparse ext4 image of `storage_mb`, loop-mounted on the host; its 
 `logs` folders become the container's workdir and /logs (Docker copies the image's
 workdir content into the empty volume on first mount). Writes there stop with ENOSPC at
 the quota. The rest of the container filesystem is held by the writable-layer watchdog
-(job.py), which kills a trial whose layer passes the same quota.
+(host/watchdog.py), which kills a trial whose layer passes the same quota.
 
 Needs root (mount) and an engine on this host (its bind mounts are this host's paths).
 Without them trials fall back to the watchdog alone, and the result records which

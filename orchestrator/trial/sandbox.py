@@ -1,6 +1,6 @@
 """The trial sandbox: network, disk quota and agent container, made and unmade together.
 
-trial.py asks for a sandbox and gets one whose limits are applied and read back; this
+lifecycle.py asks for a sandbox and gets one whose limits are applied and read back; this
 module owns the order of creation and the reverse order of removal (also on error).
 """
 

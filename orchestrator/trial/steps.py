@@ -1,6 +1,6 @@
 """Harbor's multi-step tasks (`[[steps]]`): the steps in turn in one environment.
 
-trial.py opens the sandbox and hands over `episode(view, folder, last)`, which runs one
+lifecycle.py opens the sandbox and hands over `episode(view, folder, last)`, which runs one
 instruction from agent to grade; this module prepares each step, calls it, applies
 Harbor's min_reward early stop and derives the trial's reward from the steps'.
 """

@@ -9,7 +9,7 @@ newlines. The relay rejects an unknown pubkey, a bad tag, a bad signature, a tim
 than MAX_SKEW seconds off, and a nonce it has already seen (a replay).
 
 images/agent-stack/lib/orchestra_client.py signs the same way (stdlib only, kept in step
-by tests/unit/test_relay_auth.py).
+by tests/unit/test_mem_cli.py and tests/integration/test_relay_tasks.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """One trial's relay from start to evidence: identities, server, instruction, scripted
-messages, export. trial.py drives it; it never sees HTTP or keys itself."""
+messages, export. trial/lifecycle.py drives it; it never sees HTTP or keys itself."""
 
 from __future__ import annotations
 
