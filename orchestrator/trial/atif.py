@@ -303,12 +303,15 @@ def _from_calls(doc: _Document, calls: list[ModelCall]) -> None:
     """One agent step per answered call; the results a request sends back are observations
     of the steps that made those calls (each once: agents re-send the whole history)."""
     seen: set[str] = set()
+    draft: _Draft | None = None
     for call in calls:
         for call_id, output in call.results:
             owner = doc.owner(call_id)
             if owner is not None and call_id not in seen:
                 seen.add(call_id)
                 owner.results.append(ObservationResult(source_call_id=call_id, content=_cap(output)))
+        if draft is not None:
+            _by_name(draft, call.results)
         draft = doc.add(source="agent", message=_cap(call.text))
         doc.match(draft, call)
         for number, tool in enumerate(call.calls, start=1):
@@ -317,6 +320,19 @@ def _from_calls(doc: _Document, calls: list[ModelCall]) -> None:
                                         arguments=tool.arguments))
     doc.notes.append("built from the model calls the proxy recorded: what the agent did after its "
                      "last call (the results of its last tool calls) is not seen")
+
+
+def _by_name(step: _Draft, results: list[tuple[str, str]]) -> None:
+    """Calls the API gave no id (Gemini's functionCall without one) are answered by name:
+    the last results of that name in the next request (it re-sends the history first)."""
+    answered = {r.source_call_id for r in step.results}
+    pending = [c for c in step.calls if c.tool_call_id.startswith("call-") and c.tool_call_id not in answered]
+    outputs = list(results)
+    for tool in reversed(pending):
+        index = next((i for i in range(len(outputs) - 1, -1, -1) if outputs[i][0] == tool.function_name), None)
+        if index is not None:
+            step.results.append(ObservationResult(source_call_id=tool.tool_call_id,
+                                                  content=_cap(outputs.pop(index)[1])))
 
 
 # ---- 3. from the agent's command --------------------------------------------------------

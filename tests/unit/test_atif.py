@@ -115,20 +115,26 @@ def test_each_apis_answer_is_read(tmp_path: Path) -> None:
         "usageMetadata": {"promptTokenCount": 30, "candidatesTokenCount": 3}}
     requests = [{}, {"messages": [{"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "tu1", "content": [{"type": "text", "text": "a.txt"}]}]}]},
-        {"input": [{"type": "function_call_output", "call_id": "fc1", "output": "b.txt"}]}]
+        {"input": [{"type": "function_call_output", "call_id": "fc1", "output": "b.txt"}]},
+        {"contents": [{"role": "user", "parts": [{"functionResponse": {  # answered by name
+            "name": "run_shell_command", "response": {"output": "c.txt"}}}]}]}]
     exchanges = [{"seq": i, "api": api, "status": 200, "request": req, "response": resp}
-                 for i, (api, req, resp) in enumerate(zip(("messages", "responses", "gemini"), requests,
-                                                          (messages, responses, gemini), strict=True))]
+                 for i, (api, req, resp) in enumerate(zip(("messages", "responses", "gemini", "gemini"),
+                                                          requests, (messages, responses, gemini, gemini),
+                                                          strict=True))]
     agent, record = folder(tmp_path, exchanges=exchanges)
     doc = build_atif(agent, record, facts())
-    claude, gpt, gem = doc.steps[1:]
+    claude, gpt, gem, _ = doc.steps[1:]
     assert (claude.message, claude.reasoning_content, claude.metrics.prompt_tokens,  # type: ignore[union-attr]
             claude.metrics.cached_tokens) == ("ok", "hmm", 100, 90)  # type: ignore[union-attr]
     assert claude.observation.results[0].content == "a.txt"  # type: ignore[union-attr]
     assert gpt.tool_calls[0].arguments == {"command": ["ls"]} and gpt.reasoning_content == "think"  # type: ignore[index]
     assert gpt.observation.results[0].source_call_id == "fc1" and gpt.model_name == "gpt-x"  # type: ignore[union-attr]
-    assert claude.model_name is None and doc.agent.model_name == "claude-x"  # the first of a tie
+    assert doc.agent.model_name == "gemini-x" and gem.model_name is None  # the most used: the agent's
+    assert claude.model_name == "claude-x"
     assert gem.tool_calls[0].tool_call_id == "call-3-1" and gem.metrics.completion_tokens == 3  # type: ignore[index,union-attr]
+    assert [(r.source_call_id, r.content) for r in gem.observation.results] == [  # type: ignore[union-attr]
+        ("call-3-1", '{"output": "c.txt"}')]
 
 
 def test_the_oracle_is_one_deterministic_step(tmp_path: Path) -> None:
