@@ -66,7 +66,7 @@ def _one(agent_dir: Path, exchanges: Path, result: TrialResult, target: Path, ex
         why = f"no {FILE_NAME} (written at collection since orchestra wrote them)"
     facts = TrialFacts(result.trial_id, result.agent, orchestrator.__version__,
                        UNKNOWN_COMMAND if result.agent_exit_code is not None else None,
-                       result.agent_exit_code,
+                       result.agent_exit_code, bool(result.model),
                        {"job": result.job, "task": result.task, "attempt": result.attempt})
     write_atomic(target, build_atif(agent_dir, exchanges, facts).to_json())
     export.built.append(f"{target.name}: {why}")

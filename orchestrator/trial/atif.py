@@ -45,9 +45,9 @@ from orchestrator.trial.atif_calls import ModelCall, Record, arguments, read_cal
 from orchestrator.util import write_atomic
 
 if TYPE_CHECKING:
-    from orchestrator.agents.base import Agent as Agent_
     from orchestrator.models.result import TrialResult
     from orchestrator.tasks.load import Task
+    from orchestrator.trial.context import TrialContext
 
 log = get_logger()
 MAX_TEXT = 256 * 1024  # one message or tool output in the document; beyond it, cut and said
@@ -62,6 +62,7 @@ class TrialFacts:
     agent_version: str
     command: str | None = None  # the command the agent ran, for an agent without a model
     exit_code: int | None = None
+    had_model: bool = False  # the trial had a model proxy (its calls may all have been refused)
     extra: dict[str, Any] = field(default_factory=dict)  # job, task, attempt
 
 
@@ -78,12 +79,13 @@ def agent_version(agent: object) -> str:
     return orchestrator.__version__
 
 
-def write_trial_atif(agent: Agent_, task: Task, agent_dir: Path, exchanges: Path,
+def write_trial_atif(ctx: TrialContext, task: Task, agent_dir: Path, exchanges: Path,
                      result: TrialResult) -> None:
     """At collection (trial/lifecycle.py): the trial's ATIF, next to its trajectory. Agent
     data that defeats the builder is logged, never the trial's error."""
+    agent = ctx.agent
     facts = TrialFacts(result.trial_id, agent.name, agent_version(agent), agent.command(task),
-                       result.agent_exit_code,
+                       result.agent_exit_code, bool(ctx.manifest.orchestrator.endpoint),
                        {"job": result.job, "task": result.task, "attempt": result.attempt})
     try:
         write_atif(agent_dir, exchanges, facts)
@@ -337,13 +339,18 @@ def _by_name(step: _Draft, results: list[tuple[str, str]]) -> None:
 
 # ---- 3. from the agent's command --------------------------------------------------------
 def _from_command(doc: _Document, agent_dir: Path, facts: TrialFacts) -> None:
-    """The command as one deterministic dispatch (no model), its output the observation."""
+    """The command as one step, its output the observation: a deterministic dispatch
+    (`llm_call_count` 0) where the trial had no model; with one whose calls all went
+    unanswered or unrecorded (a budget refusal), how many LLM calls it holds is not known."""
     printed = _read(agent_dir / "stdout.txt") or ""
     errors = _read(agent_dir / "stderr.txt") or ""
     extra: dict[str, Any] = {"exit_code": facts.exit_code}
     if errors:
         extra["stderr"] = _cap(errors)
-    draft = doc.add(source="agent", message="", llm_call_count=0)
+    draft = doc.add(source="agent", message="", llm_call_count=None if facts.had_model else 0)
+    if facts.had_model:
+        doc.notes.append("the agent had a model endpoint and no model call of it was answered "
+                         "(refused calls are not recorded): its command and output only")
     draft.calls.append(ToolCall(tool_call_id="command", function_name="shell",
                                 arguments={"command": facts.command}))
     draft.results.append(ObservationResult(source_call_id="command", content=_cap(printed), extra=extra))

@@ -235,7 +235,7 @@ class Trial:
         if self.relay is not None and last:
             export_evidence(self.relay, where, result)
         derived = ctx.agent.finish(where.agent, self.paths.root / RECORD)  # its trajectory
-        write_trial_atif(ctx.agent, view, where.agent, self.paths.root / RECORD, result)  # and in ATIF
+        write_trial_atif(ctx, view, where.agent, self.paths.root / RECORD, result)  # and in ATIF
         scrubbed = scrub_tree(where.root, scrub.current())  # the trial's own included
         if scrubbed:  # the agent wrote a secret somewhere: replaced, and said so
             result.scrubbed_files = (result.scrubbed_files + scrubbed)[:50]

@@ -147,6 +147,8 @@ def test_the_oracle_is_one_deterministic_step(tmp_path: Path) -> None:
     assert step.observation.results[0].content == "wrote /app/hello.txt\n"  # type: ignore[union-attr]
     assert step.observation.results[0].extra == {"exit_code": 0, "stderr": "warning\n"}  # type: ignore[union-attr]
     assert doc.extra["source"] == "agent command" and doc.final_metrics.total_prompt_tokens is None  # type: ignore[index,union-attr]
+    refused = build_atif(agent, record, facts(agent="aider", command="sh run.sh", exit_code=4, had_model=True))
+    assert refused.steps[1].llm_call_count is None and "no model call of it was answered" in (refused.notes or "")
 
 
 def test_nop_is_the_instruction_alone(tmp_path: Path) -> None:
