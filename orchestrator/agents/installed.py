@@ -6,8 +6,10 @@ Each adapter gives the run script (copied in with the instruction), the proxy wi
 its retry settings (the proxy retries the provider; the agent must not retry a budget
 refusal ten times), its exit codes mapped to outcomes (0 done, 5 stopped on its own step
 limit, else crashed) and its trajectory: converted from its own log where it writes one
-(mini-swe-agent), otherwise built from the proxy's record of the exchanges, and then the
-audit says `incomplete` (what the agent did after its last model call is not seen).
+(mini-swe-agent, Claude Code, Codex, Gemini CLI, Qwen Code), otherwise built from the
+proxy's record of the exchanges, and then the audit says `incomplete` (what the agent did
+after its last model call is not seen). The seam itself is agents/cli.py; each CLI added
+since has its own module (claude_code, codex, gemini).
 
 Python agents need the task image's python3 to be 3.11 (Debian bookworm's, the offline
 base's); the run script says so and exits 127 otherwise.
@@ -17,90 +19,28 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
 
 from orchestrator.agents.base import EXIT_STEP_LIMIT
-from orchestrator.agents.install import PYTHON, Recipe, ensure_installed, install_dir, installed
-from orchestrator.models.manifest import RosterMember
-from orchestrator.paths import AGENT_LOGS
-from orchestrator.services.exchanges import (
-    dispatch_event,
-    read_exchanges,
-    trajectory_from_exchanges,
+from orchestrator.agents.claude_code import ClaudeCode
+from orchestrator.agents.cli import (
+    MODEL,
+    MOUNT,
+    RUN_DIR,
+    RUN_SCRIPT,
+    InstalledAgent,
 )
+from orchestrator.agents.codex import Codex
+from orchestrator.agents.gemini import GeminiCli, QwenCode
+from orchestrator.agents.install import PYTHON, Recipe, install_dir
+from orchestrator.paths import AGENT_LOGS
+from orchestrator.services.exchanges import dispatch_event
 from orchestrator.tasks.load import Task
 
-MOUNT = "/opt/orchestra-agents"
-RUN_SCRIPT = "/opt/orchestra-agent-run/run.sh"
-MODEL = "orchestra-model"  # what the agent asks for; the proxy sends the endpoint's model
-MAX_OWN_LOG = 32 * 1024 * 1024
+__all__ = ["INSTALLED", "MODEL", "MOUNT", "RUN_SCRIPT", "InstalledAgent", "listing"]
 
 _PY_CHECK = (f'python3 -c "import sys; sys.exit(sys.version_info[:2] != {PYTHON})" 2>/dev/null || '
              f'{{ echo "orchestra: this agent needs python{PYTHON[0]}.{PYTHON[1]} as python3 in the '
              'task image" >&2; exit 127; }\n')
-
-
-class InstalledAgent:
-    recipe: Recipe
-    own_log: str | None = None  # a file the agent writes under /logs/agent, converted after
-
-    def __init__(self, member: RosterMember, ca_bundle: Path | None = None):
-        self.member, self.ca_bundle = member, ca_bundle
-
-    @property
-    def name(self) -> str:
-        return self.recipe.name
-
-    @property
-    def home(self) -> str:
-        return f"{MOUNT}/{self.recipe.name}"
-
-    def prepare(self) -> Path:
-        """Install on this host now (before any trial), once."""
-        return ensure_installed(self.recipe, self.ca_bundle)
-
-    def binds(self) -> dict[str, str]:
-        return {str(self.prepare()): self.home}
-
-    def files(self, task: Task) -> dict[str, bytes]:
-        return {RUN_SCRIPT: ("#!/bin/sh\n# orchestra: run " + self.recipe.name + " "
-                             + self.recipe.version + " against the trial's model proxy\n"
-                             + self.script()).encode()}
-
-    def env(self, task: Task) -> dict[str, str]:
-        return {"ORCHESTRA_GENERATION": json.dumps(self.member.generation, sort_keys=True)}
-
-    def command(self, task: Task) -> str | None:
-        return f"sh {RUN_SCRIPT} {{instruction_file}}"
-
-    def script(self) -> str:
-        raise NotImplementedError
-
-    def finish(self, agent_dir: Path, exchanges: Path) -> str | None:
-        out = agent_dir / "trajectory.jsonl"
-        own = agent_dir / self.own_log if self.own_log else None
-        if own is not None and own.is_file() and own.stat().st_size <= MAX_OWN_LOG:
-            try:
-                events = self.convert(json.loads(own.read_text(errors="replace")))
-            except (ValueError, TypeError, KeyError, AttributeError):
-                events = None
-            if events is not None:
-                _write(out, events)
-                return None
-        recorded = read_exchanges(exchanges) if exchanges.is_file() else []
-        _write(out, trajectory_from_exchanges(recorded))
-        said = f"{self.recipe.name} wrote no trajectory of its own" if own is None else \
-            f"{self.recipe.name}'s own log ({self.own_log}) was missing or unreadable"
-        return (f"{said}; built from the model exchanges the proxy recorded "
-                f"({len(recorded)} calls): what it did after its last call is not seen")
-
-    def convert(self, log: dict) -> list[dict]:
-        raise NotImplementedError
-
-
-def _write(path: Path, events: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(e) + "\n" for e in events))
 
 
 class MiniSweAgent(InstalledAgent):
@@ -109,6 +49,7 @@ class MiniSweAgent(InstalledAgent):
     mode (one fenced command per reply) for models whose server fills no `tool_calls`."""
 
     recipe = Recipe("mini-swe-agent", "pypi", "mini-swe-agent", "2.4.6")
+    needs = "python3 3.11 (installed for the host's Python 3.11)"
     own_log = "mini-swe-agent.traj.json"
 
     def script(self) -> str:
@@ -140,9 +81,9 @@ esac
 exit "$code"
 """
 
-    def convert(self, log: dict) -> list[dict]:
+    def convert(self, log: object) -> list[dict]:
         events: list[dict] = []
-        for message in log["messages"]:
+        for message in log["messages"]:  # type: ignore[index]
             role, content = message.get("role"), message.get("content")
             text = content if isinstance(content, str) else json.dumps(content)
             if role == "assistant":
@@ -161,6 +102,7 @@ class Aider(InstalledAgent):
     """aider (PyPI): one message, whole-file edits, no git, no streaming, no telemetry."""
 
     recipe = Recipe("aider", "pypi", "aider-chat", "0.86.2")
+    needs = "python3 3.11 (installed for the host's Python 3.11)"
 
     def script(self) -> str:
         return _PY_CHECK + f"""export PYTHONPATH={self.home}/lib LITELLM_LOCAL_MODEL_COST_MAP=True \\
@@ -181,7 +123,8 @@ class OpenCode(InstalledAgent):
     pointed at the proxy (it streams: the proxy answers streams as server-sent events)."""
 
     recipe = Recipe("opencode", "npm", "opencode-linux-x64", "1.18.34", binary="bin/opencode")
-    CONFIG = "/opt/orchestra-agent-run/opencode.json"
+    needs = "glibc (its bundled binary)"
+    CONFIG = f"{RUN_DIR}/opencode.json"
 
     def files(self, task: Task) -> dict[str, bytes]:
         config = {
@@ -206,11 +149,13 @@ exec {self.home}/pkg/package/{self.recipe.binary} run --model orchestra/{MODEL} 
 
 
 INSTALLED: dict[str, type[InstalledAgent]] = {
-    cls.recipe.name: cls for cls in (MiniSweAgent, Aider, OpenCode)}
+    cls.recipe.name: cls for cls in (MiniSweAgent, Aider, OpenCode, ClaudeCode, Codex, GeminiCli,
+                                     QwenCode)}
 
 
 def listing() -> list[dict]:
     """What `orchestra agents` prints for the installed agents."""
     return [{"name": name, "kind": f"installed ({cls.recipe.kind} {cls.recipe.package})",
-             "version": cls.recipe.version, "installed": installed(cls.recipe),
+             "version": cls.recipe.version, "installed": cls.is_installed(),
+             "api": cls.api, "needs": cls.needs,
              "path": str(install_dir(cls.recipe))} for name, cls in INSTALLED.items()]

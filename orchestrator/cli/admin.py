@@ -186,7 +186,8 @@ def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON ins
         for name in (list(INSTALLED) if install == ["all"] else install or []):
             if name not in INSTALLED:
                 raise InputError(f"--install: {name!r} is not one of {', '.join(INSTALLED)}")
-            ensure_installed(INSTALLED[name].recipe, ca_bundle)
+            for recipe in INSTALLED[name].recipes():  # the CLI and what it runs on (Node)
+                ensure_installed(recipe, ca_bundle)
     except (InputError, InfraError) as exc:
         fail(exc)
     import orchestrator

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 # Built in, then the installed agent CLIs (orchestrator.agents.installed.INSTALLED).
 AgentKind = Literal["oracle", "nop", "reference", "command", "acp", "acp-opencode",
-                    "mini-swe-agent", "aider", "opencode"]
+                    "mini-swe-agent", "aider", "opencode", "claude-code", "codex", "gemini-cli",
+                    "qwen-code"]
 AGENT_NAMES: tuple[str, ...] = get_args(AgentKind)
 
 
