@@ -133,6 +133,11 @@ class JsonHandler(BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True
 
+    def error_body(self, status: int, message: str) -> dict:
+        """A refusal made here, before a handler's own code runs (a server that speaks an
+        API with its own error shape says it in that shape)."""
+        return {"error": {"message": message}}
+
     def parse_request(self) -> bool:
         """The request line and headers, then this server's request rate: a request past it
         waits, or is answered 429 before its body is read."""
@@ -144,8 +149,8 @@ class JsonHandler(BaseHTTPRequestHandler):
         try:
             time.sleep(requests.take(1))
         except HttpError as exc:
-            self.reply(429, {"error": {"message": f"orchestra: more than {requests.rate} requests a "
-                                                  "second to this trial's server; retry later"}},
+            self.reply(429, self.error_body(429, f"orchestra: more than {requests.rate} requests a "
+                                                 "second to this trial's server; retry later"),
                        retry_after=exc.retry_after)
             return False
         return True

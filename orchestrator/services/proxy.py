@@ -79,6 +79,11 @@ class ModelProxy(CallWays, OnOneServer):
             def do_GET(self) -> None:  # noqa: N802
                 proxy.serve(self, "GET")
 
+            def error_body(self, status: int, message: str) -> dict:  # the rate cap's 429
+                route = apis.route(self.command, self.path)
+                api = route.api if route else apis.guess(self.path, self.headers.keys())
+                return api.error(KIND_OF_STATUS.get(status, "invalid"), message)
+
         self.server = BackgroundServer(Handler, host, name="model-proxy", path="/v1", max_body=MAX_REQUEST,
                                        request_rate=REQUEST_RATE)
 

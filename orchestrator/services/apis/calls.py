@@ -313,7 +313,7 @@ class CallWays:
         if api is chat.API or translated:
             request, response = sent, answer
         else:
-            request = json.dumps(api.to_chat(call.request)).encode()
+            request = json.dumps({**api.to_chat(call.request), "model": self.model}).encode()
             response = json.dumps(api.as_chat(native)).encode() if native is not None else answer
         native_request = None if api is chat.API else json.dumps(call.request).encode()
         native_response = json.dumps(native).encode() if native is not None and api is not chat.API else None
