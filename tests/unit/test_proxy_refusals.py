@@ -3,6 +3,7 @@ routes, server-side state, hostile sizes, budgets, broken upstreams (real HTTP o
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.parse
@@ -53,8 +54,9 @@ def test_a_wrong_or_missing_token_in_each_apis_header_is_refused_in_its_shape(st
         assert status == 401 and shape(api, body) == AUTH_KIND[api]
         assert proxy.token not in json.dumps(body)
     if api == "gemini":
-        body = body["error"]
-        assert body["code"] == 401
+        assert body["error"]["code"] == 401
+        status, body, _ = send(proxy, api, path_of(api, False) + "?key=nope", first_turn(api, False), headers={})
+        assert status == 401 and shape(api, body) == "UNAUTHENTICATED"
     assert upstream.seen == [] and proxy.stats.calls == 0
 
 
@@ -169,6 +171,21 @@ def test_token_counts_and_the_model_list_are_answered_here(stack):
     status, body, _ = send(proxy, "gemini", "/v1beta/models/g:countTokens", first_turn("gemini", False))
     assert status == 200 and body["totalTokens"] > 10
     assert upstream.seen == [] and proxy.stats.calls == 0  # never a budget call
+    status, body, _ = send(proxy, "chat", "/v1/models", {})
+    assert status == 404 and shape("chat", body) == "not_found_error"  # the model list is a GET
+    url = urllib.parse.urlsplit(proxy.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    conn.request("GET", "/v1/models?client_version=1", headers={"Authorization": f"Bearer {proxy.token}"})
+    listed = json.loads(conn.getresponse().read())
+    conn.close()
+    assert [m["id"] for m in listed["data"]] == ["trial-model"]
+    relayed, upstream = stack(apis=ALL)
+    assert send(relayed, "messages", "/v1/messages/count_tokens", first_turn("messages", False))[1] == {
+        "input_tokens": 42}
+    assert send(relayed, "gemini", "/v1beta/models/g:countTokens", first_turn("gemini", False))[1] == {
+        "totalTokens": 42}
+    assert [s.path for s in upstream.seen] == ["/v1/messages/count_tokens", "/v1/models/trial-model:countTokens"]
+    assert {k.lower(): v for k, v in upstream.seen[0].headers.items()}["x-api-key"] == KEY
 
 
 def test_a_recorded_conversation_in_each_api_is_replayed_through_chat(stack, tmp_path):

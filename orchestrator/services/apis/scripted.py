@@ -170,6 +170,8 @@ ANSWERS = {"chat": _chat, "messages": _messages, "responses": _responses, "gemin
 def api_of(path: str) -> tuple[str, bool] | None:
     """(api, streams by path) for a path the scripted upstream serves."""
     path = path.split("?")[0]
+    if path.endswith("/messages/count_tokens") or path.endswith(":countTokens"):
+        return "count", False
     if re.search(r"/models/[^/]+:streamGenerateContent$", path):
         return "gemini", True
     if re.search(r"/models/[^/]+:generateContent$", path):
@@ -201,6 +203,9 @@ class ScriptedUpstream(BackgroundServer):
                     self.reply(404, {"error": {"message": f"scripted: no route {self.path}"}})
                     return
                 api, stream = found
+                if api == "count":  # each API's token count, in its field
+                    self.reply(200, {"totalTokens": 42} if ":" in self.path else {"input_tokens": 42})
+                    return
                 stream = stream or body.get("stream") is True
                 result = tool_result(api, body)
                 text = None if result is None else f"Done: {result}"
