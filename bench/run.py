@@ -46,6 +46,11 @@ Not a test: these machines are noisy, so nothing here asserts a time.
   bystander_model_p95_ratio  a model call's p95 through its trial's proxy beside another
                         trial's 16 keep-alive connections of small calls (test_round2's
                         model-flood agent) over its p95 alone (target <= 2; the test: 3x)
+  proxy_added_ms_p50_* / proxy_ttfb_added_ms_p50_*  the model proxy's added latency per call
+                        (per agent API, relayed and translated) and its time to the first
+                        streamed byte, each against a direct call to the same scripted
+                        upstream, as ms and ratios (target <= 1 ms and <= 5 ms; no Docker:
+                        `python bench/proxy_latency.py`, not in the default run)
 """
 
 from __future__ import annotations
