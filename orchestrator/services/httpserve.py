@@ -95,14 +95,15 @@ class JsonHandler(BaseHTTPRequestHandler):
     timeout = IDLE_TIMEOUT_SEC  # socket timeout: idle and slow connections are closed
 
     def reply(self, status: int, body: dict | bytes, retry_after: float | None = None,
-              content_type: str = "application/json") -> None:
+              content_type: str = "application/json", close: bool = False) -> None:
+        """`close`: end the connection after this answer (say, a request body left unread)."""
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         if retry_after is not None:
             self.send_header("Retry-After", str(max(1, round(retry_after))))
-        if status >= 400 and status not in (401, 402, 403, 404, 409):
+        if close or status >= 400 and status not in (401, 402, 403, 404, 409):
             self.send_header("Connection", "close")  # framing may be broken: do not reuse
             self.close_connection = True
         self.end_headers()

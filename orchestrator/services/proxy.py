@@ -128,6 +128,7 @@ class ModelProxy(CallWays, OnOneServer):
     def serve(self, handler: JsonHandler, method: str) -> None:
         route = apis.route(method, handler.path)
         api = route.api if route else apis.guess(handler.path, handler.headers.keys())
+        unread = method == "POST"  # a refusal before the body is read closes the connection
         try:  # the token is checked before the body is read, the size before reading
             if not self._authorized(handler.headers, handler.path):
                 raise Refusal("auth", "bad or missing trial token")
@@ -138,7 +139,10 @@ class ModelProxy(CallWays, OnOneServer):
                     {"id": self.model, "object": "model", "created": 0, "owned_by": "orchestra"}]})
                 return
             try:
-                request = json.loads(handler.read_body(MAX_REQUEST) or b"{}")
+                body = handler.read_body(MAX_REQUEST)
+                unread = False
+                request = json.loads(body or b"{}")
+                del body
             except (ValueError, RecursionError):
                 raise Refusal("invalid", "body is not JSON") from None
             if not isinstance(request, dict):
@@ -146,9 +150,9 @@ class ModelProxy(CallWays, OnOneServer):
             self._call(handler, route, request)
         except HttpError as exc:
             self._refuse(handler, api, Refusal(KIND_OF_STATUS.get(exc.status, "invalid"), str(exc), exc.status,
-                                               exc.retry_after))
+                                               exc.retry_after), close=True)
         except Refusal as exc:
-            self._refuse(handler, api, exc)
+            self._refuse(handler, api, exc, close=unread)
 
     def _authorized(self, headers: Message, path: str) -> bool:
         """The trial token in any of the places the four APIs put a key, compared in

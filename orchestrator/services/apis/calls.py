@@ -33,6 +33,10 @@ from orchestrator.services.exchanges import ExchangeLog
 from orchestrator.services.httpserve import JsonHandler
 
 log = get_logger()
+# a request's conversation: not kept while the call waits upstream (decoded, a 2 MB body can
+# be ten times its size); what the answer's translation needs (tools, options) is kept
+CONVERSATION = {"messages", "input", "contents", "system", "instructions", "systemInstruction",
+                "system_instruction"}
 KIND_OF_STATUS = {401: "auth", 402: "budget", 404: "not_found", 413: "too_large", 429: "rate", 499: "gone"}
 
 
@@ -69,6 +73,15 @@ class Call:
     stream: bool
     started: float = field(default_factory=time.time)
     attempts: list[int] = field(default_factory=lambda: [0])
+    recorded_request: bytes = b""  # chat-shaped, for the record
+    api_request: bytes | None = None  # the agent's own, for the record (when not chat)
+
+    def encoded(self, sent: bytes, chat_shaped: bytes | None, recording: bool) -> None:
+        """Keep the request as the record needs it (encoded) and drop its conversation."""
+        if recording:
+            self.recorded_request = sent if chat_shaped is None else chat_shaped
+            self.api_request = None if self.api is chat.API else json.dumps(self.request).encode()
+        self.request = {k: v for k, v in self.request.items() if k not in CONVERSATION}
 
     @property
     def api(self) -> Api:
@@ -107,9 +120,10 @@ class CallWays:
     def scrub(self, data: bytes) -> bytes:
         raise NotImplementedError
 
-    def _refuse(self, handler: JsonHandler, api: Api, refusal: Refusal) -> None:
+    def _refuse(self, handler: JsonHandler, api: Api, refusal: Refusal, close: bool = False) -> None:
+        """`close`: the request's body was not read (the connection cannot carry another)."""
         body = json.dumps(api.error(refusal.kind, f"orchestra proxy: {refusal}")).encode()
-        handler.reply(refusal.status or api.status(refusal.kind), self.scrub(body), refusal.retry_after)
+        handler.reply(refusal.status or api.status(refusal.kind), self.scrub(body), refusal.retry_after, close=close)
 
     def _count(self, usage: Usage) -> None:
         with self._lock:
@@ -174,11 +188,16 @@ class CallWays:
         if api is chat.API and call.stream:  # usage is counted from the stream's last chunk
             request["stream_options"] = {**as_dict(request.get("stream_options")), "include_usage": True}
         data = json.dumps(request).encode()
+        recording = self.record is not None
+        chat_shaped = json.dumps({**api.to_chat(request), "model": self.model}).encode() \
+            if recording and api is not chat.API else None
+        call.encoded(data, chat_shaped, recording)
+        del request, chat_shaped
         up = self._send(call, data, api.upstream_path(call.route, self.model), self._headers(api, handler),
                         handler.client_gone)
         if up.response is None:
             body = json.dumps(api.error(up.kind, f"orchestra proxy: {up.message}")).encode() if up.kind else up.body
-            self._record(call, data, up.status, body, None)
+            self._record(call, up.status, body, None)
             handler.reply(up.status, self.scrub(body))
             return
         kind = up.response.headers.get("Content-Type", "application/json")
@@ -190,11 +209,12 @@ class CallWays:
                 body = up.response.read()
             native = _object(body)
         self._count(api.usage(native))
-        self._record(call, data, 200, json.dumps(native).encode(), native)  # before the client's last byte
+        answer = json.dumps(native).encode() if streamed else body  # a whole answer: as it came
+        self._record(call, 200, answer, native)  # before the client's last byte
         if streamed:
             handler.end_stream()
         elif call.stream:  # an upstream that answered a stream request all at once
-            asked = {**request, "stream_options": {"include_usage": wants_usage}}
+            asked = {**call.request, "stream_options": {"include_usage": wants_usage}}
             self._stream(handler, api, api.stream_from_chat(api.as_chat(native), call.asked or "", asked))
         else:
             handler.reply(200, self.scrub(body), content_type=kind)
@@ -237,6 +257,7 @@ class CallWays:
         request.update(model=self.model, stream=False)
         request.pop("stream_options", None)
         data = json.dumps(request).encode()
+        call.encoded(data, None, self.record is not None)
         del request
         outcome: list[tuple[Upshot, bytes]] = []
 
@@ -268,7 +289,7 @@ class CallWays:
         completion = _object(body) if up.status == 200 else None
         if up.status == 200 and not completion:
             up, completion = Upshot(502, kind="upstream", message="the endpoint's answer is not a completion"), None
-        self._record(call, data, up.status, body, None, translated=True)
+        self._record(call, up.status, body, None, translated=True)
         if completion is None:
             message = up.message or upstream_said(up.status, body)
             kind = up.kind or KIND_OF_STATUS.get(up.status, "upstream" if up.status >= 500 else "invalid")
@@ -302,7 +323,7 @@ class CallWays:
             handler.reply(up.status, self.scrub(up.body))
 
     # ---- the record ----------------------------------------------------------------------------
-    def _record(self, call: Call, sent: bytes, status: int, answer: bytes, native: dict | None,
+    def _record(self, call: Call, status: int, answer: bytes, native: dict | None,
                 translated: bool = False) -> None:
         """One exchange, chat-shaped (what went upstream when translated; the agent's API
         translated to chat when relayed), with the agent's own request and answer beside it."""
@@ -310,15 +331,12 @@ class CallWays:
             return
         api = call.api
         meta = {"api": api.name, "asked_model": call.asked, "mode": "translate" if translated else "relay"}
-        if api is chat.API or translated:
-            request, response = sent, answer
-        else:
-            request = json.dumps({**api.to_chat(call.request), "model": self.model}).encode()
-            response = json.dumps(api.as_chat(native)).encode() if native is not None else answer
-        native_request = None if api is chat.API else json.dumps(call.request).encode()
-        native_response = json.dumps(native).encode() if native is not None and api is not chat.API else None
-        self.record.write(request, status, response, call.started, call.attempts[0], call.stream,
-                          meta=meta, api_request=native_request, api_response=native_response)
+        relayed_other = native is not None and api is not chat.API
+        response = json.dumps(api.as_chat(native)).encode() if relayed_other and native is not None else answer
+        native_response = json.dumps(native).encode() if relayed_other else None
+        self.record.write(call.recorded_request, status, response, call.started, call.attempts[0], call.stream,
+                          meta=meta, api_request=call.api_request, api_response=native_response)
+
 
 def _object(body: bytes) -> dict:
     try:
