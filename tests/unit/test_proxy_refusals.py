@@ -213,3 +213,14 @@ def test_a_recorded_conversation_in_each_api_is_replayed_through_chat(stack, tmp
     finally:
         again.stop()
         replay.stop()
+
+
+def test_a_refusal_before_the_body_is_read_ends_the_connection(stack):
+    proxy, _ = stack()
+    url = urllib.parse.urlsplit(proxy.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    conn.request("POST", "/v1/messages", json.dumps(first_turn("messages", False)), {"x-api-key": "nope"})
+    response = conn.getresponse()
+    response.read()
+    assert response.status == 401 and response.getheader("Connection") == "close"  # its body was never read
+    conn.close()
