@@ -138,3 +138,15 @@ def test_routes_and_guesses():
 def test_a_record_shaped_completion_is_what_chat_readers_expect():
     built = chat_completion({"role": "assistant", "content": "hi"}, "stop", APIS["chat"].usage(completion()), "m", "i")
     assert built["choices"][0]["message"]["content"] == "hi" and built["usage"]["total_tokens"] == 35
+
+
+def test_leading_instructions_become_one_system_message_and_text_blocks_stay_paragraphs():
+    chat = APIS["responses"].to_chat({"instructions": "You are Codex.", "input": [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "skills"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "context"},
+                                                        {"type": "input_text", "text": "task"}]}]})
+    assert chat["messages"] == [{"role": "system", "content": "You are Codex.\n\nskills"},
+                                {"role": "user", "content": "context\n\ntask"}]
+    claude = APIS["messages"].to_chat({"system": [{"type": "text", "text": "header;"}, {"type": "text", "text": "You"}],
+                                       "messages": [{"role": "user", "content": "hi"}]})
+    assert claude["messages"][0] == {"role": "system", "content": "header;\n\nYou"}

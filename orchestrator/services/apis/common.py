@@ -169,12 +169,24 @@ def as_list(value: object) -> list:
 
 
 def text_of(content: object) -> str:
-    """The text of a string or a list of parts ({"text": ...} or {"type": ..., "text": ...})."""
+    """The text of a string or a list of parts ({"text": ...} or {"type": ..., "text": ...}),
+    the parts a paragraph each."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+        return "\n\n".join(str(p.get("text") or "") for p in content if isinstance(p, dict) and p.get("text"))
     return ""
+
+
+def leading_system_merged(messages: list[dict]) -> list[dict]:
+    """Consecutive system messages at the start as one (some chat templates refuse a second)."""
+    head = 0
+    while head < len(messages) and messages[head].get("role") == "system":
+        head += 1
+    if head < 2:
+        return messages
+    merged = "\n\n".join(str(m.get("content") or "") for m in messages[:head])
+    return [{"role": "system", "content": merged}, *messages[head:]]
 
 
 def parse_args(arguments: object) -> dict:

@@ -103,7 +103,7 @@ def content_messages(role: str, parts: list, turn: int, open_calls: dict[str, li
             message["tool_calls"] = calls
         return [message]
     out = list(results)
-    content: str | list[dict] = "".join(texts)
+    content: str | list[dict] = "\n\n".join(texts)
     if texts and not media:
         out.append({"role": "user", "content": content})
     elif texts or media:

@@ -82,7 +82,7 @@ def user_messages(content: object) -> list[dict]:
     parts = user_parts(content) + images
     if parts:
         only_text = all(p["type"] == "text" for p in parts)
-        out.append({"role": "user", "content": "".join(p["text"] for p in parts) if only_text else parts})
+        out.append({"role": "user", "content": "\n\n".join(p["text"] for p in parts) if only_text else parts})
     return out
 
 

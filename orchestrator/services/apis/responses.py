@@ -26,6 +26,7 @@ from orchestrator.services.apis.common import (
     chat_completion,
     chat_tool_call,
     chat_usage,
+    leading_system_merged,
     parse_args,
     sse,
     stable_id,
@@ -49,7 +50,7 @@ def user_content(content: object) -> str | list[dict]:
         elif part.get("type") == "input_image" and part.get("image_url"):
             parts.append({"type": "image_url", "image_url": {"url": str(part["image_url"])}})
     if all(p["type"] == "text" for p in parts):
-        return "".join(p["text"] for p in parts)
+        return "\n\n".join(p["text"] for p in parts)
     return parts
 
 
@@ -159,7 +160,7 @@ class ResponsesApi(Api):
                 output = item.get("output")
                 messages.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")),
                                  "content": output if isinstance(output, str) else text_of(output)})
-        chat: dict = {"model": request.get("model"), "messages": messages}
+        chat: dict = {"model": request.get("model"), "messages": leading_system_merged(messages)}
         tools = chat_tools(as_list(request.get("tools")))
         if tools:
             chat["tools"] = tools
