@@ -117,7 +117,8 @@ class QwenCode(InstalledAgent):
         turns = f" --max-session-turns {self.max_turns()}" if self.max_turns() else ""
         return refuse_unless_runs(NODE_BIN, "qwen-code", self.needs) + f"""\
 export OPENAI_BASE_URL="$ORCHESTRA_MODEL_URL" OPENAI_API_KEY="$ORCHESTRA_MODEL_TOKEN" \\
-  OPENAI_MODEL={MODEL} QWEN_CODE_SYSTEM_SETTINGS_PATH={self.SETTINGS} QWEN_HOME=/tmp/orchestra-qwen
+  OPENAI_MODEL={MODEL} QWEN_CODE_SYSTEM_SETTINGS_PATH={self.SETTINGS} QWEN_HOME=/tmp/orchestra-qwen \\
+  QWEN_CODE_NO_RELAUNCH=true
 mkdir -p "$QWEN_HOME"
 {NODE_BIN} {self.home}/pkg/package/{self.recipe.binary} --auth-type openai -m {MODEL} --yolo{turns} \\
   --output-format stream-json "$(cat "$1")" </dev/null >{log}

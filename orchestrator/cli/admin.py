@@ -197,9 +197,9 @@ def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON ins
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
         return
-    print_table(console, "agents", ["agent", "kind", "version", "installed"],
-                [[row["name"], row["kind"], row["version"], "yes" if row["installed"] else "on first use"]
-                 for row in rows])
+    print_table(console, "agents", ["agent", "kind", "version", "model API", "the image needs", "installed"],
+                [[row["name"], row["kind"], row["version"], row.get("api", ""), row.get("needs", ""),
+                  "yes" if row["installed"] else "on first use"] for row in rows])
 
 
 @app.command()

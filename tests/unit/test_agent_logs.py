@@ -122,3 +122,17 @@ def test_a_node_cli_mounts_node_beside_it_and_refuses_an_image_it_cannot_run_in(
     script = agent(name).script()
     assert script.startswith("if ! /opt/orchestra-agents/node/pkg/package/bin/node --version")
     assert "glibc >= 2.28" in script and "exit 127" in script
+
+
+def test_a_cli_that_cannot_start_in_the_image_exits_127_saying_what_it_needs(tmp_path):
+    import subprocess
+
+    from orchestrator.agents.cli import NODE_NEEDS, refuse_unless_runs
+
+    fake = tmp_path / "node"  # a binary whose loader is not in the image: exec fails as it would
+    fake.write_bytes(b"\x7fELF\x02\x01\x01" + b"\0" * 57)
+    fake.chmod(0o755)
+    done = subprocess.run(["sh", "-c", refuse_unless_runs(str(fake), "gemini-cli", NODE_NEEDS) + "echo ran\n"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 127 and "ran" not in done.stdout
+    assert "gemini-cli cannot run in this task image: it needs glibc >= 2.28 and libstdc++6" in done.stderr
