@@ -52,9 +52,10 @@ class ExchangeLog:
                     "stream": stream, "status": status, **(meta or {})}
             line = json.dumps(head)[:-1].encode() + b', "request": ' + _json_or_text(request) \
                 + b', "response": ' + _json_or_text(response)
-            for name, value in (("api_request", api_request), ("api_response", api_response)):
-                if value is not None:
-                    line += f', "{name}": '.encode() + _json_or_text(value)
+            extra = b"".join(f', "{name}": '.encode() + _json_or_text(value) for name, value in (
+                ("api_request", api_request), ("api_response", api_response)) if value is not None)
+            if len(line) + len(extra) < MAX_LINE:  # else the chat-shaped pair (replay's) is kept alone
+                line += extra
             line += b"}"
             if len(line) > MAX_LINE:
                 line = json.dumps({**head, "request": None, "response": None,

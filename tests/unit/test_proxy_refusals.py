@@ -224,3 +224,15 @@ def test_a_refusal_before_the_body_is_read_ends_the_connection(stack):
     response.read()
     assert response.status == 401 and response.getheader("Connection") == "close"  # its body was never read
     conn.close()
+
+
+def test_a_large_exchange_keeps_its_chat_shaped_pair_before_the_agents_own_copy(tmp_path):
+    from orchestrator.services import exchanges
+    from orchestrator.services.exchanges import ExchangeLog, read_exchanges
+
+    log = ExchangeLog(tmp_path / "x.jsonl", lambda data: data)
+    big = json.dumps({"messages": [{"role": "user", "content": "x" * (exchanges.MAX_LINE // 2 + 10)}]}).encode()
+    log.write(big, 200, b'{"choices": []}', time.time(), 1, False, meta={"api": "messages"},
+              api_request=big, api_response=b"{}")
+    record = read_exchanges(tmp_path / "x.jsonl")[0]
+    assert record["request"]["messages"] and "api_request" not in record and record["api"] == "messages"
