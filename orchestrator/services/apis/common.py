@@ -40,6 +40,24 @@ class Route:
     stream: bool = False  # Gemini's :streamGenerateContent
 
 
+@dataclass
+class Live:
+    """A translated answer streamed as the upstream's chat chunks arrive: its text passes on
+    as it comes (`Api.live_text`), its tool calls, stop reason and usage at the end
+    (`Api.live_end`, given the chunks folded into a completion)."""
+
+    model: str
+    request: dict
+    rid: str = "orchestra"  # the answer's id (from the upstream's first chunk)
+    input_tokens: int = 0  # when known at the start (a whole answer played back)
+    opened: bool = False  # the text block / message item is open
+    seq: int = 0  # Responses' sequence_number
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq - 1
+
+
 @dataclass(frozen=True)
 class Usage:
     input: int = 0
@@ -109,10 +127,31 @@ class Api(ABC):
     def from_chat(self, completion: dict, model: str, request: dict) -> dict: ...
 
     @abstractmethod
-    def stream_from_chat(self, completion: dict, model: str, request: dict) -> Iterator[bytes]: ...
-
-    @abstractmethod
     def as_chat(self, response: dict) -> dict: ...
+
+    def live_start(self, live: Live) -> bytes:
+        return b""
+
+    def live_text(self, live: Live, text: str) -> bytes:
+        """A piece of the answer's text, as this API streams text."""
+        return b""
+
+    def live_end(self, live: Live, completion: dict) -> bytes:
+        """The rest of the answer: what follows its streamed text (the whole completion,
+        its id set to `live.rid`, is given)."""
+        raise NotImplementedError
+
+    def stream_from_chat(self, completion: dict, model: str, request: dict) -> Iterator[bytes]:
+        """A whole completion as this API's stream: its text as one piece."""
+        message, _ = chat_choice(completion)
+        usage = chat_usage(completion)
+        live = Live(model, request, rid=str(completion.get("id") or "orchestra"), input_tokens=usage.input)
+        yield self.live_start(live)
+        text = message.get("content")
+        text = text_of(text) if isinstance(text, list) else str(text or "")
+        if text:
+            yield self.live_text(live, text)
+        yield self.live_end(live, {**completion, "id": live.rid})
 
     # ---- the answer -------------------------------------------------------------------
     @abstractmethod

@@ -13,10 +13,10 @@ MAX_TOKENS <-> length, SAFETY and the like -> content_filter.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 from orchestrator.services.apis.common import (
     Api,
+    Live,
     Route,
     Usage,
     as_dict,
@@ -214,9 +214,19 @@ class GeminiApi(Api):
                                   "totalTokenCount": usage.input + usage.output},
                 "modelVersion": model, "responseId": str(completion.get("id") or "")}
 
-    def stream_from_chat(self, completion: dict, model: str, request: dict) -> Iterator[bytes]:
-        """The answer as one `alt=sse` chunk (a chunk is a whole GenerateContentResponse)."""
-        yield sse(self.from_chat(completion, model, request))
+    def live_text(self, live: Live, text: str) -> bytes:
+        live.opened = True
+        return sse({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}],
+                    "modelVersion": live.model, "responseId": live.rid})
+
+    def live_end(self, live: Live, completion: dict) -> bytes:
+        """The last chunk: the parts not streamed (thoughts, function calls), the finish
+        reason and usage (a chunk is a whole GenerateContentResponse)."""
+        answer = self.from_chat(completion, live.model, live.request)
+        candidate = answer["candidates"][0]
+        parts = [p for p in candidate["content"]["parts"] if not live.opened or "text" not in p or p.get("thought")]
+        candidate["content"]["parts"] = parts or [{"text": ""}]
+        return sse(answer)
 
     def as_chat(self, response: dict) -> dict:
         candidate = as_dict((as_list(response.get("candidates")) or [{}])[0])

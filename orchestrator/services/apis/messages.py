@@ -10,10 +10,10 @@ stop, max_tokens <-> length, tool_use <-> tool_calls, stop_sequence -> stop.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 from orchestrator.services.apis.common import (
     Api,
+    Live,
     Route,
     Usage,
     as_dict,
@@ -189,15 +189,28 @@ class MessagesApi(Api):
                 "stop_sequence": None,
                 "usage": {"input_tokens": usage.input, "output_tokens": usage.output}}
 
-    def stream_from_chat(self, completion: dict, model: str, request: dict) -> Iterator[bytes]:
-        """The answer as Messages streaming events: message_start, each block's start,
-        one delta and stop, message_delta (stop reason, output tokens), message_stop."""
-        message = self.from_chat(completion, model, request)
-        usage = message["usage"]
-        yield sse({"type": "message_start", "message": {
-            **message, "content": [], "stop_reason": None,
-            "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 0}}}, "message_start")
-        for index, block in enumerate(message["content"]):
+    def live_start(self, live: Live) -> bytes:
+        return sse({"type": "message_start", "message": {
+            "id": "msg_" + live.rid[-24:], "type": "message", "role": "assistant", "model": live.model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": live.input_tokens, "output_tokens": 0}}}, "message_start")
+
+    def live_text(self, live: Live, text: str) -> bytes:
+        head = b""
+        if not live.opened:
+            live.opened = True
+            head = sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                       "content_block_start")
+        return head + sse({"type": "content_block_delta", "index": 0,
+                           "delta": {"type": "text_delta", "text": text}}, "content_block_delta")
+
+    def live_end(self, live: Live, completion: dict) -> bytes:
+        """The text block closed, each tool call as a block (its input as one delta), then
+        message_delta (stop reason, usage) and message_stop."""
+        message = self.from_chat(completion, live.model, live.request)
+        blocks = [b for b in message["content"] if b["type"] != "text" or not live.opened]
+        out = [sse({"type": "content_block_stop", "index": 0}, "content_block_stop")] if live.opened else []
+        for index, block in enumerate(blocks, 1 if live.opened else 0):
             start: dict
             delta: dict
             if block["type"] == "text":
@@ -205,14 +218,13 @@ class MessagesApi(Api):
             else:
                 start = {**block, "input": {}}
                 delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-            yield sse({"type": "content_block_start", "index": index, "content_block": start},
-                      "content_block_start")
-            yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
-            yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
-        yield sse({"type": "message_delta", "delta": {"stop_reason": message["stop_reason"],
-                                                      "stop_sequence": None},
-                   "usage": {"output_tokens": usage["output_tokens"]}}, "message_delta")
-        yield sse({"type": "message_stop"}, "message_stop")
+            out += [sse({"type": "content_block_start", "index": index, "content_block": start}, "content_block_start"),
+                    sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta"),
+                    sse({"type": "content_block_stop", "index": index}, "content_block_stop")]
+        out.append(sse({"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                        "usage": message["usage"]}, "message_delta"))
+        out.append(sse({"type": "message_stop"}, "message_stop"))
+        return b"".join(out)
 
     def as_chat(self, response: dict) -> dict:
         message = assistant_message(response.get("content"))

@@ -11,11 +11,10 @@ the request declared for that name. No server-side state: `previous_response_id`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from orchestrator.services.apis.chat import openai_error
 from orchestrator.services.apis.common import (
     Api,
+    Live,
     Route,
     Usage,
     as_dict,
@@ -37,6 +36,7 @@ STRING_INPUT = {"type": "object", "properties": {"input": {"type": "string"}}, "
 SHELL_INPUT = {"type": "object", "properties": {
     "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
     "timeout_ms": {"type": "number"}}, "required": ["command"]}
+EMPTY_PART = {"type": "output_text", "text": "", "annotations": []}
 OUTPUT_ITEMS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
 
 
@@ -208,37 +208,52 @@ class ResponsesApi(Api):
                           "input_tokens_details": {"cached_tokens": 0},
                           "output_tokens_details": {"reasoning_tokens": 0}}}
 
-    def stream_from_chat(self, completion: dict, model: str, request: dict) -> Iterator[bytes]:
-        """response.created, each output item added (its text or arguments as one delta)
-        and done, then response.completed with the whole response."""
-        response = self.from_chat(completion, model, request)
-        seq = iter(range(1 << 30))
+    def live_start(self, live: Live) -> bytes:
+        response = {"id": "resp_" + live.rid[-24:], "object": "response", "created_at": 0, "status": "in_progress",
+                    "model": live.model, "output": []}
+        return self._event(live, "response.created", response=response)
 
-        def event(kind: str, **fields: object) -> bytes:
-            return sse({"type": kind, "sequence_number": next(seq), **fields}, kind)
+    def live_text(self, live: Live, text: str) -> bytes:
+        head, out = {"output_index": 0, "item_id": "msg_" + live.rid[-24:]}, b""
+        if not live.opened:
+            live.opened = True
+            item = {"type": "message", "id": head["item_id"], "status": "in_progress", "role": "assistant",
+                    "content": []}
+            out = self._event(live, "response.output_item.added", output_index=0, item=item) + self._event(
+                live, "response.content_part.added", **head, content_index=0, part=EMPTY_PART)
+        return out + self._event(live, "response.output_text.delta", **head, content_index=0, delta=text)
 
-        yield event("response.created", response={**response, "status": "in_progress", "output": []})
-        for index, item in enumerate(response["output"]):
+    def live_end(self, live: Live, completion: dict) -> bytes:
+        """The message item done, each other item (its arguments as one delta) added and
+        done, then response.completed (or .incomplete) with the whole response."""
+        response = self.from_chat(completion, live.model, live.request)
+        items = response["output"]
+        message = [i for i in items if i["type"] == "message" and live.opened]
+        response["output"] = message + [i for i in items if i not in message]
+        out = []
+        if message:
+            head, text = {"output_index": 0, "item_id": message[0]["id"]}, message[0]["content"][0]["text"]
+            out += [self._event(live, "response.output_text.done", **head, content_index=0, text=text),
+                    self._event(live, "response.content_part.done", **head, content_index=0,
+                                part={**EMPTY_PART, "text": text}),
+                    self._event(live, "response.output_item.done", output_index=0, item=message[0])]
+        for index, item in enumerate(response["output"][len(message):], len(message)):
             head = {"output_index": index, "item_id": item["id"]}
-            if item["type"] == "message":
-                text = item["content"][0]["text"]
-                yield event("response.output_item.added", output_index=index,
-                            item={**item, "status": "in_progress", "content": []})
-                part = {"type": "output_text", "text": "", "annotations": []}
-                yield event("response.content_part.added", **head, content_index=0, part=part)
-                yield event("response.output_text.delta", **head, content_index=0, delta=text)
-                yield event("response.output_text.done", **head, content_index=0, text=text)
-                yield event("response.content_part.done", **head, content_index=0, part={**part, "text": text})
-            elif item["type"] == "function_call":
-                yield event("response.output_item.added", output_index=index,
-                            item={**item, "status": "in_progress", "arguments": ""})
-                yield event("response.function_call_arguments.delta", **head, delta=item["arguments"])
-                yield event("response.function_call_arguments.done", **head, arguments=item["arguments"])
+            if item["type"] == "function_call":
+                out += [self._event(live, "response.output_item.added", output_index=index,
+                                    item={**item, "status": "in_progress", "arguments": ""}),
+                        self._event(live, "response.function_call_arguments.delta", **head, delta=item["arguments"]),
+                        self._event(live, "response.function_call_arguments.done", **head,
+                                    arguments=item["arguments"])]
             else:
-                yield event("response.output_item.added", output_index=index, item=item)
-            yield event("response.output_item.done", output_index=index, item=item)
+                out.append(self._event(live, "response.output_item.added", output_index=index, item=item))
+            out.append(self._event(live, "response.output_item.done", output_index=index, item=item))
         kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
-        yield event(kind, response=response)
+        return b"".join(out) + self._event(live, kind, response=response)
+
+    @staticmethod
+    def _event(live: Live, kind: str, **fields: object) -> bytes:
+        return sse({"type": kind, "sequence_number": live.next_seq(), **fields}, kind)
 
     def as_chat(self, response: dict) -> dict:
         texts, reasoning, calls = [], [], []
