@@ -16,8 +16,11 @@ quota).
   cpus): builds are CPU, disk and network, and trials run beside them). A build that
   fails is the task's, said once: the image cache keeps the failure, every trial of the
   task records it from its build phase, nothing builds it again in the job (no retry
-  storm). Anything else (the engine gone mid-build) is left to the trial's own build path,
-  which retries as infrastructure.
+  storm). Anything else (the engine gone mid-build) is the first trial's infrastructure
+  error (retried as such); the task's next trial builds again.
+- Warm tasks (their images most likely on the engine, from one listing by name) are taken
+  by a thread of their own in the job's order, so a second run's trials start in the job's
+  order (longest first by known durations), as they did before the pool.
 
 Used by the local executor's jobs; a Ray job, a job under --image-budget-gb (building
 everything ahead would pass the budget) and a single trial build in the trial itself, as
@@ -125,8 +128,11 @@ class BuildPool:
     build failed, or the job was cancelled (the scheduler then submits its trials, which
     find their images, record the failure, or are cancelled)."""
 
-    def __init__(self, build: Callable[[Task], int], workers: int, cancel: threading.Event):
+    def __init__(self, build: Callable[[Task], int], workers: int, cancel: threading.Event,
+                 likely_built: Callable[[Task], bool] = lambda task: False):
         self.build, self.workers, self.cancel = build, max(1, workers), cancel
+        self.likely_built = likely_built
+        self._warm: ThreadPoolExecutor | None = None
         self.records: list[ImageBuild] = []
         self._guard = threading.Lock()
         self._closed = False
@@ -134,15 +140,22 @@ class BuildPool:
         self._running: list = []
 
     def start(self, tasks: Iterable[Task], on_ready: Callable[[Task], None]) -> list[ImagePlan]:
-        """Plan each task's images (once per task name) and submit their builds, longest
-        first. Returns the plans in build order."""
+        """Plan each task's images (once per task name); those `likely_built` are taken in
+        the job's order by one thread of their own (a warm job's trials then become ready
+        in the job's order, at once), the rest go to the workers, longest first. Returns
+        the plans to build, in build order."""
         unique = {t.name: t for t in tasks}
-        plans = longest_first(plan_images(t) for t in unique.values())
+        built = {name: self.likely_built(t) for name, t in unique.items()}
+        warm = [plan_images(t) for t in unique.values() if built[t.name]]
+        plans = longest_first(plan_images(t) for t in unique.values() if not built[t.name])
         self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="build")
-        log.info("build_pool.start", tasks=len(plans), workers=self.workers,
+        log.info("build_pool.start", tasks=len(unique), to_build=len(plans), workers=self.workers,
                  first=[p.task.name for p in plans[:5]])
         for plan in plans:
             self._running.append(self._pool.submit(self._build, plan, on_ready))
+        if warm:
+            self._warm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="build-warm")
+            self._running += [self._warm.submit(self._build, plan, on_ready) for plan in warm]
         return plans
 
     def _build(self, plan: ImagePlan, on_ready: Callable[[Task], None]) -> None:
@@ -162,6 +175,8 @@ class BuildPool:
             log.warning("build_pool.left_to_trials", task=task.name, error=record.error)
         finally:
             record.finished_at = time.time()
+            log.info("build_pool.done", task=task.name, seconds=round(record.finished_at - started, 2),
+                     built=record.built, failed=record.error is not None)
             with self._guard:
                 self.records.append(record)
                 closed = self._closed
@@ -178,6 +193,8 @@ class BuildPool:
         if self._pool is None:
             return
         self._pool.shutdown(wait=False)
+        if self._warm is not None:
+            self._warm.shutdown(wait=False)
         deadline = time.monotonic() + timeout
         for future in self._running:
             try:

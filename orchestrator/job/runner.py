@@ -250,7 +250,8 @@ class Job:
             else min(2, max(1, int(self.engine.cpus or 1)))
         if workers <= 0 or options.backend != "local" or options.image_budget_gb is not None:
             return None
-        return BuildPool(lambda task: self.images.ahead(task, self.ctx.trust), workers, self.cancel)
+        return BuildPool(lambda task: self.images.ahead(task, self.ctx.trust), workers, self.cancel,
+                         self.images.likely_built())
 
     def _keep(self, result: TrialResult) -> None:
         self.results.append(trial_summary(result))

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 from orchestrator.host.cleanup import touch_images
 from orchestrator.log import get_logger
-from orchestrator.runtime.base import BuildFailed, Runtime
-from orchestrator.tasks.load import Task
+from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
+from orchestrator.tasks.load import Task, hash_tree, image_repository
 from orchestrator.tasks.standins import StandIn
 from orchestrator.trial.images import TaskImages, ensure_task_images, verifier_image
 from orchestrator.trial.trust import Trust
@@ -65,6 +65,7 @@ class ImageCache:
         self.ca_bundle, self.build_policy, self.registry = ca_bundle, build_policy, registry
         self._done: dict[str, TaskImages] = {}
         self._failed: dict[str, BuildFailed] = {}  # built ahead and failed: every trial says it
+        self._transient: dict[str, Exception] = {}  # the engine failed building ahead: one trial says it
         self._published: dict[str, Published] = {}
         self._offered: dict[str, Published] = {}  # on a node: what the driver pushed
         self._locks: dict[str, threading.Lock] = {}
@@ -84,6 +85,8 @@ class ImageCache:
         with self._lock(task):
             if (failed := self._failed.get(task.name)) is not None:
                 raise failed  # the job's build pool tried once: no trial builds it again
+            if (transient := self._transient.pop(task.name, None)) is not None:
+                raise transient  # infrastructure: this trial's (retried); the next builds again
             if task.name not in self._done:
                 offered = self._offered.get(task.name)
                 images = self._adopt(offered) if offered else ensure_task_images(
@@ -125,7 +128,34 @@ class ImageCache:
             with self._guard:
                 self._failed.setdefault(task.name, exc)
             raise
+        except Exception as exc:  # the engine, not the task: the first trial records it
+            with self._guard:
+                self._transient.setdefault(task.name, exc)
+            raise
         return 0 if known else images.built
+
+    def likely_built(self) -> Callable[[Task], bool]:
+        """Whether a task's images are most likely on the engine already, from one listing
+        of orchestra's agent and verifier images by name (the build pool takes those in
+        the job's order, not longest first). A guess only: `ahead` builds what is missing."""
+        try:
+            tags = {tag for kind in ("agent-image", "verifier-image")
+                    for image in self.runtime.images_labelled(f"{LABEL_IMAGE_KIND}={kind}")
+                    for tag in image.tags}
+        except Exception:  # the engine will say so to the trials
+            return lambda task: False
+
+        def built(task: Task) -> bool:
+            if task.config.environment.docker_image or (task.compose and task.compose.sidecars):
+                return False
+            if not any(t.startswith(f"{image_repository(task)}:{task.environment_hash}") for t in tags):
+                return False
+            tests = task.tests_dirs[-1] if task.tests_dirs else task.path / "tests"
+            if task.config.verifier.environment_mode == "separate" and (tests / "Dockerfile").is_file():
+                verifier = image_repository(task).replace("orchestra/task/", "orchestra/verifier/")
+                return any(t.startswith(f"{verifier}:{hash_tree(tests)[:32]}") for t in tags)
+            return True
+        return built
 
     def _say_used(self, refs: list[str]) -> None:
         self._ending.wait(TOUCH_DELAY_SEC)

@@ -193,3 +193,46 @@ def test_a_free_slot_takes_the_ready_trial_first_in_the_jobs_order_not_the_first
                          lambda r: None, images_ready) == 3
     scheduler.stop()
     assert started == ["c", "a", "b"]
+
+
+def test_warm_tasks_are_taken_in_the_jobs_order_by_a_thread_of_their_own(tmp_path):
+    tasks = [_task(tmp_path, "quick"), _task(tmp_path, "slow", SLOW), _task(tmp_path, "cold", SLOW)]
+    warm_order, ready = [], []
+    guard = threading.Lock()
+
+    def build(task):
+        with guard:
+            if threading.current_thread().name.startswith("build-warm"):
+                warm_order.append(_short(task.name))
+        return 0
+
+    pool = BuildPool(build, workers=1, cancel=threading.Event(),
+                     likely_built=lambda t: _short(t.name) != "cold")
+    plans = pool.start(tasks, ready.append)
+    pool.stop(timeout=10)
+    assert [_short(p.task.name) for p in plans] == ["cold"]  # the one to build
+    assert warm_order == ["quick", "slow"]  # the job's order, not longest first
+    assert len(ready) == 3
+
+
+def test_an_engine_failure_building_ahead_is_the_first_trials_and_the_next_builds_again(tmp_path, monkeypatch):
+    from orchestrator.trial.images import TaskImages
+
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("the engine failed during the build")
+        return TaskImages(task_image="t:1", agent_image="a:1", built=2)
+
+    monkeypatch.setattr(imagecache, "ensure_task_images", flaky)
+    monkeypatch.setattr(imagecache, "touch_images", lambda refs: None)  # no host record of use
+    cache = ImageCache(runtime=None, job="j")  # type: ignore[arg-type]  # never reached: faked
+    task = _task(tmp_path, "cut")
+    with pytest.raises(ConnectionError):
+        cache.ahead(task)
+    with pytest.raises(ConnectionError):  # the first trial: infrastructure, retried
+        cache(task)
+    assert cache(task).agent_image == "a:1"  # its retry (or the next trial) builds
+    assert len(calls) == 2
