@@ -43,6 +43,11 @@ Not a test: these machines are noisy, so nothing here asserts a time.
                         (durations from the first run, as --baseline gives them) over in
                         folder order (--order given); `python bench/run.py makespan` runs it alone
   resume_load_seconds_1000  `--resume` reading 1,000 finished trials' results (synthetic)
+  dataset_*             a generated dataset of cpus = 2 tasks with real builds and separate
+                        verifier images, cold, oracle, 2 at a time: wall time over its
+                        critical path and over its ideal, before the build pool and under
+                        each admission policy (bench/dataset.py; `python bench/run.py
+                        dataset` runs it alone, not in the default run)
   bystander_model_p95_ratio  a model call's p95 through its trial's proxy beside another
                         trial's 16 keep-alive connections of small calls (test_round2's
                         model-flood agent) over its p95 alone (target <= 2; the test: 3x)
@@ -551,6 +556,11 @@ if __name__ == "__main__":
         with tempfile.TemporaryDirectory() as name:
             scale(Path(name), DockerRuntime(max_pool_size=16), api, emit, ORCHESTRA, make_task, shared_floor)
         api.remove_network(FLOOR_NETWORK)
+    elif sys.argv[1:2] == ["dataset"]:  # the dataset benchmark (bench/dataset.py): a few minutes
+        from dataset import dataset
+
+        logsetup.configure()
+        dataset(emit, int(sys.argv[2]) if len(sys.argv) > 2 else 6)
     elif sys.argv[1:] == ["makespan"]:
         logsetup.configure()
         with tempfile.TemporaryDirectory() as name:
