@@ -226,7 +226,7 @@ def test_a_tool_call_and_its_result_round_trip_through_chat(stack, api, stream):
     sent = upstream.seen[-1]
     assert sent.path == "/v1/chat/completions" and sent.body["model"] == "trial-model"
     assert sent.headers["Authorization"] == f"Bearer {KEY}"
-    assert sent.body.get("stream", False) is (stream and api == "chat")  # chat is relayed, the rest asked whole
+    assert sent.body.get("stream", False) is stream
     assert sent.body["messages"][0] == {"role": "system", "content": "be brief"}
     assert sent.body["tools"][0]["function"]["name"] == "shell"
     call = {**calls[0], "id": calls[0]["id"] or "call-1"}
@@ -286,6 +286,26 @@ def test_a_relayed_stream_reaches_the_client_before_the_upstream_has_finished(st
     assert record["mode"] == "relay" and record["api"] == api
     assert record["response"]["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "shell"
     assert proxy.stats.prompt_tokens == 11 and proxy.stats.completion_tokens == 7  # usage read per API
+
+
+@pytest.mark.parametrize("api", ["responses", "messages", "gemini"])
+def test_a_translated_stream_passes_text_on_as_the_upstreams_chunks_arrive(stack, api):
+    proxy, upstream = stack(apis=("chat",), script=Script(chunk_delay=0.1))
+    first = first_turn(api, True)
+    call = {"id": "call-1", "name": "shell", "args": {"command": "echo hello > hello.txt"}}
+    url = urllib.parse.urlsplit(proxy.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    conn.request("POST", path_of(api, True), json.dumps(second_turn(api, first, call, "ran")),
+                 {"Content-Type": "application/json", **auth(api, proxy.token)})
+    response = conn.getresponse()
+    lines, stamps = [], []
+    while line := response.readline():
+        lines.append(line)
+        stamps.append(time.monotonic())
+    conn.close()
+    text_at = next(t for line, t in zip(lines, stamps, strict=True) if b"Done" in line)  # the first piece of text
+    assert text_at < upstream.finished[-1] - 0.05 and upstream.seen[-1].body["stream"] is True
+    assert answer_of(api, {}, events(b"".join(lines)))[1] == "Done: ran"
 
 
 @pytest.mark.parametrize("api", ALL)

@@ -27,7 +27,17 @@ from tenacity import RetryError
 
 from orchestrator.log import get_logger
 from orchestrator.services.apis import chat
-from orchestrator.services.apis.common import Api, Route, Usage, as_dict, event_data
+from orchestrator.services.apis.common import (
+    Api,
+    Live,
+    Route,
+    Usage,
+    as_dict,
+    as_list,
+    chat_choice,
+    estimate_tokens,
+    event_data,
+)
 from orchestrator.services.apis.forward import ClientGone, events_of, open_upstream, upstream_said
 from orchestrator.services.exchanges import ExchangeLog
 from orchestrator.services.httpserve import JsonHandler
@@ -254,23 +264,17 @@ class CallWays:
     def _translate(self, handler: JsonHandler, call: Call) -> None:
         api = call.api
         request = api.to_chat(call.request)
-        request.update(model=self.model, stream=False)
+        request.update(model=self.model, stream=call.stream)
         request.pop("stream_options", None)
+        if call.stream:  # the upstream streams too (its text passes on as it comes), usage last
+            request["stream_options"] = {"include_usage": True}
         data = json.dumps(request).encode()
         call.encoded(data, None, self.record is not None)
         del request
-        outcome: list[tuple[Upshot, bytes]] = []
+        outcome: list[Upshot] = []
 
         def ask() -> None:
-            up = self._send(call, data, "/chat/completions", self._headers(chat.API), handler.client_gone)
-            if up.response is not None:
-                with up.response:
-                    try:
-                        outcome.append((up, up.response.read()))
-                    except (OSError, HTTPException) as exc:
-                        outcome.append((Upshot(502, kind="upstream", message=f"the endpoint broke off: {exc}"), b""))
-                return
-            outcome.append((up, up.body))
+            outcome.append(self._send(call, data, "/chat/completions", self._headers(chat.API), handler.client_gone))
 
         started = False
         if call.stream:  # the client hears from us while the upstream works
@@ -285,7 +289,21 @@ class CallWays:
                 worker.join(self.keepalive_sec)
         else:
             ask()
-        up, body = outcome[0]
+        up, body = outcome[0], outcome[0].body
+        if up.response is not None:
+            if call.stream and "event-stream" in up.response.headers.get("Content-Type", ""):
+                self._translate_stream(handler, call, up.response, len(data), started)
+                return
+            with up.response:
+                try:
+                    body = up.response.read()
+                except (OSError, HTTPException) as exc:
+                    up = Upshot(502, kind="upstream", message=f"the endpoint broke off: {exc}")
+        self._translate_whole(handler, call, up, body, started)
+
+    def _translate_whole(self, handler: JsonHandler, call: Call, up: Upshot, body: bytes, started: bool) -> None:
+        """A whole chat answer (or the upstream's refusal) in the agent's API."""
+        api = call.api
         completion = _object(body) if up.status == 200 else None
         if up.status == 200 and not completion:
             up, completion = Upshot(502, kind="upstream", message="the endpoint's answer is not a completion"), None
@@ -305,6 +323,48 @@ class CallWays:
         else:
             answer = api.from_chat(completion, call.asked or self.model, call.request)
             handler.reply(200, self.scrub(json.dumps(answer).encode()))
+
+    def _translate_stream(self, handler: JsonHandler, call: Call, response: HTTPResponse, sent: int,
+                          started: bool) -> None:
+        """The upstream's chat chunks as the agent's API's stream: text as it arrives, the
+        rest (tool calls, stop reason, usage) when the upstream is done."""
+        api, live, chunks = call.api, Live(call.asked or self.model, call.request), list[dict]()
+        if not started:
+            handler.start_stream(200, api.stream_type)
+        broke, gone = None, False
+        try:
+            with response:
+                for raw in events_of(response):
+                    if (data := event_data(raw)) is None:
+                        continue
+                    if not chunks:
+                        live.rid = str(data.get("id") or live.rid)
+                        gone = not handler.send_chunk(self.scrub(api.live_start(live)))
+                    chunks.append(data)
+                    delta = as_dict(as_dict((as_list(data.get("choices")) or [{}])[0]).get("delta"))
+                    if isinstance(delta.get("content"), str) and delta["content"] and not gone:
+                        gone = not handler.send_chunk(self.scrub(api.live_text(live, delta["content"])))
+                    if gone:
+                        break
+        except (OSError, HTTPException) as exc:  # the upstream broke off mid-stream
+            broke = self._cut(str(exc))
+            log.warning("proxy.stream_broken", api=api.name, error=broke)
+        completion = {**chat.API.collect(chunks), "id": live.rid}
+        if not completion.get("usage"):  # an upstream that does not count: estimated (~4 bytes a token)
+            completion["usage"] = {"prompt_tokens": sent // 4,
+                                   "completion_tokens": estimate_tokens(chat_choice(completion)[0])}
+        self._count(chat.API.usage(completion))
+        self._record(call, 200, json.dumps(completion).encode(), None, translated=True)
+        if gone:
+            with self._lock:
+                self.stats.abandoned += 1
+            return
+        if not chunks:
+            handler.send_chunk(self.scrub(api.live_start(live)))
+        end = api.stream_error("upstream", f"orchestra proxy: the endpoint broke off: {broke}") if broke \
+            else api.live_end(live, completion)
+        handler.send_chunk(self.scrub(end))
+        handler.end_stream()
 
     # ---- token counts ------------------------------------------------------------------------
     def _count_tokens(self, handler: JsonHandler, call: Call, relayed: bool) -> None:
