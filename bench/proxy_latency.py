@@ -10,6 +10,9 @@ no assertions:
   proxy_ttfb_added_ms_p50_<api>     median time to the first streamed byte of a relayed
                                     stream, through the proxy minus direct
   proxy_ttfb_ratio_p50_<api>        the same as a ratio
+  proxy_ttfb_added_ms_p50_<api>_translate   the same for a text answer translated from the
+                                    upstream's chat stream, against a direct chat stream
+                                    (a tool call is sent whole, at the stream's end)
 
 Each client keeps one connection open, as agents' HTTP clients do; the proxy opens one to
 the upstream per call. The proxy's request-rate cap (25 a second per trial, a hostile
@@ -30,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "unit"))
 
-from test_proxy_apis import auth, first_turn, path_of  # noqa: E402  (the suite's request shapes)
+from test_proxy_apis import auth, first_turn, path_of, second_turn  # noqa: E402  (the suite's request shapes)
 
 from orchestrator.models.manifest import Budget  # noqa: E402
 from orchestrator.services.apis.scripted import Script, ScriptedUpstream  # noqa: E402
@@ -94,6 +97,15 @@ def main(calls: int = 200) -> None:
             through = statistics.median(timed(relay.root_url, api, body, auth(api, relay.token), calls // 2, True))
             emit(f"proxy_ttfb_added_ms_p50_{api}", round((through - direct) * 1000, 3))
             emit(f"proxy_ttfb_ratio_p50_{api}", round(through / direct, 2))
+        call = {"id": "call-1", "name": "shell", "args": {"command": "true"}}
+        texts = {api: second_turn(api, first_turn(api, True), call, "ok") for api in ALL}  # answered in text
+        direct = statistics.median(timed(upstream.url, "chat", texts["chat"], {}, calls // 2, True))
+        for api in ALL[1:]:  # translated: the first byte of the agent's API's stream vs chat's, direct
+            body = texts[api]
+            through = statistics.median(timed(translate.root_url, api, body, auth(api, translate.token),
+                                              calls // 2, True))
+            emit(f"proxy_ttfb_added_ms_p50_{api}_translate", round((through - direct) * 1000, 3))
+            emit(f"proxy_ttfb_ratio_p50_{api}_translate", round(through / direct, 2))
     finally:
         relay.stop()
         translate.stop()
