@@ -192,6 +192,22 @@ class ModelProxy(CallWays, OnOneServer):
             with self._lock:
                 self._in_flight -= 1
 
+    # ---- token counts ------------------------------------------------------------------------
+    def _count_tokens(self, handler: JsonHandler, call: Call, relayed: bool) -> None:
+        """Relayed where the upstream speaks the API, else estimated here; never a budget call."""
+        if not relayed:
+            handler.reply(200, call.api.count_tokens(call.request))
+            return
+        up = self._send(call, json.dumps(call.request).encode(), call.api.upstream_path(call.route, self.model),
+                        self._headers(call.api, handler), handler.client_gone)
+        if up.response is not None:
+            with up.response:
+                handler.reply(up.status, self.scrub(up.response.read()))
+        elif up.kind:
+            self._refuse(handler, call.api, Refusal(up.kind, up.message, up.status))
+        else:
+            handler.reply(up.status, self.scrub(up.body))
+
     # ---- the budget -----------------------------------------------------------------------
     def _over_budget(self) -> str | None:
         b, s = self.budget, self.stats

@@ -366,22 +366,6 @@ class CallWays:
         handler.send_chunk(self.scrub(end))
         handler.end_stream()
 
-    # ---- token counts ------------------------------------------------------------------------
-    def _count_tokens(self, handler: JsonHandler, call: Call, relayed: bool) -> None:
-        """Relayed where the upstream speaks the API, else estimated here; never a budget call."""
-        if not relayed:
-            handler.reply(200, call.api.count_tokens(call.request))
-            return
-        up = self._send(call, json.dumps(call.request).encode(), call.api.upstream_path(call.route, self.model),
-                        self._headers(call.api, handler), handler.client_gone)
-        if up.response is not None:
-            with up.response:
-                handler.reply(up.status, self.scrub(up.response.read()))
-        elif up.kind:
-            self._refuse(handler, call.api, Refusal(up.kind, up.message, up.status))
-        else:
-            handler.reply(up.status, self.scrub(up.body))
-
     # ---- the record ----------------------------------------------------------------------------
     def _record(self, call: Call, status: int, answer: bytes, native: dict | None,
                 translated: bool = False) -> None:
