@@ -10,9 +10,8 @@ call to what the budget has left (or refuses it), then either
 - relays it (the upstream speaks the agent's API, `apis` in the endpoint config): the
   body as the agent sent it, the key added in that API's header, a stream passed on event
   by event as it arrives; or
-- translates it to Chat Completions, asks the upstream without streaming, and answers in
-  the agent's API (as server-sent events when it asked for a stream, with that API's
-  keep-alive lines while the upstream works).
+- translates it to Chat Completions and answers in the agent's API (a stream translated
+  as the upstream's chunks arrive, with that API's keep-alive lines until they do).
 
 Upstream calls are retried on 429 and 5xx (apis.forward: never past the trial's deadline,
 never once the agent left). Tokens and cost are counted per API (prices from the

@@ -6,9 +6,13 @@ or translated through chat, and recorded.
   that API's header; a stream is passed on event by event as it arrives (each event's
   data also decoded, to read usage and to record the answer it adds up to); a whole
   answer to a stream request (a replay server, say) is played back as that API's events.
-- translate: the request as a chat request, asked without streaming (usage is exact);
-  a streaming agent hears the API's keep-alive line every `keepalive_sec` while the
-  upstream works (its headers sent at the first one), then the answer as its events.
+- translate: the request as a chat request. A whole answer is asked whole. A streaming
+  agent's call is asked as a chat stream (with its usage chunk) and answered in its own
+  API's events as the chunks arrive: its text live, its tool calls, stop reason and usage
+  when the upstream is done (usage estimated, ~4 bytes a token, from an upstream that
+  sends none); an upstream that answers whole (a replay server) is played back the same
+  way. Until the upstream's answer starts, the agent hears the API's keep-alive line every
+  `keepalive_sec` (its headers sent at the first one).
 
 Errors are in the agent's API's shape: orchestra's own as `Refusal`, the upstream's
 relayed as they came (same API) or re-worded in the agent's shape (translated).

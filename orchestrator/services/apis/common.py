@@ -7,8 +7,10 @@ An `Api` knows its own wire shapes and nothing about HTTP serving or upstreams:
 - its request's model, stream flag, output cap and choice count (`asked_model`, `streams`,
   `cap`, `choices`) and the server-side state it must not rely on (`stateful`);
 - translation through Chat Completions, the hub: `to_chat` (its request as a chat request),
-  `from_chat` / `stream_from_chat` (a finished chat completion as its answer or as its
-  server-sent events), `as_chat` (its own answer as a chat completion, for the record);
+  `from_chat` (a finished chat completion as its answer), its stream made as chat chunks
+  arrive (`live_start`, `live_text` for each piece of text, `live_end` with the folded
+  completion: tool calls, stop reason, usage; `stream_from_chat` plays a whole completion
+  that way), `as_chat` (its own answer as a chat completion, for the record);
 - `usage` (input, output tokens of its answer) and `collect` (a relayed stream's events
   folded into the answer they add up to).
 
