@@ -333,3 +333,11 @@ def test_a_long_translated_call_keeps_a_streaming_client_alive(stack, api, line)
     names = [name for name, _ in evs]
     assert status == 200 and names[:2] == [line, line]  # before the answer's first event
     assert answer_of(api, {}, evs)[0][0]["name"] == "shell"
+
+
+def test_a_translated_tool_call_that_takes_long_keeps_the_client_alive_until_it_is_whole(stack):
+    proxy, _ = stack(apis=("chat",), script=Script(chunk_delay=0.08), keepalive_sec=0.05)
+    status, _, evs = send(proxy, "messages", "/v1/messages", first_turn("messages", True))
+    names = [name for name, _ in evs]
+    assert status == 200 and names[0] == "message_start" and "ping" in names[1:names.index("content_block_start")]
+    assert answer_of("messages", {}, evs)[0][0]["name"] == "shell"

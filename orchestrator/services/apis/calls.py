@@ -335,21 +335,27 @@ class CallWays:
         api, live, chunks = call.api, Live(call.asked or self.model, call.request), list[dict]()
         if not started:
             handler.start_stream(200, api.stream_type)
-        broke, gone = None, False
+        broke, gone, said = None, False, time.monotonic()
         try:
             with response:
                 for raw in events_of(response):
                     if (data := event_data(raw)) is None:
                         continue
+                    out = b""
                     if not chunks:
                         live.rid = str(data.get("id") or live.rid)
-                        gone = not handler.send_chunk(self.scrub(api.live_start(live)))
+                        out = api.live_start(live)
                     chunks.append(data)
                     delta = as_dict(as_dict((as_list(data.get("choices")) or [{}])[0]).get("delta"))
-                    if isinstance(delta.get("content"), str) and delta["content"] and not gone:
-                        gone = not handler.send_chunk(self.scrub(api.live_text(live, delta["content"])))
-                    if gone:
-                        break
+                    if isinstance(delta.get("content"), str) and delta["content"]:
+                        out += api.live_text(live, delta["content"])
+                    if not out and time.monotonic() - said > self.keepalive_sec:
+                        out = api.keepalive  # a long tool call: nothing to say until its end
+                    if out:
+                        said = time.monotonic()
+                        if not handler.send_chunk(self.scrub(out)):
+                            gone = True
+                            break
         except (OSError, HTTPException) as exc:  # the upstream broke off mid-stream
             broke = self._cut(str(exc))
             log.warning("proxy.stream_broken", api=api.name, error=broke)
