@@ -13,6 +13,9 @@ imported here.
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from datetime import datetime
 from typing import Any, Literal
 
@@ -20,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 SCHEMA_VERSION: Literal["ATIF-v1.7"] = "ATIF-v1.7"
 FILE_NAME = "trajectory.atif.json"  # in the trial's agent/ folder, next to trajectory.jsonl
+_SURROGATE = re.compile("[\ud800-\udfff]")  # no UTF-8 for these: an agent's broken text
 
 
 class _Strict(BaseModel):
@@ -122,5 +126,20 @@ class Trajectory(_Strict):
         return self
 
     def to_json(self) -> str:
-        """The document as written: indented, absent fields left out (as Harbor writes it)."""
-        return self.model_dump_json(indent=2, exclude_none=True) + "\n"
+        """The document as written: indented, absent fields left out (as Harbor writes it),
+        and always JSON that any reader parses: what an agent wrote that UTF-8 or JSON
+        cannot hold (a lone surrogate, NaN, infinity) is replaced (U+FFFD, null)."""
+        return json.dumps(_writable(self.model_dump(mode="python", exclude_none=True)),
+                          indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _writable(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {_writable(k): _writable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_writable(v) for v in value]
+    return value

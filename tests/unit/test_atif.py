@@ -221,3 +221,15 @@ def test_a_trajectory_orchestra_made_from_the_calls_gives_way_to_the_calls(tmp_p
     with open(agent / "trajectory.jsonl", "a") as handle:  # the agent's own events: its trajectory
         handle.write(json.dumps({"seq": 9, "event": {"kind": "text", "text": "mine"}}) + "\n")
     assert build_atif(agent, record, facts()).extra["source"] == "agent trajectory"  # type: ignore[index]
+
+
+def test_what_json_cannot_hold_is_replaced_in_the_written_file(tmp_path: Path) -> None:
+    agent, record = folder(tmp_path)
+    (agent / "trajectory.jsonl").write_text(
+        '{"event": {"kind": "tool_dispatch", "tool": {"id": "a", "name": "x", "args": {"v": NaN, "w": 1e999}}}}\n'
+        '{"event": {"kind": "tool_result", "tool": {"id": "a", "output": "\\ud800 lone"}}}\n')
+    write_atif(agent, record, facts())
+    written = (agent / FILE_NAME).read_text(encoding="utf-8")  # strict UTF-8, strict JSON
+    doc = json.loads(written, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    assert doc["steps"][1]["tool_calls"][0]["arguments"] == {"v": None, "w": None}
+    assert doc["steps"][1]["observation"]["results"][0]["content"] == "\ufffd lone"
