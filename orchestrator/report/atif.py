@@ -3,7 +3,8 @@ trial's agent/trajectory.atif.json (each step's, for a multi-step task) copied o
 `<trial folder>.json` (`<trial folder>.<step>.json`). A trial without one (a job from before
 orchestra wrote them), or whose file does not read as ATIF, gets it built now from its
 folder (trial/atif.py), the same way collection does; then the command an agent ran
-without a model is not known, only that it ran (its exit code)."""
+without a model is not known, only that it ran (its exit code), and a later step of a
+multi-step task holds the model calls of the steps before it too."""
 
 from __future__ import annotations
 
@@ -64,9 +65,9 @@ def _one(agent_dir: Path, exchanges: Path, result: TrialResult, target: Path, ex
             why = f"its {FILE_NAME} did not read as ATIF ({exc.error_count()} problems)"
     else:
         why = f"no {FILE_NAME} (written at collection since orchestra wrote them)"
-    facts = TrialFacts(result.trial_id, result.agent, orchestrator.__version__,
-                       UNKNOWN_COMMAND if result.agent_exit_code is not None else None,
-                       result.agent_exit_code, bool(result.model),
-                       {"job": result.job, "task": result.task, "attempt": result.attempt})
+    facts = TrialFacts(trial_id=result.trial_id, agent=result.agent, agent_version=orchestrator.__version__,
+                       command=UNKNOWN_COMMAND if result.agent_exit_code is not None else None,
+                       exit_code=result.agent_exit_code, had_model=bool(result.model),
+                       extra={"job": result.job, "task": result.task, "attempt": result.attempt})
     write_atomic(target, build_atif(agent_dir, exchanges, facts).to_json())
     export.built.append(f"{target.name}: {why}")

@@ -13,7 +13,8 @@ collection for any agent, from what the trial folder holds:
 4. else (nop) the instruction alone, with a note that the agent did nothing.
 
 Step 1 of every document is the instruction the agent was handed (agent/instruction.md),
-as the user's. The document says which source it was built from (`extra.source`) and what
+as the user's. Each step of a multi-step task gets its own (steps/NAME/agent/), with the
+model calls made since the step before. The document says which source it was built from (`extra.source`) and what
 it could not place (`notes`). The agent wrote its trajectory, so nothing in it is trusted:
 what does not fit is left out and counted, never an error.
 """
@@ -53,7 +54,7 @@ log = get_logger()
 MAX_TEXT = 256 * 1024  # one message or tool output in the document; beyond it, cut and said
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrialFacts:
     """What the document says of the trial besides its files."""
 
@@ -63,6 +64,7 @@ class TrialFacts:
     command: str | None = None  # the command the agent ran, for an agent without a model
     exit_code: int | None = None
     had_model: bool = False  # the trial had a model proxy (its calls may all have been refused)
+    since: float | None = None  # a later step of a multi-step task: its calls started from then
     extra: dict[str, Any] = field(default_factory=dict)  # job, task, attempt
 
 
@@ -84,13 +86,24 @@ def write_trial_atif(ctx: TrialContext, task: Task, agent_dir: Path, exchanges: 
     """At collection (trial/lifecycle.py): the trial's ATIF, next to its trajectory. Agent
     data that defeats the builder is logged, never the trial's error."""
     agent = ctx.agent
-    facts = TrialFacts(result.trial_id, agent.name, agent_version(agent), agent.command(task),
-                       result.agent_exit_code, bool(ctx.manifest.orchestrator.endpoint),
-                       {"job": result.job, "task": result.task, "attempt": result.attempt})
+    facts = TrialFacts(trial_id=result.trial_id, agent=agent.name, agent_version=agent_version(agent),
+                       command=agent.command(task), exit_code=result.agent_exit_code,
+                       had_model=bool(ctx.manifest.orchestrator.endpoint), since=_earlier_steps_end(agent_dir),
+                       extra={"job": result.job, "task": result.task, "attempt": result.attempt})
     try:
         write_atif(agent_dir, exchanges, facts)
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
         log.error("atif.failed", trial=result.trial_id[:12], error=f"{exc.__class__.__name__}: {exc}")
+
+
+def _earlier_steps_end(agent_dir: Path) -> float | None:
+    """For a step of a multi-step task (steps/NAME/agent), when the steps before it had
+    their ATIF written: the trial's one record of model calls holds theirs too."""
+    if agent_dir.parent.parent.name != "steps":
+        return None
+    times = [p.stat().st_mtime for p in agent_dir.parent.parent.glob(f"*/agent/{FILE_NAME}")
+             if p.parent != agent_dir]
+    return max(times) if times else None
 
 
 def write_atif(agent_dir: Path, exchanges: Path, facts: TrialFacts) -> Trajectory:
@@ -103,7 +116,7 @@ def write_atif(agent_dir: Path, exchanges: Path, facts: TrialFacts) -> Trajector
 
 
 def build_atif(agent_dir: Path, exchanges: Path, facts: TrialFacts) -> Trajectory:
-    record = read_calls(exchanges)
+    record = read_calls(exchanges, facts.since)
     doc = _Document(record)
     instruction = _read(agent_dir / "instruction.md")
     if instruction is None:

@@ -54,9 +54,12 @@ class Record:
     tools: list[dict] | None = None  # the first chat request's tool definitions
 
 
-def read_calls(path: Path) -> Record:
-    """The answered calls of an exchanges file, in order (none when it does not exist)."""
+def read_calls(path: Path, since: float | None = None) -> Record:
+    """The answered calls of an exchanges file, in order (none when it does not exist);
+    `since`: only those started then or later (a multi-step task's later step)."""
     items = read_exchanges(path) if path.is_file() and not path.is_symlink() else []
+    if since is not None:
+        items = [i for i in items if not isinstance(i.get("started"), (int, float)) or i["started"] >= since]
     calls: list[ModelCall] = []
     unanswered = 0
     for item in items:

@@ -86,7 +86,7 @@ def test_every_trials_atif_validates_against_harbors_own_models(runtime, tmp_pat
     bare = tmp_path / "bare"
     shutil.copytree(trials["atif-reference"], bare)
     (bare / "agent" / "trajectory.jsonl").unlink()
-    from_calls = write_atif(bare / "agent", bare / RECORD, TrialFacts("t", "reference", "0"))
+    from_calls = write_atif(bare / "agent", bare / RECORD, TrialFacts(trial_id="t", agent="reference", agent_version="0"))
     assert from_calls.extra["source"] == "model exchanges"  # type: ignore[index]
     first = from_calls.steps[1]  # the call's tool call, answered in the next request
     assert first.observation.results[0].source_call_id == first.tool_calls[0].tool_call_id  # type: ignore[union-attr,index]

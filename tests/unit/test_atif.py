@@ -233,3 +233,22 @@ def test_what_json_cannot_hold_is_replaced_in_the_written_file(tmp_path: Path) -
     doc = json.loads(written, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     assert doc["steps"][1]["tool_calls"][0]["arguments"] == {"v": None, "w": None}
     assert doc["steps"][1]["observation"]["results"][0]["content"] == "\ufffd lone"
+
+
+def test_a_later_step_of_a_multi_step_task_has_only_its_own_model_calls(tmp_path: Path) -> None:
+    from orchestrator.trial.atif import _earlier_steps_end
+
+    trial = tmp_path / "trial"
+    first, _ = folder(trial / "steps" / "one")
+    second, _ = folder(trial / "steps" / "two")
+    assert _earlier_steps_end(second) is None and _earlier_steps_end(trial / "agent") is None
+    (first / FILE_NAME).write_text("{}")
+    ended = _earlier_steps_end(second)
+    assert ended is not None and _earlier_steps_end(first) is None
+    record = trial / "model" / "exchanges.jsonl"
+    record.parent.mkdir()
+    calls = [chat(1, "step one"), chat(2, "step two")]
+    calls[0]["started"], calls[1]["started"] = ended - 5, ended + 1
+    record.write_text("".join(json.dumps(c) + "\n" for c in calls))
+    doc = build_atif(second, record, facts(since=ended))
+    assert [s.message for s in doc.steps[1:]] == ["step two"] and doc.final_metrics.extra["model_calls"] == 1  # type: ignore[union-attr,index]
