@@ -118,6 +118,9 @@ def config_of(request: dict) -> dict:
 
 class GeminiApi(Api):
     name = "gemini"
+    # Google's SDKs read a stream with an anchored `^data: ...` pattern: a comment line
+    # would stall them, so a waiting Gemini client gets the headers and nothing more
+    keepalive = b""
 
     def error(self, kind: str, message: str) -> dict:
         code, status = STATUS.get(kind, (400, "INVALID_ARGUMENT"))
