@@ -8,7 +8,7 @@
 set -u
 
 # Harbor's own ATIF models, the judge of every trial's agent/trajectory.atif.json
-# (tests/integration/test_atif.py runs them in a subprocess): the `harbor` package from PyPI,
+# (tests/integration/test_atif_harbor.py runs them in a subprocess): the `harbor` package from PyPI,
 # pinned, in a throwaway venv under the cache; orchestra never imports it. Harbor declares
 # Python >= 3.12 for its whole framework, and its models/trajectories are plain pydantic, so
 # on a 3.11 host it goes in with --ignore-requires-python and without the framework's

@@ -7,7 +7,7 @@ model, reasoning, tool calls or metrics; an observation's `source_call_id` names
 of its own step; an agent step with `llm_call_count == 0` (a deterministic dispatch, e.g.
 the oracle running solve.sh) has no metrics or reasoning; at least one step. Every model
 forbids unknown keys, as Harbor's do. Harbor's own models are the judge: a test validates
-real trials' files with them (tests/integration/test_atif.py), installed apart, never
+real trials' files with them (tests/integration/test_atif_harbor.py), installed apart, never
 imported here.
 """
 
