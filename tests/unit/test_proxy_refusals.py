@@ -21,6 +21,7 @@ from test_proxy_apis import (
 )
 
 from orchestrator.models.manifest import Budget
+from orchestrator.services.apis.scripted import Script
 from orchestrator.services.exchanges import recorded_answers
 from orchestrator.services.proxy import ModelProxy
 from orchestrator.services.replay import ReplayServer
@@ -236,3 +237,12 @@ def test_a_large_exchange_keeps_its_chat_shaped_pair_before_the_agents_own_copy(
               api_request=big, api_response=b"{}")
     record = read_exchanges(tmp_path / "x.jsonl")[0]
     assert record["request"]["messages"] and "api_request" not in record and record["api"] == "messages"
+
+
+@pytest.mark.parametrize("apis", [("chat",), ALL], ids=["translated", "relayed"])
+def test_an_upstream_that_counts_no_tokens_is_estimated_so_the_budget_still_holds(stack, apis):
+    proxy, upstream = stack(apis=apis, script=Script(usage=(0, 0)), budget=Budget(tokens=60))
+    codes = [send(proxy, "messages", "/v1/messages", first_turn("messages", stream))[0] for stream in (True, False)]
+    assert proxy.stats.prompt_tokens > 50 and proxy.stats.completion_tokens > 5  # ~4 bytes a token
+    status, body, _ = send(proxy, "messages", "/v1/messages", first_turn("messages", True))
+    assert codes[0] == 200 and (status, shape("messages", body)) == (402, "billing_error")

@@ -139,7 +139,11 @@ class CallWays:
         body = json.dumps(api.error(refusal.kind, f"orchestra proxy: {refusal}")).encode()
         handler.reply(refusal.status or api.status(refusal.kind), self.scrub(body), refusal.retry_after, close=close)
 
-    def _count(self, usage: Usage) -> None:
+    def _count(self, usage: Usage, sent: int = 0, answer: object = None) -> None:
+        """An answer's tokens and cost; from an upstream that counted none, estimated (~4
+        bytes a token of the request `sent` and of the `answer`), so that budgets still hold."""
+        if not usage.input and not usage.output and sent:
+            usage = Usage(sent // 4, estimate_tokens(answer))
         with self._lock:
             self.stats.prompt_tokens += usage.input
             self.stats.completion_tokens += usage.output
@@ -222,7 +226,7 @@ class CallWays:
             with up.response:
                 body = up.response.read()
             native = _object(body)
-        self._count(api.usage(native))
+        self._count(api.usage(native), len(data), native)
         answer = json.dumps(native).encode() if streamed else body  # a whole answer: as it came
         self._record(call, 200, answer, native)  # before the client's last byte
         if streamed:
@@ -303,9 +307,10 @@ class CallWays:
                     body = up.response.read()
                 except (OSError, HTTPException) as exc:
                     up = Upshot(502, kind="upstream", message=f"the endpoint broke off: {exc}")
-        self._translate_whole(handler, call, up, body, started)
+        self._translate_whole(handler, call, up, body, len(data), started)
 
-    def _translate_whole(self, handler: JsonHandler, call: Call, up: Upshot, body: bytes, started: bool) -> None:
+    def _translate_whole(self, handler: JsonHandler, call: Call, up: Upshot, body: bytes, sent: int,
+                         started: bool) -> None:
         """A whole chat answer (or the upstream's refusal) in the agent's API."""
         api = call.api
         completion = _object(body) if up.status == 200 else None
@@ -320,7 +325,7 @@ class CallWays:
             else:
                 self._refuse(handler, api, Refusal(kind, message, up.status))
             return
-        self._count(chat.API.usage(completion))
+        self._count(chat.API.usage(completion), sent, chat_choice(completion)[0])
         if call.stream:
             self._stream(handler, api, api.stream_from_chat(completion, call.asked or self.model, call.request),
                          started)
@@ -360,10 +365,7 @@ class CallWays:
             broke = self._cut(str(exc))
             log.warning("proxy.stream_broken", api=api.name, error=broke)
         completion = {**chat.API.collect(chunks), "id": live.rid}
-        if not completion.get("usage"):  # an upstream that does not count: estimated (~4 bytes a token)
-            completion["usage"] = {"prompt_tokens": sent // 4,
-                                   "completion_tokens": estimate_tokens(chat_choice(completion)[0])}
-        self._count(chat.API.usage(completion))
+        self._count(chat.API.usage(completion), sent, chat_choice(completion)[0])
         self._record(call, 200, json.dumps(completion).encode(), None, translated=True)
         if gone:
             with self._lock:
