@@ -19,6 +19,9 @@ from test_proxy_apis import (
     second_turn,
     send,
 )
+from test_proxy_apis import (
+    auth as auth_headers,
+)
 
 from orchestrator.models.manifest import Budget
 from orchestrator.services.apis.scripted import Script
@@ -246,3 +249,27 @@ def test_an_upstream_that_counts_no_tokens_is_estimated_so_the_budget_still_hold
     assert proxy.stats.prompt_tokens > 50 and proxy.stats.completion_tokens > 5  # ~4 bytes a token
     status, body, _ = send(proxy, "messages", "/v1/messages", first_turn("messages", True))
     assert codes[0] == 200 and (status, shape("messages", body)) == (402, "billing_error")
+
+
+@pytest.mark.parametrize("api", ["messages", "gemini"])
+def test_broken_framing_is_refused_before_the_body_is_read_in_the_callers_shape(stack, api):
+    import socket
+
+    proxy, upstream = stack()
+    url = urllib.parse.urlsplit(proxy.url)
+    token = "".join(f"{k}: {v}\r\n" for k, v in auth_headers(api, proxy.token).items()).encode()
+    got = {}
+    for name, head in (("negative", token + b"Content-Length: -5\r\n"), ("chunked", token + b"Transfer-Encoding: chunked\r\n"),
+                       ("huge", token + b"Content-Length: 50000000\r\n"), ("no_token", b"Content-Length: 50000000\r\n")):
+        with socket.create_connection((url.hostname, url.port), timeout=5) as conn:
+            conn.sendall(b"POST " + path_of(api, False).encode() + b" HTTP/1.1\r\nHost: p\r\n" + head + b"\r\n")
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        head_, _, body = answer.partition(b"\r\n\r\n")
+        got[name] = (int(head_.split()[1]), shape(api, json.loads(body)))
+    kinds = {"messages": ("invalid_request_error", "request_too_large", "authentication_error"),
+             "gemini": ("INVALID_ARGUMENT", "INVALID_ARGUMENT", "UNAUTHENTICATED")}[api]
+    assert got == {"negative": (400, kinds[0]), "chunked": (411, kinds[0]), "huge": (413, kinds[1]),
+                   "no_token": (401, kinds[2])}
+    assert upstream.seen == []
