@@ -23,6 +23,7 @@ from orchestrator.agents.cli import (
     RUN_DIR,
     Events,
     InstalledAgent,
+    node_heap,
     refuse_unless_runs,
 )
 from orchestrator.agents.install import Recipe
@@ -37,7 +38,7 @@ class GeminiCli(InstalledAgent):
     recipe = Recipe("gemini-cli", "npm", "@google/gemini-cli", "0.61.0", binary="bundle/gemini.js")
     runtime = NODE
     api = "gemini"
-    needs = NODE_NEEDS
+    needs = NODE_NEEDS + "; memory_mb >= 384"
     own_log = "gemini-cli.jsonl"
     log_lines = True
     SETTINGS = f"{RUN_DIR}/gemini-settings.json"
@@ -54,7 +55,7 @@ class GeminiCli(InstalledAgent):
 
     def script(self) -> str:
         log = f"{AGENT_LOGS}/{self.own_log}"
-        return refuse_unless_runs(NODE_BIN, "gemini-cli", self.needs) + f"""\
+        return refuse_unless_runs(NODE_BIN, "gemini-cli", self.needs) + node_heap(self.name, 384) + f"""\
 export GEMINI_API_KEY="$ORCHESTRA_MODEL_TOKEN" GOOGLE_GEMINI_BASE_URL="${{ORCHESTRA_MODEL_URL%/v1}}" \\
   GEMINI_MODEL={MODEL} GEMINI_CLI_SYSTEM_SETTINGS_PATH={self.SETTINGS} \\
   GEMINI_CLI_HOME=/tmp/orchestra-gemini GEMINI_CLI_NO_RELAUNCH=true GEMINI_CLI_TRUST_WORKSPACE=true
@@ -99,10 +100,13 @@ exit "$code"
 
 
 class QwenCode(InstalledAgent):
+    """Its Node heap reaches ~500 MB on hello-file (384 MB is not enough: measured), so it
+    needs a task memory limit of at least 1 GB; under that it is refused with the reason."""
+
     recipe = Recipe("qwen-code", "npm", "@qwen-code/qwen-code", "0.15.10", binary="cli.js")
     runtime = NODE
     api = "chat"
-    needs = NODE_NEEDS
+    needs = NODE_NEEDS + "; memory_mb >= 1024"
     own_log = "qwen-code.jsonl"
     log_lines = True
     SETTINGS = f"{RUN_DIR}/qwen-settings.json"
@@ -115,7 +119,7 @@ class QwenCode(InstalledAgent):
     def script(self) -> str:
         log = f"{AGENT_LOGS}/{self.own_log}"
         turns = f" --max-session-turns {self.max_turns()}" if self.max_turns() else ""
-        return refuse_unless_runs(NODE_BIN, "qwen-code", self.needs) + f"""\
+        return refuse_unless_runs(NODE_BIN, "qwen-code", self.needs) + node_heap(self.name, 1024) + f"""\
 export OPENAI_BASE_URL="$ORCHESTRA_MODEL_URL" OPENAI_API_KEY="$ORCHESTRA_MODEL_TOKEN" \\
   OPENAI_MODEL={MODEL} QWEN_CODE_SYSTEM_SETTINGS_PATH={self.SETTINGS} QWEN_HOME=/tmp/orchestra-qwen \\
   QWEN_CODE_NO_RELAUNCH=true
