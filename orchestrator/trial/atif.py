@@ -3,7 +3,8 @@ collection for any agent, from what the trial folder holds:
 
 1. the agent's own trajectory (agent/trajectory.jsonl, DESIGN 3.6 events: its own log, or
    an installed CLI's converted) where it has events: its steps, tool calls and results;
-   each step it can be matched to a model call (by tool call id, else by its text) gets
+   each step it can be matched to a model call (by tool call id, else by the tool and its
+   arguments, else by its text) gets
    that call's model, tokens, time and reasoning (a trajectory orchestra itself made from
    the model calls, for an agent without a log, is passed over for the calls: 2);
 2. else the model proxy's exchanges (model/exchanges.jsonl, trial/atif_calls.py): one
@@ -190,6 +191,17 @@ class _Document:
             draft.model_call, draft.llm_call_count = model_call, 1
             self.used.add(model_call.index)
 
+    def by_signature(self, name: str, args: dict, current: _Draft | None) -> ModelCall | None:
+        """The model call that asked for this tool with these arguments, where the agent's
+        log names its calls its own way (Gemini's have no id; some CLIs make their own):
+        the open step's call, else the first not yet matched."""
+        def asked(m: ModelCall) -> int:
+            return sum(c.name == name and c.arguments == args for c in m.calls)
+        if current is not None and current.model_call is not None and asked(current.model_call) > sum(
+                c.function_name == name and c.arguments == args for c in current.calls):
+            return current.model_call
+        return next((m for m in self.record.calls if m.index not in self.used and asked(m)), None)
+
     def match_text(self, draft: _Draft, text: str) -> None:
         wanted = text.strip()
         self.match(draft, next((m for m in self.record.calls if m.index not in self.used
@@ -272,13 +284,13 @@ def _from_events(doc: _Document, lines: list[tuple[int, dict | None]], instructi
             if call_id is None:
                 unnamed += 1
                 call_id = f"call-{unnamed}"
-            owner = doc.by_call_id.get(call_id)
+            name, args = _str(tool.get("name")) or "", arguments(tool.get("args"))
+            owner = doc.by_call_id.get(call_id) or doc.by_signature(name, args, current)
             if current is None or current.source != "agent" or not _joins(current, owner):
                 current = doc.add(source="agent", message="")
             if current.model_call is None:
                 doc.match(current, owner)
-            current.calls.append(ToolCall(tool_call_id=call_id, function_name=_str(tool.get("name")) or "",
-                                          arguments=arguments(tool.get("args"))))
+            current.calls.append(ToolCall(tool_call_id=call_id, function_name=name, arguments=args))
         elif kind == "tool_result":
             call_id = _str(tool.get("id"))
             output = tool.get("output")

@@ -252,3 +252,18 @@ def test_a_later_step_of_a_multi_step_task_has_only_its_own_model_calls(tmp_path
     record.write_text("".join(json.dumps(c) + "\n" for c in calls))
     doc = build_atif(second, record, facts(since=ended))
     assert [s.message for s in doc.steps[1:]] == ["step two"] and doc.final_metrics.extra["model_calls"] == 1  # type: ignore[union-attr,index]
+
+
+def test_tool_calls_the_agents_log_names_its_own_way_are_matched_by_tool_and_arguments(tmp_path: Path) -> None:
+    events = [event("tool_dispatch", id="run_shell_command_17_0", name="run_shell_command", args={"command": "ls"}),
+              event("tool_result", id="run_shell_command_17_0", output="a.txt"),
+              event("tool_dispatch", id="run_shell_command_18_0", name="run_shell_command", args={"command": "ls"}),
+              event("tool_result", id="run_shell_command_18_0", output="a.txt"), event("message", "Done.")]
+    exchanges = [chat(1, None, [("call_x", "run_shell_command", {"command": "ls"})], usage=(100, 1)),
+                 chat(2, None, [("call_y", "run_shell_command", {"command": "ls"})], usage=(200, 2)),
+                 chat(3, "Done.", usage=(300, 3))]
+    agent, record = folder(tmp_path, events, exchanges)
+    doc = build_atif(agent, record, facts())
+    assert [(s.llm_call_count, s.metrics.prompt_tokens) for s in doc.steps[1:]] == [  # type: ignore[union-attr]
+        (1, 100), (1, 200), (1, 300)]  # the same call twice: two turns, each its own
+    assert doc.notes is None
