@@ -25,6 +25,7 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+import ssl
 import threading
 import urllib.parse
 from dataclasses import asdict
@@ -36,7 +37,7 @@ from orchestrator.services import apis
 from orchestrator.services.apis import chat
 from orchestrator.services.apis.calls import KIND_OF_STATUS, Call, CallWays, ProxyStats, Refusal
 from orchestrator.services.apis.common import Api, Route
-from orchestrator.services.apis.forward import ClientGone, Retryable, upstream_said
+from orchestrator.services.apis.forward import ClientGone, Pool, Retryable, upstream_said
 from orchestrator.services.apis.upstreams import Upstream, Upstreams
 from orchestrator.services.exchanges import ExchangeLog
 from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler, OnOneServer
@@ -56,12 +57,15 @@ class ModelProxy(CallWays, OnOneServer):
     def __init__(self, host: str, upstream: str, model: str, api_key: str | None,
                  budget: Budget, prices: dict[str, float], deadline: float,
                  max_attempts: int = 6, backoff_max: float = 8.0, record: Path | None = None,
-                 upstream_apis: tuple[str, ...] = ("chat",), keepalive_sec: float = KEEPALIVE_SEC):
+                 upstream_apis: tuple[str, ...] = ("chat",), keepalive_sec: float = KEEPALIVE_SEC,
+                 tls: ssl.SSLContext | None = None):
+        """`tls`: how an HTTPS upstream is verified (default: the system's CAs)."""
         self.upstream, self.model, self.api_key = upstream.rstrip("/"), model, api_key
         self.budget, self.prices, self.deadline = budget, prices, deadline
         self.max_attempts, self.backoff_max = max_attempts, backoff_max
         self.upstream_apis, self.keepalive_sec = tuple(upstream_apis), keepalive_sec
         self.token = secrets.token_hex(24)
+        self.pool = Pool(tls)
         self.stats = ProxyStats()
         self._lock = threading.Lock()
         self._in_flight = 0
@@ -109,6 +113,7 @@ class ModelProxy(CallWays, OnOneServer):
         """Stop serving. A request still waiting upstream now was abandoned by the agent
         (which has ended): counted, and never re-sent."""
         self.server.stop()
+        self.pool.close()
         with self._lock:
             self.stats.abandoned += self._in_flight
 

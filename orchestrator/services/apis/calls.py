@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from http.client import HTTPException, HTTPResponse
+from http.client import HTTPException
 
 from tenacity import RetryError
 
@@ -42,7 +42,14 @@ from orchestrator.services.apis.common import (
     estimate_tokens,
     event_data,
 )
-from orchestrator.services.apis.forward import ClientGone, events_of, open_upstream, upstream_said
+from orchestrator.services.apis.forward import (
+    Answer,
+    ClientGone,
+    Pool,
+    events_of,
+    open_upstream,
+    upstream_said,
+)
 from orchestrator.services.exchanges import ExchangeLog
 from orchestrator.services.httpserve import JsonHandler
 
@@ -108,7 +115,7 @@ class Upshot:
     upstream's, or `kind`: orchestra's own refusal with `message`)."""
 
     status: int
-    response: HTTPResponse | None = None
+    response: Answer | None = None
     body: bytes = b""
     kind: str | None = None
     message: str = ""
@@ -129,6 +136,7 @@ class CallWays:
     prices: dict[str, float]
     stats: ProxyStats
     record: ExchangeLog | None
+    pool: Pool  # kept-alive HTTPS connections upstream
     _lock: threading.Lock
 
     def scrub(self, data: bytes) -> bytes:
@@ -163,7 +171,7 @@ class CallWays:
         """POST a chat request upstream and read the answer (retried; ClientGone)."""
         status, answer = open_upstream(self.upstream + "/chat/completions", data, self._headers(chat.API),
                                        self.deadline, self.max_attempts, self.backoff_max, client_gone,
-                                       self._retried, attempts if attempts is not None else [0])
+                                       self._retried, attempts if attempts is not None else [0], self.pool)
         if isinstance(answer, bytes):
             return status, answer
         with answer:
@@ -177,7 +185,7 @@ class CallWays:
               client_gone: Callable[[], bool]) -> Upshot:
         try:
             status, answer = open_upstream(self.upstream + path, data, headers, self.deadline, self.max_attempts,
-                                           self.backoff_max, client_gone, self._retried, call.attempts)
+                                           self.backoff_max, client_gone, self._retried, call.attempts, self.pool)
         except ClientGone:
             with self._lock:
                 self.stats.abandoned += 1
@@ -189,7 +197,7 @@ class CallWays:
                 self.stats.last_error = last
             log.warning("proxy.upstream_failed", api=call.api.name, attempts=call.attempts[0], error=last)
             return Upshot(502, kind="upstream", message=f"endpoint failed after retries ({last})")
-        if isinstance(answer, HTTPResponse):
+        if not isinstance(answer, bytes):
             return Upshot(status, response=answer)
         with self._lock:
             self.stats.upstream_refusals += 1
@@ -237,7 +245,7 @@ class CallWays:
         else:
             handler.reply(200, self.scrub(body), content_type=kind)
 
-    def _pump(self, handler: JsonHandler, call: Call, response: HTTPResponse, wants_usage: bool) -> list[dict]:
+    def _pump(self, handler: JsonHandler, call: Call, response: Answer, wants_usage: bool) -> list[dict]:
         """Pass a streamed answer on event by event as it arrives (the caller ends the
         stream); its decoded events."""
         handler.start_stream(200, response.headers.get("Content-Type", "text/event-stream"))
@@ -333,7 +341,7 @@ class CallWays:
             answer = api.from_chat(completion, call.asked or self.model, call.request)
             handler.reply(200, self.scrub(json.dumps(answer).encode()))
 
-    def _translate_stream(self, handler: JsonHandler, call: Call, response: HTTPResponse, sent: int,
+    def _translate_stream(self, handler: JsonHandler, call: Call, response: Answer, sent: int,
                           started: bool) -> None:
         """The upstream's chat chunks as the agent's API's stream: text as it arrives, the
         rest (tool calls, stop reason, usage) when the upstream is done."""
