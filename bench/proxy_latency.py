@@ -10,6 +10,10 @@ no assertions:
   proxy_ttfb_added_ms_p50_<api>     median time to the first streamed byte of a relayed
                                     stream, through the proxy minus direct
   proxy_ttfb_ratio_p50_<api>        the same as a ratio
+  proxy_added_ms_p50_chat_https_pooled / _per_call   a chat call to an HTTPS upstream
+                                    through the proxy minus direct (the client keeps its
+                                    connection): the proxy's kept-alive connections, and a
+                                    connection (a TLS handshake) per call, as before them
   proxy_ttfb_added_ms_p50_<api>_translate   the same for a text answer translated from the
                                     upstream's chat stream, against a direct chat stream
                                     (a tool call is sent whole, at the stream's end)
@@ -25,8 +29,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import ssl
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 from pathlib import Path
@@ -49,7 +57,8 @@ def emit(name: str, value: object) -> None:
 def timed(base: str, api: str, body: dict, headers: dict, calls: int, stream: bool) -> list[float]:
     """Seconds per call (whole answer), or to the first body byte when `stream`."""
     url = urllib.parse.urlsplit(base)
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    conn = http.client.HTTPSConnection(url.hostname, url.port, timeout=30) if url.scheme == "https" \
+        else http.client.HTTPConnection(url.hostname, url.port, timeout=30)
     path = path_of(api, stream)
     data = json.dumps(body).encode()
     times = []
@@ -69,8 +78,8 @@ def timed(base: str, api: str, body: dict, headers: dict, calls: int, stream: bo
     return times
 
 
-def proxy_for(upstream: ScriptedUpstream, apis: tuple[str, ...]) -> ModelProxy:
-    proxy = ModelProxy("127.0.0.1", upstream.url + "/v1", "bench-model", "sk-bench", Budget(), {},
+def proxy_for(upstream: ScriptedUpstream, apis: tuple[str, ...], url: str | None = None) -> ModelProxy:
+    proxy = ModelProxy("127.0.0.1", (url or upstream.url) + "/v1", "bench-model", "sk-bench", Budget(), {},
                        deadline=time.time() + 3600, upstream_apis=apis)
     proxy.server.httpd.requests = None  # the per-trial request rate: not what is measured here
     return proxy.start()
@@ -112,5 +121,36 @@ def main(calls: int = 200) -> None:
         upstream.stop()
 
 
+def https(calls: int) -> None:
+    """An HTTPS upstream (a self-signed certificate the process trusts): the proxy with its
+    kept-alive connections, and with a connection (a TLS handshake) per call."""
+    with tempfile.TemporaryDirectory() as folder:
+        cert, key = Path(folder) / "cert.pem", Path(folder) / "key.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                        "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
+                        "-out", str(cert)], check=True, capture_output=True)
+        os.environ["SSL_CERT_FILE"] = str(cert)  # this process's clients (urllib, http.client) trust it
+        upstream = ScriptedUpstream(Script())
+        server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server_side.load_cert_chain(cert, key)
+        upstream.httpd.socket = server_side.wrap_socket(upstream.httpd.socket, server_side=True)
+        upstream.start()
+        url = f"https://127.0.0.1:{upstream.httpd.server_address[1]}"
+        pooled, unpooled = proxy_for(upstream, ("chat",), url), proxy_for(upstream, ("chat",), url)
+        unpooled.pool.serves = lambda url: False  # type: ignore[method-assign]  (urllib: a connection a call)
+        try:
+            body = first_turn("chat", False)
+            timed(url, "chat", body, {}, 20, False)
+            direct = statistics.median(timed(url, "chat", body, {}, calls, False))
+            for name, proxy in (("pooled", pooled), ("per_call", unpooled)):
+                through = statistics.median(timed(proxy.root_url, "chat", body, auth("chat", proxy.token), calls, False))
+                emit(f"proxy_added_ms_p50_chat_https_{name}", round((through - direct) * 1000, 3))
+        finally:
+            pooled.stop()
+            unpooled.stop()
+            upstream.stop()
+
+
 if __name__ == "__main__":
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 200)
+    https(int(sys.argv[1]) if len(sys.argv) > 1 else 200)
