@@ -174,3 +174,26 @@ def test_orchestra_agents_lists_each_cli_with_its_api_and_what_the_image_needs()
     for name, api in API_OF.items():
         assert agents[name]["api"] == api and agents[name]["needs"] and agents[name]["installed"] is True
     assert "glibc >= 2.28" in agents["gemini-cli"]["needs"] and "no Node" in agents["claude-code"]["needs"]
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex", "gemini-cli"])
+def test_a_budget_refusal_in_the_agents_own_api_stops_it_instead_of_retrying(tmp_path, agent):
+    with Scripted(COMMAND, key=FAKE_KEY) as upstream:
+        config = tmp_path / "endpoints.json"
+        config.write_text(json.dumps({"scripted": {
+            "base_url": upstream.url + "/v1", "model": "scripted-model", "apis": [API_OF[agent]],
+            "api_key_env": "SCRIPTED_KEY", "env": {}}}))
+        manifest = tmp_path / "m.yaml"
+        manifest.write_text(f"schema_version: 1\ncondition: broke\nroster:\n  - id: lead\n    kind: orchestrator\n"
+                            f"    agent: {agent}\n    endpoint: scripted\n    budget: {{max_calls: 0}}\n")
+        proc = subprocess.run(
+            [ORCHESTRA, "run", "--path", HELLO, "--manifest", str(manifest), "--endpoint-config", str(config),
+             "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j", "-q"],
+            capture_output=True, text=True, timeout=600, env={**os.environ, "SCRIPTED_KEY": FAKE_KEY})
+        assert proc.returncode == 0, proc.stderr
+    (folder,) = (tmp_path / "jobs/j/trials").iterdir()
+    result = json.loads((folder / "result.json").read_text())
+    assert result["agent_outcome"] == "budget_exceeded" and result["failure_mode"] == "none", \
+        (folder / "agent/stderr.txt").read_text()[-2000:]
+    assert result["model"]["calls"] == 0 and 1 <= result["model"]["refused_budget"] <= 3  # no retry storm
+    assert result["reward"] == {"reward": 0.0} and upstream.requests == []
