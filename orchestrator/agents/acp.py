@@ -9,8 +9,8 @@ cancel grace. It sends the task's instruction as the one prompt; at the deadline
 `session/cancel`, gives the agent GRACE_SEC to end its turn, then closes its stdin,
 SIGTERMs it (its pid is written to PIDFILE by the wrapper) and SIGKILLs it KILL_AFTER_SEC
 later; run_agent kills the container after that as for any agent. The agent reaches
-models only through the trial's proxy (the usual OPENAI_BASE_URL / OPENAI_API_KEY: the
-per-trial token), and policy flags reach it in its environment as for every agent (the
+models only through the trial's proxy (ORCHESTRA_MODEL_URL / ORCHESTRA_MODEL_TOKEN, the
+per-trial token, in its process's environment only), and policy flags reach it in its environment as for every agent (the
 roster member's `flags`, e.g. `no_memory: {BUZZ_ACP_NO_MEMORY: "true"}` as the seeds'
 harness passes memory-off to its ACP stack; ORCHESTRA_NO_MEMORY=1 by default).
 
@@ -22,8 +22,9 @@ non-zero code or 1.
 
 `acp` runs the roster member's `command` (an agent in the image); `acp-opencode` runs
 opencode's ACP server (`opencode acp`, npm opencode-linux-x64, the same install as the
-`opencode` agent), wired to the proxy's Chat Completions, its edits and shell commands
-set to ask, so the member's `acp.permission` decides them.
+`opencode` agent) and `acp-qwen-code` Qwen Code's (`--acp`, npm @qwen-code/qwen-code on
+the mounted Node, the `qwen-code` install), both wired to the proxy's Chat Completions with
+their edits and shell commands set to ask, so the member's `acp.permission` decides them.
 """
 
 from __future__ import annotations
@@ -222,7 +223,8 @@ class OpenCodeAcp(AcpAgent):
             "model": f"orchestra/{self.MODEL}",
             "provider": {"orchestra": {
                 "npm": "@ai-sdk/openai-compatible", "name": "orchestra",
-                "options": {"baseURL": "{env:OPENAI_BASE_URL}", "apiKey": "{env:OPENAI_API_KEY}"},
+                "options": {"baseURL": "{env:ORCHESTRA_MODEL_URL}",
+                            "apiKey": "{env:ORCHESTRA_MODEL_TOKEN}"},
                 "models": {self.MODEL: {"name": self.MODEL}}}},
             # asked, so the ACP client's permission policy decides
             "permission": {"edit": "ask", "bash": "ask", "webfetch": "deny"},
@@ -239,7 +241,52 @@ class OpenCodeAcp(AcpAgent):
                 "--print-logs --log-level INFO")
 
 
-PRESETS: dict[str, type[AcpAgent]] = {cls.name: cls for cls in (AcpAgent, OpenCodeAcp)}
+class QwenCodeAcp(AcpAgent):
+    """`acp-qwen-code`: Qwen Code's ACP mode (`--acp`, npm @qwen-code/qwen-code, the
+    `qwen-code` install, on the Node orchestra mounts beside it) against the proxy's Chat
+    Completions, in its `default` approval mode: edits and shell commands are asked, and
+    the member's `acp.permission` decides them. Its ACP mode needs more than 512 MB: in a
+    512 MB container its heap (Node sizes it from the cgroup: 256 MB) runs out before its
+    first tool call, and a larger heap is the container's OOM."""
+
+    name = "acp-qwen-code"
+    SETTINGS = "/opt/orchestra-agent-run/qwen-acp-settings.json"
+
+    def __init__(self, member: RosterMember, ca_bundle: Path | None = None):
+        super().__init__(member, ca_bundle)
+        from orchestrator.agents.cli import MOUNT, NODE
+        from orchestrator.agents.gemini import QwenCode
+
+        self.recipe, self.node = QwenCode.recipe, NODE
+        self.home, self.node_home = f"{MOUNT}/{self.recipe.name}", f"{MOUNT}/{NODE.name}"
+        self.needs = QwenCode.needs
+
+    def binds(self) -> dict[str, str]:
+        from orchestrator.agents.install import ensure_installed
+
+        return {str(ensure_installed(self.node, self.ca_bundle)): self.node_home,
+                str(ensure_installed(self.recipe, self.ca_bundle)): self.home}
+
+    def files(self, task: Task) -> dict[str, bytes]:
+        settings = {"general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+                    "telemetry": {"enabled": False}, "privacy": {"usageStatisticsEnabled": False}}
+        return {self.SETTINGS: json.dumps(settings, indent=2).encode()}
+
+    def env(self, task: Task) -> dict[str, str]:
+        return {"OPENAI_MODEL": OpenCodeAcp.MODEL, "QWEN_CODE_SYSTEM_SETTINGS_PATH": self.SETTINGS,
+                "QWEN_HOME": "/tmp/orchestra-qwen"}
+
+    def command(self, task: Task) -> str | None:
+        from orchestrator.agents.cli import refuse_unless_runs
+
+        node = f"{self.node_home}/pkg/package/{self.node.binary}"
+        return (refuse_unless_runs(node, self.name, self.needs)
+                + 'export OPENAI_BASE_URL="$ORCHESTRA_MODEL_URL" OPENAI_API_KEY="$ORCHESTRA_MODEL_TOKEN"\n'
+                + f'mkdir -p "$QWEN_HOME" && exec {node} {self.home}/pkg/package/{self.recipe.binary} '
+                + f"--acp --auth-type openai -m {OpenCodeAcp.MODEL} --approval-mode default")
+
+
+PRESETS: dict[str, type[AcpAgent]] = {cls.name: cls for cls in (AcpAgent, OpenCodeAcp, QwenCodeAcp)}
 
 
 def acp_agent(member: RosterMember, ca_bundle: Path | None = None) -> AcpAgent:

@@ -273,6 +273,8 @@ class AcpClient:
         self._reply(message.id, result=result)
 
     def _permission(self, request: PermissionRequest) -> JsonValue:
+        # the call asked about, as a tool_call_update (some agents send it only here)
+        self.recorder.update({**request.toolCall, "sessionUpdate": "tool_call_update"})
         title = str(request.toolCall.get("title") or request.toolCall.get("toolCallId") or "")[:200]
         by_kind = {o.kind: o.optionId for o in request.options}
         chosen = next((by_kind[k] for k in PREFERENCES[self.permission] if k in by_kind), None)

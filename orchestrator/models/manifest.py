@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from typing_extensions import TypeIs  # typing.TypeIs is Python 3.13's
 
 # Built in, then the installed agent CLIs (orchestrator.agents.installed.INSTALLED).
-AgentKind = Literal["oracle", "nop", "reference", "command", "acp", "acp-opencode",
+AgentKind = Literal["oracle", "nop", "reference", "command", "acp", "acp-opencode", "acp-qwen-code",
                     "mini-swe-agent", "aider", "opencode", "claude-code", "codex", "gemini-cli",
                     "qwen-code"]
 AGENT_NAMES: tuple[str, ...] = get_args(AgentKind)

@@ -138,3 +138,47 @@ def test_opencode_over_acp_solves_hello_file_through_the_proxy(tmp_path, host_ne
     assert any("hello.txt" in json.dumps(t["args"]) for t in dispatched), events
     assert any(e["kind"] == "tool_result" for e in events) and result["memory"]["complete"] is True
     assert files_holding(tmp_path / "j", FAKE_KEY) == []
+
+
+@pytest.mark.part("network-host")
+def test_qwen_code_over_acp_solves_hello_file_through_the_proxy(tmp_path, host_network):
+    """Qwen Code's --acp on the mounted Node, against the scripted Chat Completions endpoint
+    (tests/integration/scripted_apis.py): its shell call is asked and allowed by policy. On
+    hello-file with 2 GB: in hello-file's own 512 MB its ACP mode runs out of memory."""
+    from scripted_apis import DONE_TEXT, Scripted
+
+    from orchestrator.agents.acp import QwenCodeAcp
+    from orchestrator.agents.install import installed
+    from orchestrator.models.manifest import RosterMember
+
+    agent = QwenCodeAcp(RosterMember(id="lead", agent="acp-qwen-code", endpoint="x"))
+    if not host_network and not (installed(agent.recipe) and installed(agent.node)):
+        pytest.skip("needs npm from the host to install Qwen Code and Node (network-host)")
+    task = tmp_path / "tasks/hello-file"
+    shutil.copytree(HELLO, task)
+    (task / "task.toml").write_text((task / "task.toml").read_text().replace("memory_mb = 512", "memory_mb = 2048"))
+    command = "printf 'Hello, world!\\n' > /app/hello.txt; env > /logs/agent/env-seen.txt"
+    with Scripted(command, key=FAKE_KEY) as upstream:
+        config = tmp_path / "endpoints.json"
+        config.write_text(json.dumps({"scripted": {
+            "base_url": upstream.url + "/v1", "model": "scripted-model", "api_key_env": "ORCHESTRA_REPLAY_KEY",
+            "env": {}}}))
+        proc = orchestra("run", "--path", str(task), "--agent", "acp-qwen-code", "--endpoint-config",
+                         str(config), "-m", "scripted", "--jobs-dir", str(tmp_path), "--job-name", "j", "-q")
+    assert proc.returncode == 0, proc.stderr
+    result, folder = trials(tmp_path / "j")["hello-file"]
+    stderr = (folder / "agent/stderr.txt").read_text(errors="replace")[-3000:]
+    assert result["reward"] == {"reward": 1.0}, (result["error"], stderr)
+    assert result["agent_outcome"] == "ok" and result["agent_exit_code"] == 0, stderr
+    assert result["model"]["calls"] >= 2 and result["model"]["upstream_refusals"] == 0
+    summary = json.loads((folder / "agent/acp.json").read_text())
+    assert summary["stop_reason"] == "end_turn" and summary["counts"]["permissions_allowed"] >= 1, summary
+    events = trajectory(folder)
+    dispatched = [e["tool"] for e in events if e["kind"] == "tool_dispatch"]
+    assert any("/app/hello.txt" in json.dumps(t["args"]) for t in dispatched), events
+    assert [t["args"]["command"] for t in dispatched] == [command], events  # from the permission request
+    assert any(e["kind"] == "tool_result" and not e["tool"].get("err") for e in events), events
+    assert any(e["kind"] == "message" and DONE_TEXT in e["text"] for e in events), events
+    seen = (folder / "agent/env-seen.txt").read_text()
+    assert "ORCHESTRA_MODEL_TOKEN" in seen and FAKE_KEY not in seen
+    assert files_holding(tmp_path / "j", FAKE_KEY) == []
