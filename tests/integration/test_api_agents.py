@@ -133,7 +133,9 @@ def check_solved_without_the_key(tmp_path: Path, agent: str, result: dict, folde
     # what the agent's shell had, in no file of the job; the per-trial token went to the agent
     seen = (folder / "agent/env-seen.txt").read_text()
     assert "ORCHESTRA_MODEL_TOKEN=" in seen and FAKE_KEY not in seen
-    assert watch.envs and not any(FAKE_KEY in e for env in watch.envs.values() for e in env)
+    # (the watcher read the agent container's: its configured environment names the proxy)
+    assert any(e.startswith("ORCHESTRA_MODEL_URL=") for env in watch.envs.values() for e in env)
+    assert not any(FAKE_KEY in e for env in watch.envs.values() for e in env)
     assert not any(e.startswith("ORCHESTRA_MODEL_TOKEN=") for env in watch.envs.values() for e in env)
     holding = [str(p) for p in (tmp_path / "jobs").rglob("*") if p.is_file() and FAKE_KEY.encode() in p.read_bytes()]
     assert holding == []
