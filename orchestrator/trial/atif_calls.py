@@ -14,10 +14,9 @@ not fit is read as absent, never an error.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from orchestrator.services.exchanges import read_exchanges
 
 
 @dataclass
@@ -54,21 +53,47 @@ class Record:
     tools: list[dict] | None = None  # the first chat request's tool definitions
 
 
+# The most of an exchanges file read for an ATIF (the proxy caps its own record; a copy
+# larger than this is not the proxy's): read a line at a time, each line's dict dropped as
+# soon as its call is taken, so a flood of 2 MB requests costs the orchestrator one line.
+MAX_READ = 256 * 1024 * 1024
+
+
 def read_calls(path: Path, since: float | None = None) -> Record:
     """The answered calls of an exchanges file, in order (none when it does not exist);
     `since`: only those started then or later (a multi-step task's later step)."""
-    items = read_exchanges(path) if path.is_file() and not path.is_symlink() else []
-    if since is not None:
-        items = [i for i in items if not isinstance(i.get("started"), (int, float)) or i["started"] >= since]
     calls: list[ModelCall] = []
-    unanswered = 0
-    for item in items:
+    unanswered, tools = 0, None
+    for item in _items(path):
+        started = item.get("started")
+        if since is not None and isinstance(started, (int, float)) and started < since:
+            continue
+        if tools is None:
+            tools = _chat_tools(item)
         call = _call(item, len(calls))
         if call is None:
             unanswered += 1
         else:
             calls.append(call)
-    return Record(calls, unanswered, next(filter(None, map(_chat_tools, items)), None))
+    return Record(calls, unanswered, tools)
+
+
+def _items(path: Path) -> Iterator[dict]:
+    """The file's readable lines as dicts, one at a time (a malformed line is skipped)."""
+    if not path.is_file() or path.is_symlink():
+        return
+    read = 0
+    with path.open("rb") as f:
+        for line in f:
+            read += len(line)
+            if read > MAX_READ:
+                return
+            try:
+                item = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(item, dict):
+                yield item
 
 
 def _chat_tools(item: dict) -> list[dict] | None:

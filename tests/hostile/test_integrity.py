@@ -352,7 +352,12 @@ def test_bystanders_are_graded_and_the_orchestrator_stays_bounded(integrity):
         assert t[name][0].timings.agent > WINDOW_SEC - 1, name
     # 4 trials at a time, each relay and proxy at most 16 connection threads plus its own
     assert FIGURES["orchestrator_threads_peak"] <= FIGURES["orchestrator_threads_before"] + 4 * 2 * 17 + 30
-    assert FIGURES["orchestrator_rss_growth_mb"] <= 50
+    # Peak growth, bounded by what is admitted, not by what is offered (~480 MB): the flood's
+    # 3 connections each hold at most one 2 MB body (MAX_REQUEST), ~20 MB once decoded, plus
+    # thread stacks, exchange records and each trial's ATIF. Measured 53-57 MB (35-40 MB
+    # before the proxy kept each API's own request beside the chat pair and ATIF was built
+    # at collection; 83-115 MB while ATIF read a whole exchanges file at once).
+    assert FIGURES["orchestrator_rss_growth_mb"] <= 3 * 22 + 30
     assert FIGURES["orchestrator_fds_peak"] < FD_LIMIT // 2  # the job ran under ulimit -n 1024
 
 
