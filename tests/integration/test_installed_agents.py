@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -69,16 +68,19 @@ def test_an_installed_cli_solves_hello_file_on_its_replay_endpoint(tmp_path, age
         assert proc.returncode == 0, proc.stderr
         return only_trial(tmp_path / name)
 
+    if agent == "opencode":
+        # The worst case, every time: opencode's binary out of the host's page cache, as a
+        # full suite's image builds and prunes leave it. Charged to the task's 512 MB
+        # container, its pages livelocked opencode in page reclaim until the deadline
+        # (timeout with reward 1); orchestra reads them in on the host first
+        # (OpenCode.binds; docs/upstream/opencode-hang.md).
+        from orchestrator.agents.install import install_dir
+        from orchestrator.agents.installed import OpenCode
+
+        binary = os.open(install_dir(OpenCode.recipe) / "pkg/package" / OpenCode.recipe.binary, os.O_RDONLY)
+        os.posix_fadvise(binary, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(binary)
     result, folder = run("j")
-    if agent == "opencode" and result["agent_outcome"] == "timeout" and result["reward"] == {"reward": 1.0}:
-        # opencode 1.18 now and then stops after writing the file, before its next model
-        # call, until its deadline: seen in full suites (stops 39 and 41), each time right
-        # after test_image_budget, never alone (8 of 8) nor under CPU load (5 of 5); the cause
-        # inside opencode is not found. Not retried (a rerun would hide it): reported as the
-        # expected failure it is, with opencode's own log (--print-logs) kept for reading.
-        kept = tmp_path.parent / f"{tmp_path.name}-opencode-hang"
-        shutil.copytree(tmp_path / "j", kept)
-        pytest.xfail(f"opencode hung after its work (known, cause not found); its log: {kept}/*/agent/stderr.txt")
     assert result["agent"] == agent
     # the replay endpoint answers 401 without the key: reward 1 shows the proxy added it
     assert result["reward"] == {"reward": 1.0}, (result["error"], (folder / "agent/stdout.txt").read_text()[-2000:])
