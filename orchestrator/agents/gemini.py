@@ -23,7 +23,7 @@ from orchestrator.agents.cli import (
     RUN_DIR,
     Events,
     InstalledAgent,
-    node_heap,
+    needs_memory,
     refuse_unless_runs,
 )
 from orchestrator.agents.install import Recipe
@@ -55,7 +55,7 @@ class GeminiCli(InstalledAgent):
 
     def script(self) -> str:
         log = f"{AGENT_LOGS}/{self.own_log}"
-        return refuse_unless_runs(NODE_BIN, "gemini-cli", self.needs) + node_heap(self.name, 384) + f"""\
+        return refuse_unless_runs(NODE_BIN, "gemini-cli", self.needs) + needs_memory(self.name, 384) + f"""\
 export GEMINI_API_KEY="$ORCHESTRA_MODEL_TOKEN" GOOGLE_GEMINI_BASE_URL="${{ORCHESTRA_MODEL_URL%/v1}}" \\
   GEMINI_MODEL={MODEL} GEMINI_CLI_SYSTEM_SETTINGS_PATH={self.SETTINGS} \\
   GEMINI_CLI_HOME=/tmp/orchestra-gemini GEMINI_CLI_NO_RELAUNCH=true GEMINI_CLI_TRUST_WORKSPACE=true
@@ -119,7 +119,7 @@ class QwenCode(InstalledAgent):
     def script(self) -> str:
         log = f"{AGENT_LOGS}/{self.own_log}"
         turns = f" --max-session-turns {self.max_turns()}" if self.max_turns() else ""
-        return refuse_unless_runs(NODE_BIN, "qwen-code", self.needs) + node_heap(self.name, 1024) + f"""\
+        return refuse_unless_runs(NODE_BIN, "qwen-code", self.needs) + needs_memory(self.name, 1024) + f"""\
 export OPENAI_BASE_URL="$ORCHESTRA_MODEL_URL" OPENAI_API_KEY="$ORCHESTRA_MODEL_TOKEN" \\
   OPENAI_MODEL={MODEL} QWEN_CODE_SYSTEM_SETTINGS_PATH={self.SETTINGS} QWEN_HOME=/tmp/orchestra-qwen \\
   QWEN_CODE_NO_RELAUNCH=true
