@@ -213,9 +213,11 @@ class OpenCodeAcp(AcpAgent):
         self.recipe, self.home = OpenCode.recipe, f"{MOUNT}/{OpenCode.recipe.name}"
 
     def binds(self) -> dict[str, str]:
-        from orchestrator.agents.install import ensure_installed
+        from orchestrator.agents.install import ensure_installed, warm_binary
 
-        return {str(ensure_installed(self.recipe, self.ca_bundle)): self.home}
+        binds = {str(ensure_installed(self.recipe, self.ca_bundle)): self.home}
+        warm_binary(self.recipe)  # charged to the host, not the task (install.warm_binary)
+        return binds
 
     def files(self, task: Task) -> dict[str, bytes]:
         config = {

@@ -20,7 +20,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator.agents.install import Recipe, ensure_installed, install_dir, installed
+from orchestrator.agents.install import (
+    Recipe,
+    ensure_installed,
+    install_dir,
+    installed,
+    warm_binary,
+)
 from orchestrator.models.manifest import RosterMember
 from orchestrator.models.trajectory import records
 from orchestrator.services.exchanges import read_exchanges, trajectory_from_exchanges
@@ -99,9 +105,13 @@ class InstalledAgent:
         return ensure_installed(self.recipe, self.ca_bundle)
 
     def binds(self) -> dict[str, str]:
+        """The install (and its runtime, Node) mounted read-only; their executables read into
+        the host's page cache first (install.warm_binary: charged to the host, not the task)."""
         binds = {str(self.prepare()): self.home}
+        warm_binary(self.recipe)
         if self.runtime is not None:
             binds[str(install_dir(self.runtime))] = f"{MOUNT}/{self.runtime.name}"
+            warm_binary(self.runtime)
         return binds
 
     def files(self, task: Task) -> dict[str, bytes]:

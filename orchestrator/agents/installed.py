@@ -126,22 +126,6 @@ class OpenCode(InstalledAgent):
     needs = "glibc (its bundled binary)"
     CONFIG = f"{RUN_DIR}/opencode.json"
 
-    def binds(self) -> dict[str, str]:
-        """The install, mounted; and its 177 MB binary read into the host's page cache now,
-        before the trial starts. opencode holds ~400 MB of anonymous memory, and a file's
-        page is charged to the memory cgroup that first reads it in: a binary evicted from
-        the cache since the last run was charged to the task's container, ~90 MB more in a
-        task of memory_mb=512, which then reclaimed the binary's own code pages and faulted
-        them back in, over and over (a livelock in page reclaim, no OOM kill) until the
-        deadline: the "timeout with reward 1" (docs/upstream/opencode-hang.md). Read here,
-        the pages are the host's. ~12 ms when cached, ~0.3 s when not."""
-        binds = super().binds()
-        buffer = memoryview(bytearray(1 << 20))
-        with open(self.prepare() / "pkg/package" / self.recipe.binary, "rb", buffering=0) as binary:
-            while binary.readinto(buffer):
-                pass
-        return binds
-
     def files(self, task: Task) -> dict[str, bytes]:
         config = {
             "$schema": "https://opencode.ai/config.json", "autoupdate": False, "share": "disabled",
