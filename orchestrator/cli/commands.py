@@ -296,6 +296,11 @@ def view(
     missing = [str(p) for p in roots if not p.exists()]
     if missing:
         fail(InputError([f"{p}: no such folder" for p in missing]))
+    # Ctrl-C and SIGTERM stop it, set here: a process started in the background of a script
+    # inherits SIGINT ignored, and Python then leaves it so (`orchestra view &` could not be
+    # stopped by the signal `kill -INT` sends; a test suite run in the background never could)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     server = ViewServer(roots, port=port).start()
     console.print(f"orchestra view: {server.url}  (Ctrl-C to stop)", soft_wrap=True)
     try:
