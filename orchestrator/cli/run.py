@@ -53,6 +53,7 @@ class RunArgs:
     max_cpus: float | None
     max_memory_mb: int | None
     admission: str | None
+    build_ahead: int
     backend: str
     ray_address: str | None
     oci_runtime: str | None
@@ -326,7 +327,8 @@ def _job_options(a: RunArgs, name: str, attempts: int | None) -> JobOptions:
         job_name=name, jobs_dir=a.jobs_dir, n_concurrent=a.n_concurrent, k=attempts, policy=a.policy,
         manifest_dir=manifest_dir, max_retries=a.max_retries, engine_wait=a.engine_wait,
         longest_first=a.order == "longest-first", image_budget_gb=a.image_budget_gb,
-        max_cpus=a.max_cpus, max_memory_mb=a.max_memory_mb, admission=a.admission, resume=a.resume is not None,
+        max_cpus=a.max_cpus, max_memory_mb=a.max_memory_mb, admission=a.admission, build_workers=a.build_ahead,
+        resume=a.resume is not None,
         oci_runtime=a.oci_runtime, retry_errors=a.retry_errors, ca_bundle=a.ca_bundle,
         build_policy=a.build_policy, bases=a.bases, registry=a.registry, require=list(a.require or []),
         backend=a.backend, ray_address=a.ray_address, replay_from=a.replay_from,

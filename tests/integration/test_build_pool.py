@@ -20,7 +20,7 @@ TWO_CPUS = "[environment]\ncpus = 2\nmemory_mb = 512\n[agent]\ntimeout_sec = 60\
 
 def _run(runtime, path, jobs_dir, admission, k=1, n=2):
     options = JobOptions(job_name=f"pool-{uuid.uuid4().hex[:8]}", jobs_dir=jobs_dir, n_concurrent=n,
-                         k=k, max_cpus=2, admission=admission)
+                         k=k, max_cpus=2, admission=admission, build_workers=2)
     job = run_job(runtime, load_tasks(path), default_manifest("oracle"), options)
     trials = [TrialResult.model_validate_json(p.read_text())
               for p in sorted((jobs_dir / options.job_name / "trials").glob("*/result.json"))]
