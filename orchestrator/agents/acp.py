@@ -220,18 +220,10 @@ class OpenCodeAcp(AcpAgent):
         return binds
 
     def files(self, task: Task) -> dict[str, bytes]:
-        config = {
-            "$schema": "https://opencode.ai/config.json", "autoupdate": False, "share": "disabled",
-            "model": f"orchestra/{self.MODEL}",
-            "provider": {"orchestra": {
-                "npm": "@ai-sdk/openai-compatible", "name": "orchestra",
-                "options": {"baseURL": "{env:ORCHESTRA_MODEL_URL}",
-                            "apiKey": "{env:ORCHESTRA_MODEL_TOKEN}"},
-                "models": {self.MODEL: {"name": self.MODEL}}}},
-            # asked, so the ACP client's permission policy decides
-            "permission": {"edit": "ask", "bash": "ask", "webfetch": "deny"},
-        }
-        return {self.CONFIG: json.dumps(config, indent=2).encode()}
+        from orchestrator.agents.installed import opencode_config
+
+        # edits and commands asked, so the ACP client's permission policy decides
+        return {self.CONFIG: opencode_config("ORCHESTRA_MODEL_URL", "ORCHESTRA_MODEL_TOKEN", ask=True)}
 
     def env(self, task: Task) -> dict[str, str]:
         return {"OPENCODE_CONFIG": self.CONFIG, "HOME": "/tmp/opencode-home",

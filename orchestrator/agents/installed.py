@@ -118,6 +118,24 @@ python3 -c 'import sys; sys.argv[0] = "aider"; from aider.main import main; sys.
 """
 
 
+def opencode_config(url_var: str, token_var: str, ask: bool) -> bytes:
+    """opencode's config: an OpenAI-compatible provider at the proxy (its URL and the trial's
+    token read from the environment variables named), asking for MODEL, autoupdate and
+    sharing off, web fetches denied; edits and shell commands allowed outright, or asked
+    (`ask`: an ACP client's permission policy decides)."""
+    config = {
+        "$schema": "https://opencode.ai/config.json", "autoupdate": False, "share": "disabled",
+        "model": f"orchestra/{MODEL}",
+        "provider": {"orchestra": {
+            "npm": "@ai-sdk/openai-compatible", "name": "orchestra",
+            "options": {"baseURL": f"{{env:{url_var}}}", "apiKey": f"{{env:{token_var}}}"},
+            "models": {MODEL: {"name": MODEL}}}},
+        "permission": {"edit": "ask" if ask else "allow", "bash": "ask" if ask else "allow",
+                       "webfetch": "deny"},
+    }
+    return json.dumps(config, indent=2).encode()
+
+
 class OpenCode(InstalledAgent):
     """opencode (npm, a bundled binary): `opencode run` with an OpenAI-compatible provider
     pointed at the proxy (it streams: the proxy answers streams as server-sent events)."""
@@ -127,16 +145,8 @@ class OpenCode(InstalledAgent):
     CONFIG = f"{RUN_DIR}/opencode.json"
 
     def files(self, task: Task) -> dict[str, bytes]:
-        config = {
-            "$schema": "https://opencode.ai/config.json", "autoupdate": False, "share": "disabled",
-            "model": f"orchestra/{MODEL}",
-            "provider": {"orchestra": {
-                "npm": "@ai-sdk/openai-compatible", "name": "orchestra",
-                "options": {"baseURL": "{env:OPENAI_BASE_URL}", "apiKey": "{env:OPENAI_API_KEY}"},
-                "models": {MODEL: {"name": MODEL}}}},
-            "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"},
-        }
-        return {**super().files(task), self.CONFIG: json.dumps(config, indent=2).encode()}
+        config = opencode_config("OPENAI_BASE_URL", "OPENAI_API_KEY", ask=False)
+        return {**super().files(task), self.CONFIG: config}
 
     def script(self) -> str:
         return f"""export OPENCODE_CONFIG={self.CONFIG} HOME=/tmp/opencode-home \\
