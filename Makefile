@@ -47,10 +47,14 @@ test-tools:
 
 # make test: lint first (ruff, mypy), then every stand-in base (bullseye too: its conformance
 # probe runs), then the whole suite, which ends with the parts line and fails when a promised
-# real part did not run (tests/partsline.py; README "Test parts").
+# real part did not run (tests/partsline.py; README "Test parts"). The suite waits on the
+# engine far more than it computes, so it runs in TEST_WORKERS processes (pytest-xdist, each
+# file whole on one worker); files that change the whole engine run alone
+# (tests/engineshare.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: lint base-image test-tools
 	$(BIN)/orchestra images bootstrap --release bullseye
-	$(BIN)/pytest tests -q --durations=40 --require-parts
+	$(BIN)/pytest tests -q --durations=40 --require-parts -n $(TEST_WORKERS) --dist loadfile
 
 test-hostile: base-image
 	$(BIN)/pytest tests/hostile -q

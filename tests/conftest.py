@@ -9,9 +9,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from engineshare import _engine_hold, _exclusive_test, foreign, shared_hold  # noqa: F401  (autouse)
 from partsline import (  # noqa: F401  (pytest's hooks: the parts line at the session's end)
     pytest_addoption,
     pytest_configure,
+    pytest_runtest_logreport,
     pytest_runtest_makereport,
     pytest_sessionfinish,
     pytest_terminal_summary,
@@ -32,7 +34,8 @@ os.environ["ORCHESTRA_DURATIONS"] = ""
 def runtime():
     from orchestrator.runtime.docker import DockerRuntime
 
-    return DockerRuntime(max_pool_size=128)
+    with shared_hold():
+        return DockerRuntime(max_pool_size=128)
 
 
 def make_task(root: Path, name: str, *, solve: str = "true", test: str | None = None,
@@ -73,26 +76,42 @@ def by_task(trials: list[TrialResult]) -> dict[str, TrialResult]:
     return {t.task.split("/")[-1]: t for t in trials}
 
 
+def _ours(runtime) -> list[dict]:
+    """Every container, network and volume orchestra made, less another worker's running
+    job's (tests/engineshare.py: under an exclusive hold, the whole engine)."""
+    return [r for r in runtime.owned_objects() if "orchestra.job" in r["labels"] and not foreign(r["labels"])]
+
+
 def orchestra_objects(runtime) -> tuple[list, list]:
-    containers, networks, _volumes = runtime.labelled("orchestra.job")
-    return containers, networks
+    rows = _ours(runtime)
+    return ([r["name"] for r in rows if r["kind"] == "container"],
+            [r["name"] for r in rows if r["kind"] == "network"])
 
 
 def orchestra_loop_devices() -> list[str]:
-    """Loop devices whose backing file is one of orchestra's trial disks."""
+    """Loop devices whose backing file is one of orchestra's trial disks (in a folder named
+    JOBKEY-PID, runtime/disk.py), less another worker's running job's."""
     import subprocess
 
     from orchestrator.runtime.disk import DISK_ROOT
 
     out = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if str(DISK_ROOT) in line]
+    found = []
+    for line in out.splitlines():
+        if str(DISK_ROOT) not in line:
+            continue
+        group = line.split(str(DISK_ROOT) + "/", 1)[1].split("/", 1)[0]
+        if not foreign({"orchestra.pid": group.rsplit("-", 1)[-1]}):
+            found.append(line)
+    return found
 
 
 def nothing_left(runtime) -> dict[str, list]:
     """What orchestra made that is still there: containers, networks, volumes, loop devices."""
-    containers, networks, volumes = runtime.labelled("orchestra.job")
-    return {k: v for k, v in {"containers": containers, "networks": networks, "volumes": volumes,
-                              "loop_devices": orchestra_loop_devices()}.items() if v}
+    rows = _ours(runtime)
+    found = {kind + "s": [r["name"] for r in rows if r["kind"] == kind] for kind in ("container", "network", "volume")}
+    found["loop_devices"] = orchestra_loop_devices()
+    return {k: v for k, v in found.items() if v}
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.1) -> None:
@@ -145,9 +164,10 @@ def container_network(runtime) -> str:
                                base_image("bookworm"), "python3", "-c", _PROBE],
                               capture_output=True, text=True, timeout=120)
         return done.returncode == 0
-    if reaches(with_ca=False):
-        return "direct"
-    return "intercepted" if HOST_CA.exists() and reaches(with_ca=True) else "none"
+    with shared_hold():
+        if reaches(with_ca=False):
+            return "direct"
+        return "intercepted" if HOST_CA.exists() and reaches(with_ca=True) else "none"
 
 
 def needs_container_network(found: str) -> None:

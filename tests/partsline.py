@@ -68,13 +68,20 @@ def _parts_of(item: pytest.Item) -> list[str]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type: ignore[no-untyped-def]
+    """The item's parts ride on its report (user_properties cross from an xdist worker to
+    the controller, which keeps the tally; markers do not)."""
     outcome = yield
-    report = outcome.get_result()
     parts = _parts_of(item)
+    if parts:
+        outcome.get_result().user_properties.append(("parts", parts))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    parts = next((v for k, v in report.user_properties if k == "parts"), [])
     if report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         for part in parts:
-            _skipped.setdefault(part, f"{item.nodeid}: {reason.removeprefix('Skipped: ')}")
+            _skipped.setdefault(part, f"{report.nodeid}: {reason.removeprefix('Skipped: ')}")
     elif report.when == "call" and report.passed:
         _ran.update(parts)
 
@@ -101,6 +108,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller keeps the tally
+        return
     if not session.config.getoption("--require-parts", default=False):
         return
     waived = {w.strip() for w in os.environ.get("ORCHESTRA_TEST_WAIVE", "").split(",") if w.strip()}

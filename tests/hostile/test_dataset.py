@@ -88,7 +88,7 @@ def orchestra_run(ds: Path, jobs: Path, *extra: str) -> subprocess.CompletedProc
 
 def test_a_hostile_dataset_exits_2_naming_each_task_and_starts_nothing(runtime, dataset, tmp_path):
     attacks_in_place(dataset)
-    before = {c["Id"] for c in orchestra_objects(runtime)[0]}
+    before = set(orchestra_objects(runtime)[0])
     proc = orchestra_run(dataset, tmp_path / "jobs")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
@@ -96,7 +96,7 @@ def test_a_hostile_dataset_exits_2_naming_each_task_and_starts_nothing(runtime, 
         lines = [line for line in proc.stderr.splitlines() if f"/{case}/" in line]
         assert any(all(f in line for f in fragments) for line in lines), (case, lines)
     assert "a-bystander" not in proc.stderr  # the bystander is not blamed
-    assert {c["Id"] for c in orchestra_objects(runtime)[0]} == before  # nothing started
+    assert set(orchestra_objects(runtime)[0]) == before  # nothing started
     assert not (tmp_path / "jobs/ds/trials").exists()
 
 

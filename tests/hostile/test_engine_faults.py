@@ -23,6 +23,9 @@ from orchestrator.runtime.client import EngineClient
 from orchestrator.runtime.docker import DockerRuntime
 from orchestrator.tasks.load import load_tasks
 
+# dockerd is stopped and restarted under a job: nothing else may use the engine then
+pytestmark = pytest.mark.exclusive
+
 SOLVE = "sleep 3\ntouch /app/ok\n"
 TOML = "[agent]\ntimeout_sec = 60\n[environment]\ncpus = 0.25\nmemory_mb = 256\n"
 N_TASKS = 6

@@ -482,28 +482,28 @@ def test_the_tests_shipped_in_the_image_and_read_there_void_the_trial(runtime, t
 
 
 def test_two_jobs_of_one_name_in_two_folders_leave_each_other_alone(runtime, tmp_path):
-    """Job A (a 12 s trial) runs; job B, the same --job-name in another --jobs-dir, starts
+    """Job A (a 20 s trial) runs; job B, the same --job-name in another --jobs-dir, starts
     and ends meanwhile. B's clean-up used to remove A's live containers (clean-up by job
     name); now each process removes only what it made."""
-    make_task(tmp_path / "slow", "slow", toml=SMALL, solve="sleep 12\ntouch /app/ok\n")
+    make_task(tmp_path / "slow", "slow", toml=SMALL, solve="sleep 20\ntouch /app/ok\n")
     make_task(tmp_path / "quick", "quick", toml=SMALL, solve="touch /app/ok\n")
     first = subprocess.Popen([ORCHESTRA, "run", "--path", str(tmp_path / "slow"), "--agent", "oracle", "-q",
-                              "--jobs-dir", str(tmp_path / "a"), "--job-name", "same"],
+                              "--jobs-dir", str(tmp_path / "a"), "--job-name", "twin-name"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: runtime.labelled("orchestra.job=same")[0], timeout=120)
+        wait_for(lambda: runtime.labelled("orchestra.job=twin-name")[0], timeout=120)
         second = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "quick"), "--agent", "oracle", "-q",
-                                 "--jobs-dir", str(tmp_path / "b"), "--job-name", "same"],
+                                 "--jobs-dir", str(tmp_path / "b"), "--job-name", "twin-name"],
                                 capture_output=True, text=True, timeout=300)
         # positive control: B ran to its end (its own clean-up included) while A still ran
         assert second.returncode == 0 and first.poll() is None, second.stderr[-2000:]
-        assert json.loads((tmp_path / "b/same/result.json").read_text())["mean_reward"] == 1.0
-        assert runtime.labelled("orchestra.job=same")[0], "B's end removed A's containers"
+        assert json.loads((tmp_path / "b/twin-name/result.json").read_text())["mean_reward"] == 1.0
+        assert runtime.labelled("orchestra.job=twin-name")[0], "B's end removed A's containers"
         assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
     finally:
         if first.poll() is None:
             first.kill()
-    result = json.loads((tmp_path / "a/same/result.json").read_text())
+    result = json.loads((tmp_path / "a/twin-name/result.json").read_text())
     assert result["mean_reward"] == 1.0 and result["counts"] == {"none": 1}, result["counts"]
 
 

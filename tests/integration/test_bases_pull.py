@@ -26,6 +26,9 @@ from orchestrator.models.result import TrialResult
 from orchestrator.runtime.client import EngineClient
 from orchestrator.tasks.load import load_tasks
 
+# removes and re-pulls shared bases (python:3.12-slim) other tests' builds start FROM
+pytestmark = pytest.mark.exclusive
+
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 MIRROR = "127.0.0.1:5678"
 MIRRORED = "python:3.12-slim"  # what the mirror serves (as library/python:3.12-slim)

@@ -400,6 +400,8 @@ def test_a_separate_verifier_runs_in_the_image_built_from_tests_with_its_own_lim
     assert result.verifier_limits.memory_bytes == 384 * 2**20 and result.verifier_forgeable is False
 
 
+# re-tags python:3.11-slim-bookworm for a while: other tests' builds start FROM it
+@pytest.mark.exclusive
 def test_a_stand_in_never_moves_an_existing_tag_and_a_task_image_is_never_the_base(runtime, tmp_path):
     """An engine-wide name someone else owns stays theirs: FROM it uses their image as is
     (no stand-in, no tag made or moved), and an image that inherited the base's labels (a

@@ -4,6 +4,7 @@ while the next runs, no trial loses an image it needs, and nothing else's is tou
 
 from __future__ import annotations
 
+import pytest
 from conftest import make_task, nothing_left
 
 from orchestrator.host.cleanup import touch_images
@@ -14,6 +15,9 @@ from orchestrator.models.result import TrialResult
 from orchestrator.runtime.base import LABEL_IMAGE_KIND
 from orchestrator.tasks.load import load_tasks
 from orchestrator.trial.images import ensure_task_images
+
+# the budget prunes orchestra's images engine-wide: another test's image may be among them
+pytestmark = pytest.mark.exclusive
 
 
 def test_a_job_under_an_image_budget_prunes_what_it_no_longer_needs(runtime, tmp_path):

@@ -48,6 +48,8 @@ def wait_for(predicate, timeout: float) -> None:
     raise AssertionError("timed out waiting")
 
 
+# its killed job's leftovers must be there for the resume to reap (any job start reaps them)
+@pytest.mark.exclusive
 def test_a_sigkilled_job_resumes_and_ends_with_every_trial_exactly_once(runtime, tmp_path):
     make_task(tmp_path / "ds", "nap", solve="sleep 2\ntouch /app/ok\n")
     job_dir = tmp_path / "jobs" / "killed"

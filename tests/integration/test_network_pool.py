@@ -20,6 +20,9 @@ from orchestrator.host import netpool
 from orchestrator.host.netpool import NetworkPool
 from orchestrator.runtime import firewall
 
+# parked pool networks are the host's, claimed by whichever job starts next
+pytestmark = pytest.mark.exclusive
+
 
 @pytest.fixture
 def pool_dir(runtime, tmp_path, monkeypatch):

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, make_task, orchestra_objects
 
+# a Ray cluster on loopback whose node is killed mid-trial; Ray workers outlive their jobs
+pytestmark = pytest.mark.exclusive
+
 pytest.importorskip("ray")
 sys.path.insert(0, str(Path(__file__).parent))
 from cluster import Cluster, loopback_env  # noqa: E402

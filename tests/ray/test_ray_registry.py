@@ -16,6 +16,9 @@ import pytest
 from conftest import make_task
 from parts import podman_engine, podman_images, private_registry
 
+# a Ray cluster on loopback, a second engine (Podman) and images removed from both
+pytestmark = pytest.mark.exclusive
+
 pytest.importorskip("ray")
 sys.path.insert(0, str(Path(__file__).parent))
 from cluster import Cluster, loopback_env  # noqa: E402
