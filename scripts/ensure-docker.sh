@@ -79,7 +79,16 @@ fi
 
 if ! pgrep -x dockerd >/dev/null 2>&1 && ! docker_answers; then
   echo "orchestra: starting dockerd in the background (log: /var/log/orchestra-dockerd.log)" >&2
-  nohup dockerd >/var/log/orchestra-dockerd.log 2>&1 &
+  # dockerd outlives this script: it gets none of the descriptors make (or CI's wrapper) gave
+  # us, beyond stdin/out/err (an inherited lock file, `flock F make test`, would stay held
+  # by dockerd for as long as it runs).
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}
+      [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
+    done
+    exec nohup dockerd </dev/null >/var/log/orchestra-dockerd.log 2>&1
+  ) &
 fi
 
 for _ in $(seq 1 60); do
