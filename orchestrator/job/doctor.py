@@ -220,7 +220,7 @@ def classify(task: Task, oracle: TrialResult | None, nop: TrialResult | None,
     d = Diagnosis(task=task.name, path=str(task.path), content_hash=task.content_hash,
                   verdict="healthy", reason="oracle 1, nop 0")
     if oracle is not None:
-        d.stand_ins = oracle.stand_ins
+        d.stand_ins = [s.model_dump(exclude_none=True) for s in oracle.stand_ins]  # doctor's JSON, as before
         d.oracle = None if oracle.reward is None else oracle.headline
     if nop is not None:
         d.nop = None if nop.reward is None else nop.headline
@@ -249,7 +249,7 @@ def _why_oracle_failed(oracle: TrialResult | None, job_dir: Path, task: Task) ->
     if oracle is None:
         return "the oracle did not run"
     mode, error = oracle.failure_mode, (oracle.error or "").strip()
-    stood = "; ".join(f"FROM {s['reference']} stood in by {s['stand_in']} (python {s['python']})"
+    stood = "; ".join(f"FROM {s.reference} stood in by {s.stand_in} (python {s.python})"
                       for s in oracle.stand_ins)
     tail = _verifier_output(oracle, job_dir)
     if mode == FailureMode.BUILD_ERROR:

@@ -11,41 +11,10 @@ audit of every trial.
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
+from orchestrator.models.records import MemoryShadow
 from orchestrator.models.result import TrialSummary
 
-
-class MemoryShadow(BaseModel):
-    trials: int = 0
-    recall_events: int = 0
-    hits: int = 0
-    injected_chars: int = 0
-    suppressed: int = 0
-    marker_trials: int = 0  # x: a marker used at point of use after a recall
-    marker_eligible: int = 0  # N: trials whose task declares markers
-    shadow_events: int = 0
-    shadow_agree: int = 0
-
-    @property
-    def marker_rate(self) -> str:
-        return f"{self.marker_trials}/{self.marker_eligible}"
-
-    @property
-    def agreement(self) -> float | None:
-        return round(self.shadow_agree / self.shadow_events, 4) if self.shadow_events else None
-
-    def rows(self) -> list[list[str]]:
-        """(metric, value) rows for every report format."""
-        agreement = ("-" if self.agreement is None else
-                     f"{100 * self.agreement:.0f}% ({self.shadow_agree}/{self.shadow_events})")
-        return [["recall events", str(self.recall_events)], ["hits", str(self.hits)],
-                ["injected chars", str(self.injected_chars)], ["suppressed", str(self.suppressed)],
-                ["point-of-use markers (x/N)", self.marker_rate],
-                ["top-1 agreement, primary vs V2 shadow", agreement]]
-
-    def line(self) -> str:
-        return "memory shadow: " + ", ".join(f"{name} {value}" for name, value in self.rows())
+__all__ = ["MemoryShadow", "memory_shadow"]  # the model lives in models/ (JobResult's field)
 
 
 def memory_shadow(trials: list[TrialSummary]) -> MemoryShadow | None:

@@ -51,7 +51,7 @@ def summarize(options: JobOptions, manifest: Manifest, agent: str,
         peak_cpus=admission.peak_cpus if admission else None,
         peak_memory_mb=admission.peak_memory_mb if admission else None,
         retried=sum(1 for s in summaries if s.retries),
-        trials=summaries, memory_shadow=shadow.model_dump() if shadow else None,
+        trials=summaries, memory_shadow=shadow,
     )
 
 def trial_summary(r: TrialResult) -> TrialSummary:
@@ -60,8 +60,8 @@ def trial_summary(r: TrialResult) -> TrialSummary:
         trial_id=r.trial_id, task=r.task, attempt=r.attempt, content_hash=r.content_hash,
         reward=headline_of(r.reward) if r.reward and r.failure_mode not in VOID else None,
         failure_mode=r.failure_mode, scenario_class=r.scenario_class, layer=r.layer,
-        recall_events=memory.get("recall_events", 0), injected_chars=memory.get("injected_chars", 0),
-        hits=memory.get("hits", 0), suppressed=memory.get("suppressed", 0),
-        markers=memory.get("markers", 0), marker_used=bool(memory.get("markers_used")),
-        shadow_events=memory.get("shadow_events", 0), shadow_agree=memory.get("shadow_agree", 0),
-        audit_complete=memory.get("complete", True), retries=len(r.retries), node=r.node)
+        recall_events=memory.recall_events, injected_chars=memory.injected_chars,
+        hits=memory.hits, suppressed=memory.suppressed,
+        markers=memory.markers, marker_used=bool(memory.markers_used),
+        shadow_events=memory.shadow_events, shadow_agree=memory.shadow_agree,
+        audit_complete=memory.complete, retries=len(r.retries), node=r.node)

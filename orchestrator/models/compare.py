@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.models.records import ArmShadow
+
 
 class ClassDelta(BaseModel):
     """One scenario class: paired trials, pass rates on and off, their difference."""
@@ -44,7 +46,7 @@ class CompareReport(BaseModel):
     ci95: list[float]  # bootstrap, percentage points
     per_class: dict[str, ClassDelta] = Field(default_factory=dict)
     k: dict[str, KStats] | None = None  # "on", "off": when either arm ran k > 1
-    memory_shadow: dict[str, dict | None] | None = None  # arm -> MemoryShadow's fields
+    memory_shadow: dict[str, ArmShadow | None] | None = None  # arm (on, off) -> its shadow
 
     @property
     def harmed(self) -> int:

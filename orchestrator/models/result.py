@@ -8,6 +8,18 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from orchestrator.models.records import (
+    CollectedPath,
+    EgressRecord,
+    MemoryAudit,
+    MemoryShadow,
+    ModelUsage,
+    Recorded,
+    RelayRecord,
+    StandInRecord,
+    WorkerRecord,
+)
+
 
 class FailureMode(StrEnum):
     NONE = "none"
@@ -181,7 +193,7 @@ class TrialResult(BaseModel):
     image_pulled_from: list[str] = []  # a Ray node's images from --registry (not built there)
     healthchecks: int | None = None  # [environment] healthcheck runs before the agent
     base_alias: dict[str, str] = {}  # FROM reference -> the offline base that stood in
-    stand_ins: list[dict] = []  # each: reference, stand_in, release, python, reason, warning
+    stand_ins: list[StandInRecord] = []  # FROM references built on an offline base instead
     bases: list[BaseImage] = []  # every FROM reference built on: local, pulled (its digest) or stood in, and why
     build_failure: BuildFailure | None = None  # build_error: the reference, the stand-in or the failed pull
     limits: AppliedLimits = AppliedLimits()
@@ -194,7 +206,7 @@ class TrialResult(BaseModel):
     verifier_note: str | None = None
     verifier_interpreter: str | None = None  # what ran test.sh (verifier_tools)
     verifier_image: str | None = None  # separate mode: "tests/Dockerfile" or "task image"
-    egress: dict | None = None  # under an allowlist: the hosts, what went through, what was refused
+    egress: EgressRecord | None = None  # under an allowlist: the hosts, what went through, what was refused
     compose_services: list[str] = []  # sidecars from environment/docker-compose.yaml
     ignored_fields: list[str] = []  # task.toml keys Harbor and orchestra ignore (DESIGN 3.1)
     # host variables the dataset asked for and was not given (not in --task-env), and its
@@ -204,14 +216,14 @@ class TrialResult(BaseModel):
     timings: PhaseTimings = PhaseTimings()
     tokens: int = 0
     cost: float = 0.0
-    model: dict = {}  # the proxy's counts: calls, refusals, retries, tokens
+    model: Recorded[ModelUsage] = None  # the proxy's counts (None, written {}: no proxy)
     agent_outcome: str | None = None  # ok | timeout | budget_exceeded | endpoint_error | step_limit | crashed
-    memory: dict = {}
-    relay: dict = {}
-    collected: dict = {}  # per copied-out path: files, bytes, truncated, rejected
+    memory: MemoryAudit = MemoryAudit()  # what was seeded, and the trajectory audit
+    relay: Recorded[RelayRecord] = None  # a relay trial's relay (None, written {}: none)
+    collected: dict[str, CollectedPath] = {}  # per copied-out path
     scrubbed_files: list[str] = []  # trial files in which a secret was found and replaced
     node: str | None = None  # the Ray node that ran it (backend ray)
-    workers: list[dict] = []  # roster workers: member, name, exit code, model counts
+    workers: list[WorkerRecord] = []  # roster workers
     retries: list[str] = []
     not_retried: str | None = None  # why an infra or launch error was final (a retry could not help)
     steps: list[StepResult] = []  # multi-step tasks: per-step rewards, in order
@@ -311,5 +323,5 @@ class JobResult(BaseModel):
     engine_down_seconds: float = 0.0  # their total
     started_at: float = 0.0
     finished_at: float = 0.0
-    memory_shadow: dict | None = None  # job/shadow.py's MemoryShadow, when memory was in play
+    memory_shadow: MemoryShadow | None = None  # job/shadow.py's, when memory was in play
     trials: list[TrialSummary] = []

@@ -67,7 +67,7 @@ def _one(agent_dir: Path, exchanges: Path, result: TrialResult, target: Path, ex
         why = f"no {FILE_NAME} (written at collection since orchestra wrote them)"
     facts = TrialFacts(trial_id=result.trial_id, agent=result.agent, agent_version=orchestrator.__version__,
                        command=UNKNOWN_COMMAND if result.agent_exit_code is not None else None,
-                       exit_code=result.agent_exit_code, had_model=bool(result.model),
+                       exit_code=result.agent_exit_code, had_model=result.model is not None,
                        extra={"job": result.job, "task": result.task, "attempt": result.attempt})
     write_atomic(target, build_atif(agent_dir, exchanges, facts).to_json())
     export.built.append(f"{target.name}: {why}")

@@ -13,8 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from orchestrator.errors import InputError
-from orchestrator.job.shadow import MemoryShadow, memory_shadow
+from orchestrator.job.shadow import memory_shadow
 from orchestrator.models.compare import ClassDelta, CompareReport, KStats
+from orchestrator.models.records import ArmShadow
 from orchestrator.models.result import VOID, JobResult, TrialSummary, pass_at_k, pass_hat_k, passes
 from orchestrator.report.render import md_cell
 
@@ -123,8 +124,8 @@ def compare(first: JobResult, second: JobResult) -> CompareReport:
             delta_pp=round(100 * (sum(p.on_pass for p in ps) - sum(p.off_pass for p in ps)) / len(ps), 2))
             for cls, ps in sorted(classes.items())},
         k={"on": _k_stats(on.trials), "off": _k_stats(off.trials)} if max(on.k, off.k) > 1 else None,
-        memory_shadow={arm: (sh.model_dump() | {"marker_rate": sh.marker_rate, "agreement": sh.agreement})
-                       if sh else None for arm, sh in shadows.items()} if any(shadows.values()) else None,
+        memory_shadow={arm: ArmShadow.model_validate(sh, from_attributes=True) if sh else None
+                       for arm, sh in shadows.items()} if any(shadows.values()) else None,
     )
 
 
@@ -177,7 +178,7 @@ def to_markdown(r: CompareReport) -> str:
     lines += [f"| {md_cell(c)} | {v.n} | {v.on:.2f} | {v.off:.2f} | {v.delta_pp:+.1f} |" for c, v in r.per_class.items()]
     if r.memory_shadow:
         lines += ["", "## Memory shadow", "", "| metric | on | off |", "|---|---|---|"]
-        arms = {arm: MemoryShadow.model_validate(v).rows() if v else None for arm, v in r.memory_shadow.items()}
+        arms = {arm: v.rows() if v else None for arm, v in r.memory_shadow.items()}
         for i, (metric, _) in enumerate(next(rows for rows in arms.values() if rows)):
             lines.append(f"| {metric} | " + " | ".join(
                 rows[i][1] if rows else "-" for rows in (arms.get("on"), arms.get("off"))) + " |")

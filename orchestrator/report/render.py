@@ -11,7 +11,6 @@ import re
 import urllib.parse
 from typing import Any
 
-from orchestrator.job.shadow import MemoryShadow
 from orchestrator.models.compare import CompareReport
 from orchestrator.models.result import JobResult, TrialResult, headline_of, trial_folder_name
 from orchestrator.report.tables import PHASES, Group, JobTables
@@ -44,7 +43,7 @@ def sections(job: JobResult, t: JobTables) -> list[tuple[str, list[str], list[li
         out.append(("Regression behaviours", ["behaviour", "verdict", "failure mode"],
                     [list(r) for r in t.regression_behaviours]))
     if job.memory_shadow:
-        out.append(("Memory shadow", ["metric", "value"], MemoryShadow.model_validate(job.memory_shadow).rows()))
+        out.append(("Memory shadow", ["metric", "value"], job.memory_shadow.rows()))
     out.append(("Failure modes", ["failure mode", "trials"], [[m, str(n)] for m, n in t.failure_modes.items()]))
     out.append(("Mean phase time (s)", list(PHASES), [[f"{t.phase_means[p]:.3f}" for p in PHASES]]))
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.job.shadow import MemoryShadow
+from orchestrator.models.records import StandInRecord
 from orchestrator.models.result import JobResult, TrialResult, headline_of
 
 COLUMNS = ("task", "attempt", "reward", "failure mode", "agent s", "verify s", "total s")
@@ -46,7 +46,7 @@ def render_job(job: JobResult, trials: list[TrialResult], console: Console) -> N
                       f"interrupted were retried without spending their retries ({job.retried} "
                       "trial(s) retried in all)", markup=False, soft_wrap=True)
     if job.memory_shadow:
-        console.print(MemoryShadow.model_validate(job.memory_shadow).line(), markup=False, soft_wrap=True)
+        console.print(job.memory_shadow.line(), markup=False, soft_wrap=True)
     forgeable = sum(1 for r in trials if r.verifier_forgeable)
     if forgeable:
         static = sum(1 for r in trials if r.verifier_forgeable and (r.verifier_interpreter or "").startswith("static"))
@@ -55,14 +55,14 @@ def render_job(job: JobResult, trials: list[TrialResult], console: Console) -> N
                       f"the agent could influence its grade ({static} of them ran test.sh under the "
                       "host's read-only static bash; what test.sh calls was still the agent's). "
                       "Use environment_mode = \"separate\" where that matters.", markup=False)
-    stood: dict[str, dict] = {}
+    stood: dict[str, StandInRecord] = {}
     for r in trials:
         for entry in r.stand_ins:
-            stood.setdefault(entry.get("reference", "?"), entry)
+            stood.setdefault(entry.reference, entry)
     for ref, entry in sorted(stood.items()):  # what the images were really built on, said plainly
-        console.print(f"note: FROM {ref} is not on this engine; built on {entry.get('stand_in')} "
-                      f"(python {entry.get('python')}): {entry.get('reason')}"
-                      + (f". WARNING: {entry['warning']}" if entry.get("warning") else ""),
+        console.print(f"note: FROM {ref} is not on this engine; built on {entry.stand_in} "
+                      f"(python {entry.python}): {entry.reason}"
+                      + (f". WARNING: {entry.warning}" if entry.warning else ""),
                       markup=False, highlight=False, soft_wrap=True)
     void = [r for r in trials if r.voided_reward is not None]
     if void:

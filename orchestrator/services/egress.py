@@ -39,6 +39,7 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler
 
 from orchestrator.log import get_logger
+from orchestrator.models.records import EgressRecord
 from orchestrator.runtime.subnets import DEFAULT_RANGE, host_routes
 from orchestrator.services.httpserve import BackgroundServer, HttpError, OnOneServer
 
@@ -246,9 +247,10 @@ class EgressProxy(OnOneServer):
             log.info("egress.refused", host=host[:200])
         return target
 
-    def summary(self) -> dict:
-        return {"allowed_hosts": self.allowlist.entries, "allowed": dict(self.allowed),
-                "refused": dict(self.refused)}
+    def summary(self) -> EgressRecord:
+        with self._lock:
+            return EgressRecord(allowed_hosts=list(self.allowlist.entries), allowed=dict(self.allowed),
+                                refused=dict(self.refused))
 
 
 class _EgressHandler(BaseHTTPRequestHandler):

@@ -69,8 +69,12 @@ class ExchangeLog:
                 out.write(line)
             self.written_bytes += len(line)
 
+    @property
+    def written(self) -> int:
+        return self.count - self.dropped
+
     def summary(self) -> dict:
-        return {"exchanges_written": self.count - self.dropped, "exchanges_dropped": self.dropped,
+        return {"exchanges_written": self.written, "exchanges_dropped": self.dropped,
                 "exchanges_dropped_bytes": self.dropped_bytes}
 
 

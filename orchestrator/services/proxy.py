@@ -28,11 +28,11 @@ import secrets
 import ssl
 import threading
 import urllib.parse
-from dataclasses import asdict
 from email.message import Message
 from pathlib import Path
 
 from orchestrator.models.manifest import Budget
+from orchestrator.models.records import ModelUsage
 from orchestrator.services import apis
 from orchestrator.services.apis import chat
 from orchestrator.services.apis.calls import KIND_OF_STATUS, Call, CallWays, ProxyStats, Refusal
@@ -247,13 +247,18 @@ class ModelProxy(CallWays, OnOneServer):
         """A chat call may not spend more than the token budget has left (apis.chat.cap)."""
         if (left := self._left()) is not None:
             chat.API.cap(request, left)
-    def summary(self) -> dict:
+    def summary(self) -> ModelUsage:
+        """What the trial's result records of this proxy: the call counts, then the
+        server's own refusals and waits, then the exchanges record's."""
         budget, requests = self.server.httpd.budget, self.server.httpd.requests
-        summary = {**asdict(self.stats), "connections_refused": self.server.refused,
-                   "body_rate_refused": budget.refused if budget else 0,
-                   "body_rate_waited_sec": round(budget.waited, 2) if budget else 0.0,
-                   "request_rate_refused": requests.refused if requests else 0,
-                   "request_rate_waited_sec": round(requests.waited, 2) if requests else 0.0}
-        if self.record is not None:
-            summary.update(self.record.summary())
-        return summary
+        usage = ModelUsage.model_validate(self.stats, from_attributes=True)  # ProxyStats' fields
+        usage.connections_refused = self.server.refused
+        if budget:
+            usage.body_rate_refused, usage.body_rate_waited_sec = budget.refused, round(budget.waited, 2)
+        if requests:
+            usage.request_rate_refused = requests.refused
+            usage.request_rate_waited_sec = round(requests.waited, 2)
+        if (record := self.record) is not None:
+            usage.exchanges_written, usage.exchanges_dropped = record.written, record.dropped
+            usage.exchanges_dropped_bytes = record.dropped_bytes
+        return usage

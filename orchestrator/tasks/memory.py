@@ -17,6 +17,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import InputError, validation_problems
+from orchestrator.models.records import EngramSeeded
 from orchestrator.paths import AGENT_STACK
 from orchestrator.tasks.inputs import (
     MAX_SEEDS_BYTES,
@@ -197,14 +198,6 @@ class SeedError(Exception):
     """A seed could not be delivered: the trial is a launch error, not a 0."""
 
 
-@dataclass
-class SeedRecord:
-    slug: str
-    exit_code: int | None
-    seconds: float
-    via: str = "mem set <slug> -"
-
-
 class _Outcome(Protocol):
     @property
     def exit_code(self) -> int | None: ...
@@ -220,14 +213,14 @@ class _Execs(Protocol):
 
 
 def seed_engrams(runtime: _Execs, container: str, seeds: tuple[EngramSeed, ...],
-                 user: str | None = None, env: dict[str, str] | None = None) -> list[SeedRecord]:
+                 user: str | None = None, env: dict[str, str] | None = None) -> list[EngramSeeded]:
     records = []
     for seed in seeds:
         started = time.monotonic()
         outcome = runtime.exec(container, [MEM, "set", seed.slug, "-"], stdin=seed.value.encode(),
                                capture=65536, user=user, env=env)
         code, output = outcome.exit_code, outcome.output
-        records.append(SeedRecord(slug=seed.slug, exit_code=code,
+        records.append(EngramSeeded(slug=seed.slug, exit_code=code,
                                   seconds=round(time.monotonic() - started, 4)))
         if code != 0:
             raise SeedError(f"seed {seed.slug!r}: `mem set {seed.slug} -` exited {code}: "

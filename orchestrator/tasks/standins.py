@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from orchestrator.models.records import StandInRecord
+
 RELEASES = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}  # Debian release -> python3
 DEBIAN_NUMBERS = {"9": "bullseye", "10": "bullseye", "11": "bullseye", "12": "bookworm", "13": "trixie"}
 DEBIAN_NAMES = {"stretch": "bullseye", "buster": "bullseye", "bullseye": "bullseye",
@@ -88,6 +90,11 @@ class StandIn:
 
     def as_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def record(self) -> StandInRecord:
+        """As each trial's result records it."""
+        return StandInRecord(reference=self.reference, stand_in=self.stand_in, release=self.release,
+                             python=self.python, reason=self.reason, warning=self.warning)
 
 
 def choose(ref: str) -> StandIn | None:

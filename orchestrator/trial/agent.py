@@ -58,7 +58,7 @@ def seed_files(ctx: TrialContext, task: Task, box: Sandbox, roots: StateRoots,
     facts = task.facts if ctx.policy == "memory-on" else ()
     ctx.runtime.put_archive(box.agent, "/",
                             file_seed_archive(roots, box.workdir, facts, extra=handover))
-    result.memory.update(state_home=roots.state_home, fact_files_seeded=len(facts))
+    result.memory.state_home, result.memory.fact_files_seeded = roots.state_home, len(facts)
 
 
 def active_flags(ctx: TrialContext, task: Task) -> set[str]:

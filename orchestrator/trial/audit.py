@@ -31,11 +31,12 @@ import functools
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.models import trajectory
+from orchestrator.models.records import MemoryAudit
 
 if TYPE_CHECKING:
     from orchestrator.tasks.memory import FactFile
@@ -105,8 +106,16 @@ class Audit:
     markers_before_recall: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    def record_into(self, memory: MemoryAudit) -> None:
+        """Into the trial's result: this audit's findings replace an earlier step's, and its
+        leaks join theirs (a leak in any step voids the trial)."""
+        memory.complete, memory.incomplete_reason = self.complete, self.incomplete_reason
+        memory.malformed_lines = list(self.malformed_lines)
+        memory.recall_events, memory.hits = self.recall_events, self.hits
+        memory.injected_chars, memory.suppressed = self.injected_chars, self.suppressed
+        memory.markers, memory.shadow_events, memory.shadow_agree = self.markers, self.shadow_events, self.shadow_agree
+        memory.markers_used, memory.markers_before_recall = list(self.markers_used), list(self.markers_before_recall)
+        memory.leaks = memory.leaks + self.leaks
 
     def mark_incomplete(self, reason: str) -> None:
         self.complete = False

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.archive import DEFAULT_CAP_FILES, safe_extract
 from orchestrator.log import get_logger
+from orchestrator.models.records import CollectedPath, RelayRecord
 from orchestrator.models.result import TrialResult
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, LOGS, TrialDir
 from orchestrator.runtime.base import Runtime
@@ -54,9 +55,9 @@ def collect(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir) -> None
         report.truncated = report.truncated or cut or unlisted > 0
         report.skipped += unlisted
         budget -= report.bytes
-        box.collected[source] = {"files": report.files, "bytes": report.bytes,
-                                 "truncated": report.truncated, "rejected": report.n_rejected,
-                                 "skipped": report.skipped}
+        box.collected[source] = CollectedPath(files=report.files, bytes=report.bytes,
+                                              truncated=report.truncated, rejected=report.n_rejected,
+                                              skipped=report.skipped)
         if report.rejected:
             log.warning("collect.rejected", trial=box.trial_id[:12], path=source,
                         rejected=report.rejected[:20], truncated=report.truncated)
@@ -79,16 +80,17 @@ def copy_out(runtime: Runtime, box: Sandbox, container: str, source: str, cap_by
 def export_evidence(relay: TrialRelay, paths: TrialDir, result: TrialResult) -> None:
     """The relay snapshot replaces whatever the agent left under that name."""
     started = time.monotonic()
-    evidence = relay.evidence().model_dump(mode="json")
+    record = result.relay = result.relay or RelayRecord()  # made when the relay started
+    snapshot = relay.evidence()
+    evidence = snapshot.model_dump(mode="json")
     leaked = relay.leaked_by(json.dumps(evidence))
     if leaked:  # the agent posted a key: its doing, graded as usual, the key scrubbed
         evidence = scrub_json(evidence, relay.secrets())
-        result.relay["secret_leaked_by_agent"] = leaked
+        record.secret_leaked_by_agent = leaked
         log.warning("relay.secret_posted", trial=result.trial_id[:12], identities=leaked)
     paths.artifacts.mkdir(parents=True, exist_ok=True)
     write_json_atomic(paths.artifacts / EVIDENCE_NAME, evidence)
     write_json_atomic(paths.root / "relay-engrams.json",
                       scrub_json(relay.store.engram_log(), relay.secrets()))
-    result.relay.update(export_sec=round(time.monotonic() - started, 4),
-                        message_count=evidence["message_count"],
-                        task_event_id=evidence["task_event_id"])
+    record.export_sec = round(time.monotonic() - started, 4)
+    record.message_count, record.task_event_id = snapshot.message_count, snapshot.task_event_id

@@ -12,12 +12,12 @@ import errno
 import os
 import time
 import traceback
-from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from orchestrator import scrub
 from orchestrator.errors import LaunchError
 from orchestrator.log import get_logger
+from orchestrator.models.records import RelayRecord
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import AGENT_LOGS, TrialDir
 from orchestrator.runtime.base import BuildFailed, Network
@@ -129,7 +129,7 @@ class Trial:
         with phase(result, "build", ctx):
             self.images = images = ctx.images_for(task)
             result.image, result.base_alias = images.agent_image, images.base_alias
-            result.stand_ins = [s.as_dict() for s in images.stand_ins]
+            result.stand_ins = [s.record() for s in images.stand_ins]
             result.image_source = images.source
             result.image_pulled_from = list(images.pulled)
             result.bases = list(images.bases)
@@ -153,7 +153,7 @@ class Trial:
             if ctx.policy == "memory-on" and task.seeds:
                 records = seed_engrams(ctx.runtime, box.agent, task.seeds,
                                        user=task.config.agent.user, env=box.exec_env)
-                result.memory["engram_seeds"] = [asdict(r) for r in records]
+                result.memory.engram_seeds = records
 
     def host_env(self) -> None:
         """What the dataset read from the host (compose, verifier.env: only names the run
@@ -186,7 +186,7 @@ class Trial:
             from orchestrator.services.relay.session import start_relay
 
             self.relay = relay = start_relay(task, ctx.manifest, network.gateway, self.tid, ctx.job)
-            self.result.relay["start_sec"] = round(relay.started_sec, 4)
+            self.result.relay = RelayRecord(start_sec=round(relay.started_sec, 4))
             env.update(relay.env_for(relay.lead))
             self.secrets.extend(relay.secrets())
         lead = ctx.manifest.orchestrator
@@ -242,21 +242,19 @@ class Trial:
         audit = audit_trajectory(
             where.agent / "trajectory.jsonl", view.facts, view.config.memory.markers,
             view.config.memory.markers_in_prefix, state_home=self.roots.state_home,
-            truncated=bool((result.collected.get(AGENT_LOGS) or {}).get("truncated")),
+            truncated=AGENT_LOGS in result.collected and result.collected[AGENT_LOGS].truncated,
             grading=grading_files(view.path, with_memory=ctx.policy != "memory-on"))
         if derived:
             audit.mark_incomplete(derived)
-        leaks = list(result.memory.get("leaks", []))
-        result.memory.update(audit.as_dict())
-        result.memory["leaks"] = leaks + audit.leaks
+        audit.record_into(result.memory)
 
     # ---- record, classify, finalize -----------------------------------------------------
     def record(self) -> None:
         """An answer leak voids the reward: counted as failed everywhere, listed as void."""
         result = self.result
-        if result.memory.get("leaks"):
+        if result.memory.leaks:
             result.failure_mode = FailureMode.ANSWER_LEAK
-            result.error = "answer leak: " + "; ".join(result.memory["leaks"][:5])
+            result.error = "answer leak: " + "; ".join(result.memory.leaks[:5])
             result.voided_reward, result.reward = result.reward, None
 
     def _failed(self, exc: Exception) -> None:
@@ -316,7 +314,8 @@ class Trial:
         elif result.agent_outcome is None and result.agent_exit_code is not None:
             result.agent_outcome = classify_agent(result, None)
         if relay is not None:
-            result.relay.update(relay.server.bounds())
+            result.relay = result.relay or RelayRecord()  # made when the relay started
+            relay.server.record_bounds(result.relay)
             relay.stop()
         if egress is not None:
             egress.stop()

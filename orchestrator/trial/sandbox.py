@@ -21,6 +21,7 @@ from orchestrator.archive import tar_files
 from orchestrator.host.cleanup import owner_labels
 from orchestrator.host.netpool import NetworkPool
 from orchestrator.log import get_logger
+from orchestrator.models.records import CollectedPath
 from orchestrator.models.result import AppliedLimits
 from orchestrator.models.task import Healthcheck
 from orchestrator.paths import (
@@ -80,7 +81,7 @@ class Sandbox:
     networks: NetworkPool | None = None
     name: str = ""
     extra_networks: list[Network] = field(default_factory=list)  # e.g. a public one to grade
-    collected: dict = field(default_factory=dict)  # what collect() copied out, per path
+    collected: dict[str, CollectedPath] = field(default_factory=dict)  # what collect() copied out, per path
     exec_env: dict[str, str] = field(default_factory=dict)  # secrets, for the agent's execs only
     trust: Trust = field(default_factory=Trust)  # --ca-bundle, in every container (trust.py)
 

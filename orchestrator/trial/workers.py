@@ -16,6 +16,7 @@ from orchestrator.archive import safe_extract, tar_files
 from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.log import get_logger
 from orchestrator.models.manifest import flag_env
+from orchestrator.models.records import WorkerRecord
 from orchestrator.paths import (
     AGENT_LOGS,
     AGENT_STACK,
@@ -112,7 +113,7 @@ def start_workers(ctx: TrialContext, task: Task, box: Sandbox, relay: TrialRelay
 
 
 def stop_workers(runtime: Runtime, workers: list[Worker], paths: TrialDir,
-                 watchdog: DiskWatchdog | None = None) -> list[dict]:
+                 watchdog: DiskWatchdog | None = None) -> list[WorkerRecord]:
     """Kill the workers (their turn ends with the orchestrator's), copy out their logs."""
     records = []
     for worker in workers:
@@ -127,13 +128,12 @@ def stop_workers(runtime: Runtime, workers: list[Worker], paths: TrialDir,
                              cap_bytes=WORKER_LOG_CAP_BYTES)
             finally:
                 stream.close()
-        record: dict[str, object] = {"member": worker.member, "name": worker.name, "exit_code": exit_code,
-                  "seconds": round(time.time() - worker.started, 3)}
-        if watchdog is not None and watchdog.tripped(worker.container):
-            record["disk_limit"] = True
+        record = WorkerRecord(member=worker.member, name=worker.name, exit_code=exit_code,
+                              seconds=round(time.time() - worker.started, 3),
+                              disk_limit=watchdog is not None and watchdog.tripped(worker.container))
         if worker.proxy is not None:
             worker.proxy.stop()
-            record["model"] = worker.proxy.summary()
+            record.model = worker.proxy.summary()
             scrub.unregister(worker.proxy.token)
         records.append(record)
     return records

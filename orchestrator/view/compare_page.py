@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import InputError
-from orchestrator.job.shadow import MemoryShadow
 from orchestrator.models.compare import CompareReport
 from orchestrator.models.result import JobResult, TrialSummary
 from orchestrator.report.compare import compare, verdict
@@ -71,8 +70,7 @@ def _shadow(report: CompareReport) -> list[tuple[str, str, str]]:
     """(metric, on, off) rows of the arms' memory shadows ('-' for an arm without)."""
     if not report.memory_shadow:
         return []
-    arms = {arm: MemoryShadow.model_validate(v).rows() if v else None
-            for arm, v in report.memory_shadow.items()}
+    arms = {arm: v.rows() if v else None for arm, v in report.memory_shadow.items()}
     metrics = [m for m, _ in next((r for r in arms.values() if r), [])]
     on, off = arms.get("on"), arms.get("off")
     return [(m, on[i][1] if on else "-", off[i][1] if off else "-") for i, m in enumerate(metrics)]

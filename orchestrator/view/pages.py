@@ -17,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.job.shadow import MemoryShadow
 from orchestrator.models.result import VOID, JobResult, TrialResult, TrialSummary
 from orchestrator.report.templating import esc, href, q, render, visible
 
@@ -140,7 +139,7 @@ def job_page(name: str, folder: Path, job: JobResult, params: dict[str, str], ba
         "job.html.j2", f"job {name}", RUNNING_REFRESH_SECONDS if banner else None, banner=banner,
         job=job, failed=sum(1 for t in job.trials if _failed(t)),
         counts=", ".join(f"{m}: {n}" for m, n in sorted(job.counts.items())),
-        shadow=MemoryShadow.model_validate(job.memory_shadow).rows() if job.memory_shadow else [],
+        shadow=job.memory_shadow.rows() if job.memory_shadow else [],
         base=base, mode=params.get("mode", ""), cls=params.get("class", ""),
         layer=params.get("layer", ""), failed_only=bool(params.get("failed")),
         sorts=[(key, base + q(**{**params, "sort": key, "page": None})) for key in SORTS],

@@ -34,7 +34,7 @@ def trial_page(job: str, folder: Path) -> str:
     outputs = [(label, _tail(folder / rel), file_url(rel))
                for label, rel in OUTPUTS if (folder / rel).is_file()]
     evidence = folder / "artifacts/relay-evidence.json"
-    markers = result.memory.get("markers_used", [])
+    markers = result.memory.markers_used
     files = [(file_url(p.relative_to(folder)), str(p.relative_to(folder)))
              for p in sorted(folder.rglob("*"))[:500] if p.is_file()]
     return view_page(
@@ -45,8 +45,8 @@ def trial_page(job: str, folder: Path) -> str:
         reward=json.dumps(result.reward, indent=1),
         timeline=" · ".join(f"{k} {v:.2f}s" for k, v in result.timings.model_dump().items()),
         limits=result.limits.model_dump_json(indent=1),
-        memory=json.dumps(result.memory, indent=1)[:20000],
-        model=json.dumps(result.model, indent=1) if result.model else "", files=files)
+        memory=result.memory.model_dump_json(indent=1)[:20000],
+        model=result.model.model_dump_json(indent=1) if result.model else "", files=files)
 
 
 def _why(result: TrialResult, folder: Path) -> dict[str, Any]:

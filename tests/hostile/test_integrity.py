@@ -367,7 +367,7 @@ def test_a_proxy_flood_is_refused_clearly_and_costs_the_orchestrator_little(inte
     flood = json.loads((folder / "artifacts/flood.json").read_text())
     FIGURES["proxy_flood_bodies"] = flood["bodies"]
     FIGURES["proxy_flood_connections"] = flood["connections"]
-    FIGURES["proxy_flood_connections_refused"] = result.model["connections_refused"]
+    FIGURES["proxy_flood_connections_refused"] = result.model.connections_refused
     # Positive control, from what the flood itself counted: the bodies that reached the
     # byte budget (answered 200, or told 429 for the byte rate) in the window were more
     # than the budget can admit in it: a burst of one full body, 1 MiB/s for the window's
@@ -382,16 +382,16 @@ def test_a_proxy_flood_is_refused_clearly_and_costs_the_orchestrator_little(inte
     # the byte rate (nothing else: no close, no other status), and the proxy counted them
     bodies = flood["bodies"]
     assert set(bodies) == {"200", "429"}, bodies
-    assert bodies["200"] * body <= admissible and result.model["body_rate_refused"] == bodies["429"], (bodies, result.model)
+    assert bodies["200"] * body <= admissible and result.model.body_rate_refused == bodies["429"], (bodies, result.model)
     # past the connection cap: 503 at once, counted
-    assert 1 <= flood["connections"]["told_503"] <= result.model["connections_refused"], (flood, result.model)
+    assert 1 <= flood["connections"]["told_503"] <= result.model.connections_refused, (flood, result.model)
     # the bad framings: each refused before its body is read (the token before the body)
     assert flood["negative"].startswith("HTTP/1.1 400") and flood["abc"].startswith("HTTP/1.1 400")
     assert flood["chunked"].startswith("HTTP/1.1 411") and flood["huge"].startswith("HTTP/1.1 413")
     assert flood["no_token_huge"].startswith("HTTP/1.1 401")
     # and the proxy still answers a normal call after; the trial is graded
     assert flood["ok_after"] == "200" and result.reward == {"reward": 1.0} and result.failure_mode == "none"
-    assert result.model["calls"] >= bodies["200"]
+    assert result.model.calls >= bodies["200"]
 
 
 def test_a_malformed_trajectory_value_makes_the_audit_incomplete_not_infra(integrity):
@@ -400,8 +400,8 @@ def test_a_malformed_trajectory_value_makes_the_audit_incomplete_not_infra(integ
     # positive control: the malformed values reached the collected trajectory
     assert '"used_chars": "lots", "suppressed": -3' in (folder / "agent/trajectory.jsonl").read_text()
     assert result.failure_mode == "none" and result.reward == {"reward": 1.0}
-    assert result.memory["complete"] is False
-    assert "not a count" in result.memory["incomplete_reason"]
+    assert result.memory.complete is False
+    assert "not a count" in result.memory.incomplete_reason
 
 
 def test_a_posted_private_key_is_scrubbed_everywhere_and_recorded(integrity):
@@ -413,7 +413,7 @@ def test_a_posted_private_key_is_scrubbed_everywhere_and_recorded(integrity):
     assert "my key is KEY=" in (folder / "artifacts/relay-evidence.json").read_text()
     assert "KEY=" in (folder / "agent/stdout.txt").read_text() and (folder / "artifacts/key.txt").is_file()
     assert result.failure_mode == "none" and result.reward == {"reward": 1.0}
-    assert result.relay["secret_leaked_by_agent"] == ["lead"]
+    assert result.relay.secret_leaked_by_agent == ["lead"]
     evidence = (folder / "artifacts/relay-evidence.json").read_text()
     assert f"KEY={REDACTED}" in evidence
     assert f"KEY={REDACTED} TAG={REDACTED}" in (folder / "agent/stdout.txt").read_text()
@@ -436,7 +436,7 @@ def test_an_unwritable_artifact_name_is_rejected_alone(integrity):
     assert result.failure_mode == "none" and result.reward == {"reward": 0.0 if OCI_RUNTIME == "runsc" else 1.0}
     if OCI_RUNTIME == "runsc":
         assert "__getcwd" in (folder / "agent/stderr.txt").read_text()
-    assert result.collected["/logs/artifacts"]["rejected"] >= 1
+    assert result.collected["/logs/artifacts"].rejected >= 1
     assert (folder / "artifacts/normal.txt").read_text() == "fine\n"
 
 
@@ -454,8 +454,8 @@ def test_file_counts_are_capped_as_well_as_bytes(integrity):
     assert (folder / "agent/made.txt").read_text().strip() == "30000"  # positive control
     collected = result.collected["/logs/artifacts"]
     # 30,000 files and their folder: 20,000 members extracted, the rest counted, not written
-    assert collected["files"] + collected["skipped"] == 30000 and collected["truncated"]
-    assert collected["files"] <= 20000 and collected["skipped"] >= 10000
+    assert collected.files + collected.skipped == 30000 and collected.truncated
+    assert collected.files <= 20000 and collected.skipped >= 10000
     FIGURES["many_files_collect_seconds"] = result.timings.collect
 
 
@@ -489,9 +489,9 @@ def test_relay_floods_and_bad_framing_get_clear_http_errors(integrity):
     assert flood["chunked"].startswith("HTTP/1.1 411") and flood["huge"].startswith("HTTP/1.1 413")
     assert "limit" in flood["limit0"]
     assert flood["refused_or_503"] > 0 and flood["whoami_after"] == 0
-    assert result.relay["connections_refused"] > 0
+    assert result.relay.connections_refused > 0
     assert result.reward == {"reward": 1.0}
-    FIGURES["relay_flood_connections_refused"] = result.relay["connections_refused"]
+    FIGURES["relay_flood_connections_refused"] = result.relay.connections_refused
 
 
 # ---- tests that need their own job -------------------------------------------------------

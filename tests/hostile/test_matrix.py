@@ -206,7 +206,7 @@ def test_a_2gb_output_flood_is_capped_and_the_host_stays_flat(matrix):
             assert (folder / f"artifacts/{stream}-sent.txt").read_text().split() == ["0", "0"], stream
         assert flood.reward == {"reward": 1.0}
     assert sum(sizes.values()) <= 32 * 1024 * 1024
-    assert flood.collected["/logs/agent"]["truncated"] is True
+    assert flood.collected["/logs/agent"].truncated is True
     assert FIGURES["orchestrator_rss_growth_mb"] < 200
 
 
@@ -214,7 +214,7 @@ def test_thousands_of_files_are_all_collected(matrix):
     _, t, _ = matrix
     result, folder = t["many-files"]
     assert (folder / "agent/made.txt").read_text().strip() == "5000"  # positive control
-    assert result.collected["/logs/artifacts"]["files"] == 5000
+    assert result.collected["/logs/artifacts"].files == 5000
 
 
 def test_a_2gb_artifact_is_cut_at_the_collect_cap(matrix):
@@ -222,8 +222,8 @@ def test_a_2gb_artifact_is_cut_at_the_collect_cap(matrix):
     result, folder = t["big-artifact"]
     assert (folder / "agent/size.txt").read_text().strip() == str(2 * 1024 ** 3)  # positive control
     big = result.collected["/logs/artifacts"]
-    assert big["truncated"] is True and big["bytes"] <= 256 * 1024 * 1024
-    FIGURES["big_artifact_bytes_kept"] = big["bytes"]
+    assert big.truncated is True and big.bytes <= 256 * 1024 * 1024
+    FIGURES["big_artifact_bytes_kept"] = big.bytes
 
 
 def test_links_out_of_the_artifacts_are_never_materialised(matrix):
@@ -231,7 +231,7 @@ def test_links_out_of_the_artifacts_are_never_materialised(matrix):
     result, folder = t["links"]
     assert (folder / "agent/links.txt").read_text().strip() == "3"  # positive control: 3 links made
     assert not any(p.is_symlink() for p in (folder / "artifacts").rglob("*"))
-    assert result.collected["/logs/artifacts"]["rejected"] == 3
+    assert result.collected["/logs/artifacts"].rejected == 3
     outside = [p for p in root.parent.iterdir() if p.name in ("passwd", "root")]
     assert outside == []
 

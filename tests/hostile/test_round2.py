@@ -260,7 +260,7 @@ def test_a_thousand_level_artifact_tree_is_collected_as_far_as_it_goes(round2):
     assert result.failure_mode == "none" and result.reward == {"reward": 1.0}, result.error
     assert (folder / "artifacts/normal.txt").read_text() == "fine\n"
     collected = result.collected["/logs/artifacts"]
-    assert collected["skipped"] >= 1 and collected["truncated"] is True, collected  # the deep part, counted
+    assert collected.skipped >= 1 and collected.truncated is True, collected  # the deep part, counted
 
 
 def test_an_agent_that_uses_up_its_own_disk_gets_disk_limit_and_the_job_goes_on(round2):
@@ -431,15 +431,15 @@ def test_a_model_call_flood_is_held_to_the_request_rate_and_leaves_a_bystander_a
     sent = json.loads((folder / "artifacts/flood.json").read_text())
     statuses = sent["statuses"]
     FIGURES.update(model_bystander_p95_quiet_s=round(calm["p95"], 4), model_bystander_p95_flood_s=round(busy["p95"], 4),
-                   model_flood_statuses=statuses, model_flood_calls=flood.model["calls"])
+                   model_flood_statuses=statuses, model_flood_calls=flood.model.calls)
     assert calm["n"] >= 50 and busy["n"] >= 50
     # positive control: the flood pressed for its whole window and sent more calls than the
     # burst and a second of the rate (50 + 25): the rate had to hold some of them
     assert sent["seconds"] >= WINDOW_SEC and sum(statuses.values()) > 50 + 25, sent
     # 25 calls a second after a burst of 50, for the window (and the ramp around it): the
     # flood was made to wait, and no more got through
-    assert flood.model["request_rate_waited_sec"] > 1, flood.model
-    assert flood.model["calls"] <= 25 * (WINDOW_SEC + 4) + 50, flood.model
+    assert flood.model.request_rate_waited_sec > 1, flood.model
+    assert flood.model.calls <= 25 * (WINDOW_SEC + 4) + 50, flood.model
     # The call count above is what fails without the request rate (2,594 calls). Hang guard
     # only: the bystander's calls still answer (p95 ~10 ms quiet; 2 s is 200 times that).
     # How close it stays to quiet is bench's bystander_model_p95_ratio (target <= 2x).
@@ -454,10 +454,10 @@ def test_exchanges_past_the_cap_are_counted_not_written(model_load):
     answered = json.loads((folder / "artifacts/flood.json").read_text())["statuses"].get("200", 0)
     assert answered * 4000 > 128 * 1024, answered
     written = (folder / "model/exchanges.jsonl").stat().st_size
-    assert written <= 128 * 1024 and flood.model["exchanges_dropped"] > 0, flood.model
-    assert flood.model["exchanges_written"] + flood.model["exchanges_dropped"] == flood.model["calls"]
-    assert len((folder / "model/exchanges.jsonl").read_text().splitlines()) == flood.model["exchanges_written"]
-    FIGURES.update(exchanges_written=flood.model["exchanges_written"], exchanges_dropped=flood.model["exchanges_dropped"])
+    assert written <= 128 * 1024 and flood.model.exchanges_dropped > 0, flood.model
+    assert flood.model.exchanges_written + flood.model.exchanges_dropped == flood.model.calls
+    assert len((folder / "model/exchanges.jsonl").read_text().splitlines()) == flood.model.exchanges_written
+    FIGURES.update(exchanges_written=flood.model.exchanges_written, exchanges_dropped=flood.model.exchanges_dropped)
 
 
 def test_the_tests_shipped_in_the_image_and_read_there_void_the_trial(runtime, tmp_path):

@@ -144,7 +144,7 @@ def test_a_base_the_engine_lacks_is_pulled_through_the_mirror_else_stood_in_with
         [base] = trial.bases
         assert base.source == "stand-in" and base.stand_in == "orchestra/base:bookworm", base
         assert base.pull_error and f"pull {MISSING}" in base.pull_error and base.pull_error in base.reason
-        assert trial.stand_ins[0]["reference"] == MISSING
+        assert trial.stand_ins[0].reference == MISSING
     said = [e for e in events if e["event"] == "image.stand_in" and e["log_level"] == "warning"]
     assert [e["reference"] for e in said] == [MISSING], said
     pulls = [e for e in events if e["event"] == "image.base_pulled"]

@@ -286,7 +286,7 @@ def test_an_allowlist_lets_one_host_through_and_refuses_another(runtime, tmp_pat
     assert probe["direct"] == "blocked" and result.limits.network_internal is True
     assert probe["relay"] == 0
     assert result.reward == {"reward": 1.0}, result.error  # the verifier under the same allowlist
-    assert result.egress["allowed"]["deb.debian.org"] >= 3 and result.egress["refused"]["pypi.org"] >= 3
+    assert result.egress.allowed["deb.debian.org"] >= 3 and result.egress.refused["pypi.org"] >= 3
     assert runtime.labelled("orchestra.job=allowlist") == ([], [], [])
 
 
@@ -416,7 +416,7 @@ def test_a_stand_in_never_moves_an_existing_tag_and_a_task_image_is_never_the_ba
     _, (child,) = run(runtime, tmp_path / "ds", tmp_path / "jobs", name="child")
     assert child.reward == {"reward": 1.0}, child.error
     assert child.base_alias == {"python:3.12.99-slim": BASE_IMAGE}
-    assert child.stand_ins[0]["python"] == "3.11" and "python 3.12" in child.stand_ins[0]["reason"]
+    assert child.stand_ins[0].python == "3.11" and "python 3.12" in child.stand_ins[0].reason
     assert not runtime.image_exists("python:3.12.99-slim")  # built on the base, no tag made
     theirs = runtime.api.inspect_image(child.image)["Id"]  # a child of the base, same labels
     assert runtime.api.inspect_image(child.image)["Config"]["Labels"].get("orchestra.image.kind")

@@ -37,11 +37,11 @@ def test_oracle_scores_one_everywhere_in_the_on_arm_nop_zero_and_compare_shows_t
     assert {name: r.reward["reward"] for name, (r, _) in on.items()} == dict.fromkeys(on, 1.0)
     assert len(on) == 12
     distractor = on["mb-distractor"][0].memory
-    assert distractor["fact_files_seeded"] == 101 and distractor["markers_used"] == ["MEMKEY-DIST5Q"]
-    assert distractor["recall_events"] >= 1 and distractor["hits"] >= 1
+    assert distractor.fact_files_seeded == 101 and distractor.markers_used == ["MEMKEY-DIST5Q"]
+    assert distractor.recall_events >= 1 and distractor.hits >= 1
 
     off_job, off = arm(runtime, SUITE, jobs, "memory-off")
-    assert all(r.memory["fact_files_seeded"] == 0 and r.memory["recall_events"] == 0
+    assert all(r.memory.fact_files_seeded == 0 and r.memory.recall_events == 0
                for r, _ in off.values())
     failed_off = sorted(n for n, (r, _) in off.items() if r.reward["reward"] == 0.0)
     assert failed_off == ["mb-cjk", "mb-conflict", "mb-distractor", "mb-exact", "mb-paraphrase",

@@ -48,7 +48,7 @@ def test_a_tool_call_written_as_fenced_json_is_run_and_a_looping_model_is_stoppe
     assert result.reward == {"reward": 1.0}, result.error
     dispatched = [e["tool"] for e in events if e["kind"] == "tool_dispatch"]
     assert dispatched[0]["name"] == "write_file" and dispatched[0]["args"]["path"] == "/app/hello.txt"
-    assert result.model["calls"] == 5 and result.agent_outcome == "step_limit" and result.agent_exit_code == 5
+    assert result.model.calls == 5 and result.agent_outcome == "step_limit" and result.agent_exit_code == 5
     assert any("same tool call(s) 5 turns in a row" in t for t in texts(events))
 
 
@@ -64,15 +64,15 @@ def test_replies_cut_at_length_are_never_taken_as_the_answer(runtime, tmp_path):
 def test_a_context_overflow_is_the_agents_request_failing_graded_as_usual(runtime, tmp_path):
     result, events = replay(runtime, tmp_path, "context-overflow")
     assert result.agent_outcome == "endpoint_error" and result.failure_mode == "none"
-    assert result.reward == {"reward": 0.0} and result.model["upstream_refusals"] == 1
-    assert "maximum context length is 512 tokens" in result.model["last_error"]
+    assert result.reward == {"reward": 0.0} and result.model.upstream_refusals == 1
+    assert "maximum context length is 512 tokens" in result.model.last_error
     assert any(t.startswith("endpoint error:") and "400" in t for t in texts(events))
 
 
 def test_a_server_that_keeps_answering_500_is_an_endpoint_error_not_the_agents_zero(runtime, tmp_path):
     result, events = replay(runtime, tmp_path, "server-500")
     assert result.failure_mode == "endpoint_error" and result.agent_outcome == "endpoint_error"
-    assert result.model["retries"] == 5 and "internal_server_error" in result.model["last_error"]
+    assert result.model.retries == 5 and "internal_server_error" in result.model.last_error
     assert result.error and "failed after retries" in result.error
     assert any(t.startswith("endpoint error:") for t in texts(events))
 
@@ -113,5 +113,5 @@ def test_a_replay_reads_no_exchanges_the_agent_wrote(runtime, tmp_path):
     run_job(runtime, load_tasks(tmp_path / "ds"), load_manifest(source / "manifest.yaml"), options)
     (folder,) = (tmp_path / "jobs/replayed/trials").iterdir()
     result = TrialResult.model_validate_json((folder / "result.json").read_text())
-    assert result.reward == {"reward": 1.0} and result.model["calls"] == 5, result.error
+    assert result.reward == {"reward": 1.0} and result.model.calls == 5, result.error
     assert b"pwned" not in (folder / "agent/trajectory.jsonl").read_bytes()

@@ -48,7 +48,7 @@ def test_the_reference_agent_on_replay_solves_examples_and_memory_retrieval(runt
         lines = (folder / "agent/trajectory.jsonl").read_text().splitlines()
         kinds = [json.loads(line).get("event", {}).get("kind") for line in lines]
         assert "tool_dispatch" in kinds and "tool_result" in kinds, name
-        assert result.agent_outcome == "ok" and result.model["calls"] >= 2 and result.tokens > 0
+        assert result.agent_outcome == "ok" and result.model.calls >= 2 and result.tokens > 0
     # memory-retrieval runs with its no-memory flag: nothing recalled, it used mem itself
     mr_lines = [json.loads(x) for x in (trials["memory-retrieval"][1] / "agent/trajectory.jsonl").read_text().splitlines()]
     assert not any("memory_recall" in x for x in mr_lines)
@@ -77,7 +77,7 @@ def test_a_budget_of_two_calls_stops_the_third_and_the_agent_sees_why(runtime, t
     _, trials = run_with(runtime, tmp_path / "ds", tmp_path / "jobs",
                          manifest("scripted", budget={"max_calls": 2}), endpoints=[endpoints])
     result, folder = trials["loop"]
-    assert result.model["calls"] == 2 and result.model["refused_budget"] == 1
+    assert result.model.calls == 2 and result.model.refused_budget == 1
     assert result.agent_outcome == "budget_exceeded" and result.agent_exit_code == 4
     assert "budget exceeded: max_calls=2" in (folder / "agent/trajectory.jsonl").read_text()
     assert result.reward == {"reward": 1.0}  # the work it did before still counts
@@ -91,7 +91,7 @@ def test_429_twice_then_200_is_retried_and_the_trial_succeeds(runtime, tmp_path)
     _, trials = run_with(runtime, tmp_path / "ds", tmp_path / "jobs", manifest("scripted"),
                          endpoints=[script_endpoint(tmp_path, script)])
     result, _ = trials["flaky"]
-    assert result.reward == {"reward": 1.0} and result.model["retries"] == 2
+    assert result.reward == {"reward": 1.0} and result.model.retries == 2
     assert result.agent_outcome == "ok"
 
 
@@ -197,7 +197,7 @@ def test_roster_workers_run_in_their_own_containers_with_their_own_identities(ru
     _, trials = run_with(runtime, tmp_path / "ds", tmp_path / "jobs", lineup)
     result, folder = trials["team"]
     assert result.reward == {"reward": 1.0}
-    assert sorted((w["name"], w["exit_code"]) for w in result.workers) == [("helper-1", 0), ("helper-2", 0)]
+    assert sorted((w.name, w.exit_code) for w in result.workers) == [("helper-1", 0), ("helper-2", 0)]
     # each container's OCI runtime, read back (the engine's default here: no --runtime)
     assert set(result.container_runtimes) == {"agent", "worker:helper-1", "worker:helper-2"}
     assert len(set(result.container_runtimes.values())) == 1, result.container_runtimes
@@ -243,10 +243,10 @@ def test_the_reference_agent_survives_what_real_servers_send(runtime, tmp_path, 
     assert dispatched and dispatched[0]["name"] == "shell" and dispatched[0]["args"] == {"command": HELLO}
     if case == "invalid-call-corrected":  # told what was wrong, then called a real tool
         texts = [x["event"].get("text") or "" for x in trajectory if x.get("event", {}).get("kind") == "text"]
-        assert any("there is no tool 'mem_write'" in t for t in texts) and result.model["calls"] == 3
+        assert any("there is no tool 'mem_write'" in t for t in texts) and result.model.calls == 3
     if case == "cut-at-length":
         assert any("cut at max_tokens" in (x.get("event", {}).get("text") or "") for x in trajectory)
-        assert result.model["calls"] == 3
+        assert result.model.calls == 3
 
 
 def test_a_slow_endpoint_is_an_endpoint_error_in_the_trajectory_not_a_crash(runtime, tmp_path):
@@ -285,7 +285,7 @@ def test_a_slow_endpoint_is_an_endpoint_error_in_the_trajectory_not_a_crash(runt
     assert "endpoint" in trajectory and "Traceback" not in (folder / "agent/stderr.txt").read_text()
     assert result.agent_outcome == "endpoint_error" and result.agent_exit_code != 1
     assert result.failure_mode == "endpoint_error" and "stopped waiting" in result.error
-    assert result.model["abandoned"] == 1 and len(seen) == 1, seen  # never re-sent
+    assert result.model.abandoned == 1 and len(seen) == 1, seen  # never re-sent
 
 
 def test_model_and_endpoint_config_pick_an_endpoint_without_a_manifest(tmp_path):

@@ -54,11 +54,11 @@ def test_memory_retrieval_runs_with_the_no_memory_flag_and_seeds_written_by_mem_
     assert env["ORCHESTRA_NO_MEMORY"] == "1"
     assert env["ORCHESTRA_AGENT_ID"] == "lead"
     assert env["ORCHESTRA_RELAY_URL"].startswith("http://10.213.")
-    seeds = trial.memory["engram_seeds"]
-    assert [s["slug"] for s in seeds] == [
+    seeds = trial.memory.engram_seeds
+    assert [s.slug for s in seeds] == [
         "total-customers-per-month", "customer-value-metric", "customers-metrics-spring-24",
         "new-customers-april-2024", "total-customers-metric"]
-    assert all(s["exit_code"] == 0 and s["via"] == "mem set <slug> -" for s in seeds)
+    assert all(s.exit_code == 0 and s.via == "mem set <slug> -" for s in seeds)
     folder = next((tmp_path / "jobs" / job.job / "trials").iterdir())
     writes = json.loads((folder / "relay-engrams.json").read_text())
     assert [(w["owner"], w["slug"], w["client"]) for w in writes] == [
@@ -104,7 +104,7 @@ def test_memory_off_seeds_nothing_and_the_oracle_scores_zero(runtime, tmp_path):
     assert json.loads((off_dir / "artifacts/ls.json").read_text()) == []
     assert (off_dir / "artifacts/flag.txt").read_text().strip() == "1"
     assert (on_dir / "artifacts/flag.txt").read_text().strip() == "0"
-    assert "engram_seeds" not in off.memory
+    assert off.memory.engram_seeds == []
     assert results[("memory-on", "memory-retrieval")][0].reward["reward"] == 1.0
     assert results[("memory-off", "memory-retrieval")][0].reward["reward"] == 0.0
 
@@ -148,7 +148,7 @@ def test_an_agent_cannot_post_as_the_user_from_inside_its_container(runtime, tmp
         "forged_pubkey": 401, "wrong_key": 401}
     evidence = json.loads((folder / "artifacts/relay-evidence.json").read_text())
     assert [m["author"] for m in evidence["messages"]] == ["user"]  # only the instruction
-    assert len(trial.relay["rejections"]) == 2
+    assert len(trial.relay.rejections) == 2
 
 
 def test_a_seed_that_cannot_be_written_is_a_launch_error_naming_the_slug(runtime, tmp_path):

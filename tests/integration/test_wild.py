@@ -107,15 +107,15 @@ def test_wild_shapes_load_build_on_stand_ins_and_score_honestly(runtime, tmp_pat
         {n: r.error for n, r in t.items()}
     assert job.mean_reward == round((5 + 0.75 - (container_network == "none")) / 6, 6)
     tagged = t["bookworm-tag"].stand_ins[0]
-    assert tagged["release"] == "bookworm" and "NOT the python 3.13 the tag names" in tagged["warning"]
+    assert tagged.release == "bookworm" and "NOT the python 3.13 the tag names" in tagged.warning
     wild = t["pytest-at-grading"]
     assert wild.ignored_fields[-1] == "environment.image" and wild.schema_version == "2.0"  # read, not gated
-    assert wild.stand_ins[0]["stand_in"] == "orchestra/base:bookworm" and wild.stand_ins[0]["python"] == "3.11"
-    assert t["trixie-python"].stand_ins[0]["release"] == "trixie"
+    assert wild.stand_ins[0].stand_in == "orchestra/base:bookworm" and wild.stand_ins[0].python == "3.11"
+    assert t["trixie-python"].stand_ins[0].release == "trixie"
     assert t["two-keys"].reward == {"correctness": 1.0, "performance": 0.5}
-    assert "pinned by digest" in t["two-keys"].stand_ins[0]["warning"]
+    assert "pinned by digest" in t["two-keys"].stand_ins[0].warning
     assert t["compose-named-data"].compose_services == []  # a data file, not a compose file
-    assert "not Debian" in t["ubuntu"].stand_ins[0]["reason"]
+    assert "not Debian" in t["ubuntu"].stand_ins[0].reason
     # no tag was made for any reference that was stood in for
     assert not runtime.image_exists("python:3.12.9-slim") and not runtime.image_exists("ubuntu:24.04")
 

@@ -32,7 +32,8 @@ def test_verdicts(tmp_path):
     built = classify(task, trial(None, "build_error", "step 3\nCould not resolve host: github.com"), trial(None), job)
     assert built.verdict == "broken" and "needing a network this host lacks" in built.reason
     stood = classify(task, trial(0.0, stand_ins=[{"reference": "python:3.12.9-slim", "stand_in": "orchestra/base:bookworm",
-                                                  "python": "3.11"}]), trial(0.0), job)
+                                                  "python": "3.11", "release": "bookworm", "reason": "offline"}]),
+                      trial(0.0), job)
     assert stood.verdict == "broken" and "stood in by orchestra/base:bookworm (python 3.11)" in stood.reason
     slow = classify(task, trial(None, "agent_timeout"), trial(0.0), job)
     assert slow.verdict == "broken" and "timeout" in slow.reason

@@ -72,7 +72,7 @@ def test_compare_pairs_only_the_same_task_content_and_says_why_not():
     assert report.paired == 1
     assert report.unpaired_reasons == {"b#0": "the task's content differs between the two jobs",
                                           "c#0": "ran only in on", "d#0": "ran only in off"}
-    assert report.memory_shadow and report.memory_shadow["on"]["marker_rate"] == "1/1"
+    assert report.memory_shadow and (on_shadow := report.memory_shadow["on"]) and on_shadow.marker_rate == "1/1"
     text = to_markdown(report)
     assert "- not paired: b#0: the task's content differs" in text and "## Memory shadow" in text
 

@@ -15,6 +15,7 @@ from email.message import Message
 from urllib.parse import parse_qs, urlsplit
 
 from orchestrator.log import get_logger
+from orchestrator.models.records import RelayRecord
 from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler, OnOneServer
 from orchestrator.services.relay import auth
 from orchestrator.services.relay.store import (
@@ -57,11 +58,11 @@ class RelayServer(OnOneServer):
         key = f"{status}: {reason.split(':')[0][:60]}"
         self.limit_hits[key] = self.limit_hits.get(key, 0) + 1
 
-    def bounds(self) -> dict:
-        """What the result records about this relay's bounds."""
-        return {"rejected": self.rejected, "rejections": list(self.rejections),
-                "limit_hits": dict(self.limit_hits),
-                "connections_refused": self.server.refused, **self.store.usage()}
+    def record_bounds(self, record: RelayRecord) -> None:
+        """Fill in what the trial's result records about this relay's bounds."""
+        record.rejected, record.rejections = self.rejected, list(self.rejections)
+        record.limit_hits, record.connections_refused = dict(self.limit_hits), self.server.refused
+        record.messages, record.engram_events, record.stored_bytes = self.store.usage()
 
     def tag_for(self, identity: Identity) -> str:
         return auth.auth_tag(self.secret, identity.pubkey)

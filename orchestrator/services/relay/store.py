@@ -84,10 +84,10 @@ class RelayStore:
         self._lock = threading.Lock()
         self._counter = 0
 
-    def usage(self) -> dict:
+    def usage(self) -> tuple[int, int, int]:
+        """Messages, engram events and bytes stored so far."""
         with self._lock:
-            return {"messages": len(self.messages), "engram_events": len(self.engrams),
-                    "stored_bytes": self._bytes}
+            return len(self.messages), len(self.engrams), self._bytes
 
     def _charge(self, size: int, what: str) -> None:
         """Called under the lock before storing `size` more bytes."""
