@@ -9,7 +9,7 @@ whether a trial is retried.
     |   |   `-- SidecarFailed a compose service did not start or turned unhealthy
     |   |-- LaunchError       a trial's sandbox could not be started or seeded: launch_error,
     |   |   |                 retried (raised by the trial's start and seed phases)
-    |   |   `-- RuntimeMissing the engine has no OCI runtime by the name asked for (--runtime,
+    |   |   `-- RuntimeMissing the engine has no OCI runtime by the name asked for (--oci-runtime,
     |   |                     a manifest's sandbox.oci_runtime): launch_error, never retried
     |   |-- EngineGone        the engine did not answer within --engine-wait: the job stops
     |   |-- EngineDiskFull    the engine's data root is nearly full: the job stops

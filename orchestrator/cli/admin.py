@@ -65,7 +65,7 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
             for need in needs:
                 console.print(f"    needs: {need}", markup=False, soft_wrap=True)
     if info is not None and "runsc" not in info.oci_runtimes:
-        human.print("note: gVisor is not available on this engine (`--runtime runsc` would be refused). "
+        human.print("note: gVisor is not available on this engine (`--oci-runtime runsc` would be refused). "
                     "To add it: apt-get install runsc, put these lines in /etc/docker/daemon.json "
                     '(merged with what is there): {"runtimes": {"runsc": {"path": "/usr/bin/runsc", '
                     '"runtimeArgs": ["--platform=ptrace", "--network=host"]}}}, then `kill -HUP $(pidof dockerd)`',

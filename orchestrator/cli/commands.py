@@ -72,7 +72,9 @@ def run(
     build_ahead: Annotated[int, typer.Option("--build-ahead", min=0, help="Build task images ahead of trials, N at once, longest first, in a pool beside the running trials (a trial's slot and reservation start once its images exist; a build failure is its task's, said once). 0 (the default): each trial builds its own images as it starts. Local backend only.")] = 0,
     backend: Annotated[Backend, typer.Option(help="Where trials run: here, or on Ray (each trial a Ray task).")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: auto, i.e. RAY_ADDRESS or a local cluster).")] = None,
-    oci_runtime: Annotated[str | None, typer.Option("--runtime", help="OCI runtime for every container of a trial (agent, verifier, workers, sidecars), e.g. runsc (gVisor); refused before any trial when the engine lacks it. A manifest's sandbox.oci_runtime sets it for a suite.")] = None,
+    oci_runtime: Annotated[str | None, typer.Option("--oci-runtime", help="OCI runtime for every container of a trial (agent, verifier, workers, sidecars), e.g. runsc (gVisor); refused before any trial when the engine lacks it. A manifest's sandbox.oci_runtime sets it for a suite.")] = None,
+    # the flag's old name, kept working for scripts; hidden ("runtime" is the engine seam's word)
+    old_runtime: Annotated[str | None, typer.Option("--runtime", hidden=True)] = None,
     build_policy: Annotated[BuildPolicy, typer.Option("--build-policy", help="A task's docker_image: prefer-prebuilt (use it, else pull, else build environment/Dockerfile) | build (always the Dockerfile) | pull (pull fresh, no fallback).")] = "prefer-prebuilt",
     bases: Annotated[Bases | None, typer.Option("--bases", help="FROM images the engine lacks (task Dockerfile, tests/Dockerfile, compose): auto (pulled as Docker would, with the engine's mirrors and your registry credentials; a stand-in only when no registry answers, said once per image) | pull (a failed pull is the task's build_error) | offline (never pulled: orchestra's Debian stand-ins). Default: the manifest's sandbox.bases, else auto.")] = None,
     require: Annotated[list[str] | None, typer.Option("--require", help="A capability the engine must enforce, else exit 2 before any trial (repeatable): disk-quota (a per-trial disk that fills at the task's storage_mb; needs root and an engine on this host) | host-isolation (a trial reaches only its own ports on this host; needs root and iptables). Without it, what is missing is said once and recorded in the result's `capabilities`.")] = None,
@@ -102,7 +104,16 @@ def run(
     flags = dict(locals())  # the parsed flags, before anything else is named here
     from orchestrator.cli.run import RunArgs, execute
 
+    flags["oci_runtime"] = oci_runtime_flag(oci_runtime, flags.pop("old_runtime"))
     execute(RunArgs(**flags))
+
+
+def oci_runtime_flag(oci_runtime: str | None, old_runtime: str | None) -> str | None:
+    """--oci-runtime, or its old name --runtime: one value (both, differing, is exit 2)."""
+    if oci_runtime and old_runtime and oci_runtime != old_runtime:
+        raise typer.BadParameter(f"{oci_runtime!r}, but --runtime (its old name) says {old_runtime!r}",
+                                 param_hint="--oci-runtime")
+    return oci_runtime or old_runtime
 
 
 run.__doc__ = (run.__doc__ or "").replace("{exits}", one_paragraph("""Exit codes: 0 the job

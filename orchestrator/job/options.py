@@ -33,7 +33,7 @@ class JobOptions:
     ca_bundle: Path | None = None  # trusted in image builds (a TLS-intercepting proxy)
     build_policy: str = "prefer-prebuilt"  # docker_image: prefer-prebuilt | build | pull
     bases: str | None = None  # FROM bases the engine lacks: auto (pull, else stand in) | pull | offline; None: the manifest's sandbox.bases, else auto
-    oci_runtime: str | None = None  # --runtime, e.g. runsc
+    oci_runtime: str | None = None  # --oci-runtime, e.g. runsc
     registry: str | None = None  # --registry HOST/PREFIX: built images pushed, Ray nodes pull
     require: list[str] = field(default_factory=list)  # --require: capabilities (REQUIRABLE) or exit 2
     replay_from: Path | None = None  # answer model calls from this job's recorded exchanges

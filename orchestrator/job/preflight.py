@@ -51,12 +51,12 @@ REQUIRABLE = {"disk-quota": "disk_quota", "host-isolation": "host_isolation"}
 
 def with_sandbox_policy(options: JobOptions, manifest: Manifest) -> JobOptions:
     """The manifest's `sandbox` joins the command line's: its OCI runtime is the default
-    (a different --runtime would weaken what the suite requires: refused), its `require`
+    (a different --oci-runtime would weaken what the suite requires: refused), its `require`
     adds to --require."""
     policy = manifest.sandbox
     if policy.oci_runtime and options.oci_runtime and options.oci_runtime != policy.oci_runtime:
-        raise InputError(f"--runtime {options.oci_runtime}: the manifest's sandbox.oci_runtime is "
-                         f"{policy.oci_runtime!r}, which its suite requires; drop --runtime or use that")
+        raise InputError(f"--oci-runtime {options.oci_runtime}: the manifest's sandbox.oci_runtime is "
+                         f"{policy.oci_runtime!r}, which its suite requires; drop --oci-runtime or use that")
     return replace(options, oci_runtime=options.oci_runtime or policy.oci_runtime,
                    require=sorted(set(options.require) | set(policy.require)))
 
@@ -68,7 +68,7 @@ def check_capabilities(runtime: Runtime, options: JobOptions,
     caps = runtime.capabilities(engine)
     problems = []
     if options.oci_runtime and options.oci_runtime not in caps.oci_runtimes:
-        problems.append(f"--runtime {options.oci_runtime}: the engine has no such runtime "
+        problems.append(f"--oci-runtime {options.oci_runtime}: the engine has no such runtime "
                         f"(it has: {', '.join(caps.oci_runtimes)}); install it "
                         "(gVisor: https://gvisor.dev/docs/user_guide/install/) and register it in "
                         "daemon.json (`orchestra tasks check` prints the lines)")

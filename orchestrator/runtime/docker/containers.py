@@ -95,7 +95,7 @@ class ContainersMixin(DockerState):
         except APIError:
             has = "unknown: the engine did not say"
         return (f"the engine has no OCI runtime {name!r} (it has: {has}): a container asked for "
-                f"it (--runtime or the manifest's sandbox.oci_runtime); install it and register "
+                f"it (--oci-runtime or the manifest's sandbox.oci_runtime); install it and register "
                 "it in daemon.json (`orchestra tasks check` prints the lines for gVisor's runsc); "
                 "not retried")
 
