@@ -13,7 +13,9 @@ key an older orchestra wrote and this one no longer knows costs nothing on readi
 - EgressRecord: the allowlist proxy's counts (services/egress.py)
 - WorkerRecord: one roster worker (trial/workers.py `stop_workers`)
 - StandInRecord: a base that stood in for a FROM reference (tasks/standins.py `StandIn`)
-- MemoryShadow: what memory did across a job's trials (job/shadow.py `memory_shadow`)
+- MemoryShadow: what memory did across a job's trials (job/shadow.py `memory_shadow`), and
+  ArmShadow, one arm's in compare.json
+- Recorded[...]: a record only some trials make, None when not made (written `{}`)
 """
 
 from __future__ import annotations

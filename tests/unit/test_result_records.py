@@ -9,6 +9,7 @@ shadow. Nothing in them is secret: /tmp paths of the test run that wrote them.""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -22,10 +23,12 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from orchestrator.cli.commands import app
-from orchestrator.models.records import ArmShadow, MemoryShadow, ModelUsage
+from orchestrator.models.records import ArmShadow, MemoryAudit, MemoryShadow, ModelUsage
 from orchestrator.models.result import JobResult, TrialResult, trial_folder_name
 from orchestrator.report.load import load_job_result, load_trials
 from orchestrator.report.summary import render_job
+from orchestrator.services.apis.calls import ProxyStats
+from orchestrator.trial.audit import Audit
 from orchestrator.view import pages
 
 DATA = Path(__file__).parent / "data" / "results"
@@ -88,6 +91,21 @@ def test_a_record_never_made_is_written_as_it_always_was():
     assert written["model"] == {} and written["egress"] is None
     r.model = ModelUsage(calls=2)
     assert json.loads(r.model_dump_json())["model"]["calls"] == 2
+
+
+def test_the_model_counts_hold_every_count_the_proxy_keeps():
+    # ModelProxy.summary reads ProxyStats' fields by name: a count added there and not here
+    # would silently miss the result
+    assert {f.name for f in dataclasses.fields(ProxyStats)} <= set(ModelUsage.model_fields)
+
+
+def test_each_step_s_audit_replaces_the_findings_and_adds_its_leaks():
+    memory = MemoryAudit(state_home="/var/tmp/.s-x", fact_files_seeded=2)  # what seeding wrote
+    Audit(recall_events=3, markers_used=["M1"], leaks=["read tests/test.sh"]).record_into(memory)
+    Audit(recall_events=1, complete=False, incomplete_reason="cut", leaks=["read x"]).record_into(memory)
+    assert (memory.recall_events, memory.markers_used, memory.complete) == (1, [], False)
+    assert memory.leaks == ["read tests/test.sh", "read x"] and memory.incomplete_reason == "cut"
+    assert (memory.state_home, memory.fact_files_seeded) == ("/var/tmp/.s-x", 2)  # the seed's, kept
 
 
 def test_the_job_result_reads_its_memory_shadow_as_the_model():
