@@ -58,9 +58,9 @@ def _scope(label: str | list[str]) -> tuple[list[str], str | None, bool]:
     return labels, job, any(lab.startswith(LABEL_PID + "=") for lab in labels)
 
 
-def reap(runtime: Runtime, label: str | list[str]) -> dict[str, int]:
-    """Remove containers, volumes, networks (and their loop disks) carrying a label (or
-    every label of a list: `own(label)` for this process's only).
+def reap(runtime: Runtime, label: str | list[str], disks: bool = True) -> dict[str, int]:
+    """Remove containers, volumes, networks (and, unless `disks` is False, their loop disks)
+    carrying a label (or every label of a list: `own(label)` for this process's only).
 
     Never raises for one object: removal is idempotent (another remover may be at the same
     object, e.g. a trial's own clean-up or a Ray node's reaper on a shared engine), and an
@@ -73,10 +73,10 @@ def reap(runtime: Runtime, label: str | list[str]) -> dict[str, int]:
                                 ("volume", runtime.remove_volume, volumes)):
         failed += sum(not try_remove(kind, remove, name) for name in names)
     quotas = runtime.loop_disks()
-    disks = quotas.reap(job, own=mine) if quotas and (job or labels[0] == LABEL_KIND) else 0
+    gone = quotas.reap(job, own=mine) if disks and quotas and (job or labels[0] == LABEL_KIND) else 0
     failed += sum(not try_remove("network", runtime.remove_network, n) for n in networks)
     return {"containers": len(containers), "networks": len(networks), "volumes": len(volumes),
-            "disks": disks, "failed": failed}
+            "disks": gone, "failed": failed}
 
 
 def try_remove(kind: str, remove: Callable[[str], object], name: str) -> bool:
@@ -105,13 +105,15 @@ def _dead_owner(labels: dict[str, str], host: str) -> bool:
     return labels.get(LABEL_HOST) == host and pid.isdigit() and not _alive(int(pid))
 
 
-def dead_jobs(runtime: Runtime, rows: list[dict] | None = None) -> set[str]:
-    """Jobs on this host whose orchestrator process no longer exists (from `rows` of
-    runtime.owned_objects() when the caller already has them)."""
+def dead_owners(runtime: Runtime, rows: list[dict] | None = None) -> set[tuple[str, str]]:
+    """(job, pid) of objects on this host whose orchestrator process no longer exists (from
+    `rows` of runtime.owned_objects() when the caller already has them). By owner, not by job
+    name alone: a live job may carry the name of a killed one (a resume, or the same
+    --job-name in another --jobs-dir), and its objects are not orphans."""
     host = socket.gethostname()
     rows = runtime.owned_objects() if rows is None else rows
-    return {row["labels"].get(LABEL_JOB, "") for row in rows
-            if _dead_owner(row["labels"], host)} - {""}
+    return {(row["labels"].get(LABEL_JOB, ""), row["labels"][LABEL_PID]) for row in rows
+            if _dead_owner(row["labels"], host) and row["labels"].get(LABEL_JOB)}
 
 
 def plan(runtime: Runtime, job: str | None = None, everything: bool = False) -> list[dict]:
@@ -120,21 +122,24 @@ def plan(runtime: Runtime, job: str | None = None, everything: bool = False) -> 
     rows = runtime.owned_objects()
     if everything:
         return rows
-    jobs = {job} if job is not None else dead_jobs(runtime, rows)
-    return [r for r in rows if r["labels"].get(LABEL_JOB) in jobs]
+    if job is not None:
+        return [r for r in rows if r["labels"].get(LABEL_JOB) == job]
+    host = socket.gethostname()
+    return [r for r in rows if r["labels"].get(LABEL_JOB) and _dead_owner(r["labels"], host)]
 
 
 def reap_orphans(runtime: Runtime) -> dict[str, int]:
-    """Objects of jobs whose orchestrator process on this host no longer exists."""
-    jobs = dead_jobs(runtime)
+    """Objects whose orchestrator process on this host no longer exists (live jobs of the
+    same name untouched); their loop disks by the owner's pid in the folder's name."""
+    owners = dead_owners(runtime)
     totals = {"containers": 0, "networks": 0, "volumes": 0, "disks": 0, "failed": 0}
-    for job in sorted(jobs):
-        for key, value in reap(runtime, f"{LABEL_JOB}={job}").items():
+    for job, pid in sorted(owners):
+        for key, value in reap(runtime, [f"{LABEL_JOB}={job}", f"{LABEL_PID}={pid}"], disks=False).items():
             totals[key] += value
     if (quotas := runtime.loop_disks()) is not None:
         totals["disks"] += quotas.reap_dead_owners(_alive)
     if any(totals.values()):
-        log.warning("reaper.removed_orphans", jobs=sorted(jobs), **totals)
+        log.warning("reaper.removed_orphans", jobs=sorted({job for job, _ in owners}), **totals)
     return totals
 
 

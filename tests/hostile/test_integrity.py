@@ -730,6 +730,7 @@ def test_job_names_are_one_safe_segment_and_outputs_never_replace_devices(runtim
     assert proc.returncode == 0 and '"paired": 1' in proc.stdout
 
 
+@pytest.mark.exclusive  # `orchestra cleanup --all` removes every job's objects, live ones too
 def test_cleanup_never_touches_what_orchestra_did_not_create(runtime, tmp_path):
     make_task(tmp_path / "ds", "t", toml=SMALL, solve="touch /app/ok\n")
     run_job(runtime, load_tasks(tmp_path / "ds"), default_manifest("oracle"),

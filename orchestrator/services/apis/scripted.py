@@ -214,6 +214,7 @@ class ScriptedUpstream(BackgroundServer):
                 if not stream:
                     whole = next(answers)
                     self.reply(200, whole if isinstance(whole, dict) else whole.encode())
+                    upstream.finished.append(time.monotonic())
                 else:
                     self.start_stream(200, "text/event-stream")
                     for n, event in enumerate(answers):
@@ -223,7 +224,9 @@ class ScriptedUpstream(BackgroundServer):
                         head = f"event: {event['type']}\n" if isinstance(event, dict) and api in (
                             "messages", "responses") else ""
                         self.send_chunk(f"{head}data: {data}\n\n".encode())
+                    # noted before the stream's end goes out: a client that has read it all
+                    # may look at `finished` at once, before this thread runs again
+                    upstream.finished.append(time.monotonic())
                     self.end_stream()
-                upstream.finished.append(time.monotonic())
 
         super().__init__(Handler, host, name="scripted-upstream", path="", request_rate=None)
