@@ -62,7 +62,7 @@ def test_memory_retrieval_runs_with_the_no_memory_flag_and_seeds_written_by_mem_
     folder = next((tmp_path / "jobs" / job.job / "trials").iterdir())
     writes = json.loads((folder / "relay-engrams.json").read_text())
     assert [(w["owner"], w["slug"], w["client"]) for w in writes] == [
-        ("lead", f"mem/{s['slug']}", "mem set -") for s in seeds]  # the value came on stdin
+        ("lead", f"mem/{s.slug}", "mem set -") for s in seeds]  # the value came on stdin
     # No secret in the container's config (they reach the agent through exec only) ...
     assert "ORCHESTRA_PRIVATE_KEY" not in env and "ORCHESTRA_AUTH_TAG" not in env
     # ... and none anywhere in the job folder.
