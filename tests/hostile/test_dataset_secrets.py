@@ -177,13 +177,20 @@ nohup setsid bash /tmp/lurk.sh >/dev/null 2>&1 &
 sleep 0.5
 [ -s /tmp/lurker-alive ] && touch /app/ok
 """
-# test.sh gives the lurker time to find it, then keeps what it found (reversed: no scrubber
-# knows that form) and whether it was still alive
-LURKED = """sleep 1.5
-mkdir -p /logs/verifier
+# test.sh waits while the lurker lives until it has found the secret (at most ~40 s: a hang
+# guard; under a loaded host one pass over /proc can take seconds), then keeps what it found
+# (reversed: no scrubber knows that form) and whether the lurker was still alive. "Alive":
+# its heartbeat moved within 2 s.
+LURKED = """mkdir -p /logs/verifier
+alive=gone
+for i in $(seq 20); do
+  a=$(cat /tmp/lurker-alive); sleep 2; b=$(cat /tmp/lurker-alive)
+  if [ "$a" = "$b" ]; then break; fi
+  alive=alive
+  if [ -s /tmp/stolen ]; then break; fi
+done
+echo $alive > /logs/verifier/lurker.txt
 cat /tmp/stolen > /logs/verifier/stolen.txt 2>/dev/null
-a=$(cat /tmp/lurker-alive); sleep 0.5; b=$(cat /tmp/lurker-alive)
-[ "$a" != "$b" ] && echo alive > /logs/verifier/lurker.txt || echo gone > /logs/verifier/lurker.txt
 [ -e /app/ok ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt
 """
 
