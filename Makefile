@@ -52,11 +52,17 @@ test-tools:
 # file whole on one worker); files that change the whole engine run alone
 # (tests/engineshare.py). TEST_WORKERS=0 runs it in one process.
 # The three bases (debootstrap: waits on Debian's mirror, touches no host package state) are
-# built while apt installs the test tools: on a fresh machine the two are most of the set-up.
+# built while apt installs the test tools and pip/npm fetch the agent CLIs the tests run: on
+# a fresh machine these are most of the set-up. An agent that cannot be fetched now (no
+# network) is not an error here: its tests fetch it or say why they could not.
 TEST_WORKERS ?= 2
+AGENTS_LOG := /tmp/orchestra-agents-install.log
 test: lint docker
 	$(BIN)/orchestra images bootstrap --release bookworm --release trixie --release bullseye & bases=$$!; \
-	  ./scripts/ensure-test-tools.sh; tools=$$?; wait $$bases && exit $$tools
+	  $(BIN)/orchestra agents --install all >$(AGENTS_LOG) 2>&1 & agents=$$!; \
+	  ./scripts/ensure-test-tools.sh; tools=$$?; \
+	  wait $$agents || echo "orchestra: not every agent CLI could be fetched now (log: $(AGENTS_LOG))" >&2; \
+	  wait $$bases && exit $$tools
 	$(BIN)/pytest tests -q --durations=40 --require-parts -n $(TEST_WORKERS) --dist loadfile
 
 test-hostile: base-image
