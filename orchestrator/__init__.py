@@ -4,6 +4,7 @@ The package is laid out by layer; a layer imports only the layers below it (the
 architecture test holds this):
 
     cli/          the typer app: parse, call one function, render
+    api.py        the Python API `orchestra run` calls: RunRequest -> run() -> RunOutcome
     view/ report/ pages and reports over results already written
     job/          many trials: plan, scheduler, engine watch, pre-flight, summary, doctor
     executors/    where trials run: local threads, Ray

@@ -102,10 +102,10 @@ def run(
     {exits}
     """
     flags = dict(locals())  # the parsed flags, before anything else is named here
-    from orchestrator.cli.run import RunArgs, execute
+    from orchestrator.cli.run import execute, parse
 
     flags["oci_runtime"] = oci_runtime_flag(oci_runtime, flags.pop("old_runtime"))
-    execute(RunArgs(**flags))
+    execute(*parse(flags))  # orchestrator/api.py runs it; cli/run.py shows it
 
 
 def oci_runtime_flag(oci_runtime: str | None, old_runtime: str | None) -> str | None:
@@ -196,7 +196,10 @@ def report(
     if failing:
         err.print(f"mean reward {job.mean_reward:.3f} is below --fail-under {fail_under}")
     if regression is not None and baseline is not None:  # a gate is made against a baseline
-        _report_gate(regression, baseline, job_dir, fail_on_regression, human)
+        from orchestrator.util import write_json_atomic
+
+        write_json_atomic(job_dir / "regressions.json", regression.as_dict())
+        _report_gate(regression, baseline, fail_on_regression, human)
     if failing:
         raise typer.Exit(1)
 
@@ -249,13 +252,9 @@ def _compare_in(job_dir: Path) -> "CompareReport | None":
     return None
 
 
-def _report_gate(regression: "Gate", baseline: Path, job_dir: Path, fail_on_regression: bool,
-                 human: "Console") -> None:
-    """Print and write (regressions.json) the gate's verdict; exit 1 when asked to fail and a
-    task regressed."""
-    from orchestrator.util import write_json_atomic
-
-    write_json_atomic(job_dir / "regressions.json", regression.as_dict())
+def _report_gate(regression: "Gate", baseline: Path, fail_on_regression: bool, human: "Console") -> None:
+    """Print the gate's verdict (its caller wrote regressions.json); exit 1 when asked to fail
+    and a task regressed."""
     for line in regression.lines():
         human.print(line, markup=False, highlight=False, soft_wrap=True)
     if not regression.failed:

@@ -44,6 +44,7 @@ class Progress:
         self._live: Live | None = None
 
     def __enter__(self) -> Progress:
+        self.started = time.monotonic()  # the rate counts the run, not what came before it
         if self.live_mode:
             self._live = Live(self._render(), console=self.console, refresh_per_second=4,
                               transient=True)

@@ -136,7 +136,8 @@ def test_host_side_enforcement_is_reached_only_through_the_runtime():
 
 
 # DESIGN 1, top to bottom: a module may import its own layer and the layers below it.
-LAYERS = ["cli", "view", "report", "job", "executors", "trial", "agents", "services", "host",
+# api.py (the Python API the CLI calls) is a layer of its own, one flat module, under cli.
+LAYERS = ["cli", "api", "view", "report", "job", "executors", "trial", "agents", "services", "host",
           "runtime", "tasks", "models", "kernel"]
 KERNEL = {"archive", "errors", "log", "paths", "scrub", "util"}
 
@@ -187,8 +188,18 @@ def test_the_layer_check_fails_on_a_planted_upward_import(tmp_path):
 
 
 def test_the_kernel_is_at_most_six_modules_and_nothing_else_is_flat():
-    flat = sorted(p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    flat = sorted(p.stem for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "api.py"))
     assert flat == sorted(KERNEL) and len(flat) <= 6
+
+
+def test_the_cli_runs_a_job_only_through_the_api():
+    """`orchestra run` parses, calls orchestrator.api.run and renders: cli/run.py imports no
+    layer that makes a job (job, executors, trial, runtime, tasks), and neither does api.py's
+    caller need to."""
+    makers = {"job", "executors", "trial", "agents", "services", "host", "runtime", "tasks"}
+    reached = {layer_of(module) for _, module, _ in imports_by_line(MODULES["orchestrator.cli.run"])}
+    assert "api" in reached and reached & makers == set()
+    assert layer_of("orchestrator.api") == "api"
 
 
 def test_no_package_imports_another_packages_private_names():

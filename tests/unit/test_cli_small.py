@@ -2,14 +2,15 @@
 flag without a value (no `<bool>`) on a terminal-like render."""
 
 import re
-from types import SimpleNamespace
+from pathlib import Path
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
+from orchestrator.api import RunOutcome, RunRequest
 from orchestrator.cli.commands import app
-from orchestrator.cli.run import _render_and_gate
+from orchestrator.cli.run import Shown, _render_and_gate
 from orchestrator.models.result import JobResult
 
 
@@ -18,7 +19,8 @@ def test_the_answer_leak_exit_names_tests_solutions_and_memory_sources(tmp_path,
                     k=1, n_trials=1, counts={"answer_leak": 1})
     (tmp_path / "j" / "trials").mkdir(parents=True)
     with pytest.raises(typer.Exit) as stopped:
-        _render_and_gate(SimpleNamespace(jobs_dir=tmp_path, json_out=None, baseline=None), job, "j", None)
+        _render_and_gate(RunOutcome(request=RunRequest(path=Path("ds"), jobs_dir=tmp_path, job_name="j"),
+                                    job_dir=tmp_path / "j", job=job, trials=[], exit_code=4), Shown())
     assert stopped.value.exit_code == 4
     said = " ".join(capsys.readouterr().err.split())
     assert "answer leak in 1 trial(s)" in said

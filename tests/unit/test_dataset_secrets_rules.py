@@ -107,18 +107,13 @@ def test_global_allow_list_is_what_resolve_env_uses_by_default(monkeypatch):
 
 
 def _run_args(**over):
-    from orchestrator.cli.run import RunArgs
+    from orchestrator.api import RunRequest
 
-    fields = {name: None for name in RunArgs.__dataclass_fields__}
-    fields.update(task_env=None, trust_job_endpoints=False, endpoints=[], resumed=None,
-                  lineup_from_resume=None)
-    fields.update(over)
-    fields.pop("resumed"), fields.pop("lineup_from_resume")
-    return RunArgs(**fields)
+    return RunRequest(**{"endpoints": [], **over})
 
 
 def test_task_env_flag_refuses_orchestras_own_secrets(tmp_path):
-    from orchestrator.cli.run import _allow_task_env
+    from orchestrator.api import _allow_task_env
     from orchestrator.models.manifest import default_manifest
 
     endpoints = tmp_path / "e.json"
@@ -223,7 +218,7 @@ def test_one_writer_per_job_folder(tmp_path):
 
 
 def test_resume_never_takes_endpoints_from_the_job_folder_over_yours(tmp_path, monkeypatch):
-    from orchestrator.cli.run import _resumed_endpoints
+    from orchestrator.api import _resumed_endpoints
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "endpoints").mkdir()

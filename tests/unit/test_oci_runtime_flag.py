@@ -7,14 +7,15 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from orchestrator.api import RunRequest
 from orchestrator.cli import run as run_module
 from orchestrator.cli.commands import app
 
 
 @pytest.fixture
-def parsed(monkeypatch: pytest.MonkeyPatch) -> list[run_module.RunArgs]:
-    seen: list[run_module.RunArgs] = []
-    monkeypatch.setattr(run_module, "execute", seen.append)
+def parsed(monkeypatch: pytest.MonkeyPatch) -> list[RunRequest]:
+    seen: list[RunRequest] = []
+    monkeypatch.setattr(run_module, "execute", lambda request, shown: seen.append(request))
     return seen
 
 
