@@ -28,6 +28,7 @@ import contextlib
 import datetime as dt
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -35,13 +36,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.errors import InputError
 from orchestrator.models.jobconfig import JobSource
-from orchestrator.models.result import JobResult, TrialResult
-from orchestrator.report.gate import Gate
 
 if TYPE_CHECKING:
     from orchestrator.job.options import JobOptions
     from orchestrator.models.events import Observers
     from orchestrator.models.manifest import Manifest
+    from orchestrator.models.result import JobResult, TrialResult
+    from orchestrator.report.gate import Gate
     from orchestrator.tasks.load import Task
 
 # The outcome's exit codes (the CLI's; its bad input, 2, and infrastructure, 3, are raised)
@@ -106,18 +107,22 @@ class RunRequest(BaseModel):
     trust_job_endpoints: bool = False
 
 
-class RunOutcome(BaseModel):
+@dataclass
+class RunOutcome:
     """What a run gave: the job's result and its trials, the gate's verdict when a baseline
-    was given, and the exit code the CLI ends with."""
+    was given, and the exit code the CLI ends with. A dataclass of pydantic objects, not a
+    model: orchestra makes it, nothing validates it, and building a model of the gate's
+    types would cost every `orchestra run` ~8 ms of start-up (report.gate loads only with a
+    baseline)."""
 
     request: RunRequest  # as run: the job's name filled in, a resumed job's own options taken
     job_dir: Path
     job: JobResult
     trials: list[TrialResult]  # each trial's full result, as written in the job folder
     gate: Gate | None = None  # with a baseline (None after an answer leak: nothing is judged)
-    gate_refused: list[str] = Field(default_factory=list)  # why the gate judged nothing
+    gate_refused: list[str] = field(default_factory=list)  # why the gate judged nothing
     exit_code: int = DONE  # DONE, GATE_FAILED, GATE_REFUSED or ANSWER_LEAK
-    notes: list[str] = Field(default_factory=list)  # what the CLI prints on stderr before the run
+    notes: list[str] = field(default_factory=list)  # what the CLI prints on stderr before the run
 
 
 def run(request: RunRequest, *, observers: Observers | None = None, notes: Say | None = None,
@@ -173,6 +178,7 @@ def _judge(a: RunRequest, job: JobResult, job_dir: Path, baseline_trials: list[T
            said: list[str]) -> RunOutcome:
     """The verdicts on a finished job: an answer leak voids it (nothing else is judged), then
     the regression gate against the baseline, its verdict written to regressions.json."""
+    from orchestrator.models.result import TrialResult
     from orchestrator.util import write_json_atomic
 
     trials = [TrialResult.model_validate_json(p.read_text())
