@@ -31,8 +31,9 @@ from pydantic import (
 )
 
 
-class ModelUsage(BaseModel):
-    """The per-trial model proxy's counts: calls, refusals, retries, tokens, cost."""
+class ProxyCounts(BaseModel):
+    """What the per-trial model proxy counts as calls go through it (services/apis/calls.py
+    adds to one while the trial runs): calls, refusals, retries, tokens, cost."""
 
     calls: int = 0
     refused_budget: int = 0
@@ -45,6 +46,11 @@ class ModelUsage(BaseModel):
     completion_tokens: int = 0
     cost: float = 0.0
     by_api: dict[str, int] = {}  # calls per agent API
+
+
+class ModelUsage(ProxyCounts):
+    """The per-trial model proxy's record in the result: its counts, then its server's own
+    refusals and waits, then its exchanges record's."""
     connections_refused: int = 0  # past the proxy's connection cap
     body_rate_refused: int = 0
     body_rate_waited_sec: float = 0.0

@@ -35,7 +35,7 @@ from orchestrator.models.manifest import Budget
 from orchestrator.models.records import ModelUsage
 from orchestrator.services import apis
 from orchestrator.services.apis import chat
-from orchestrator.services.apis.calls import KIND_OF_STATUS, Call, CallWays, ProxyStats, Refusal
+from orchestrator.services.apis.calls import KIND_OF_STATUS, Call, CallWays, ProxyCounts, Refusal
 from orchestrator.services.apis.common import Api, Route
 from orchestrator.services.apis.forward import ClientGone, Pool, Retryable, upstream_said
 from orchestrator.services.apis.upstreams import Upstream, Upstreams
@@ -50,7 +50,7 @@ MAX_REQUEST = 2 * 1024 * 1024
 REQUEST_RATE = 25
 MAX_CHOICES = 8  # n / candidateCount: more choices a call are refused (each is a generation)
 KEEPALIVE_SEC = 5.0  # a streaming client waiting on a translated call hears from us this often
-__all__ = ["ClientGone", "ModelProxy", "ProxyStats", "Retryable", "Upstream", "Upstreams", "upstream_said"]
+__all__ = ["ClientGone", "ModelProxy", "ProxyCounts", "Retryable", "Upstream", "Upstreams", "upstream_said"]
 
 
 class ModelProxy(CallWays, OnOneServer):
@@ -66,7 +66,7 @@ class ModelProxy(CallWays, OnOneServer):
         self.upstream_apis, self.keepalive_sec = tuple(upstream_apis), keepalive_sec
         self.token = secrets.token_hex(24)
         self.pool = Pool(tls)
-        self.stats = ProxyStats()
+        self.stats = ProxyCounts()
         self._lock = threading.Lock()
         self._in_flight = 0
         self.record = ExchangeLog(record, self.scrub) if record is not None else None
@@ -251,7 +251,7 @@ class ModelProxy(CallWays, OnOneServer):
         """What the trial's result records of this proxy: the call counts, then the
         server's own refusals and waits, then the exchanges record's."""
         budget, requests = self.server.httpd.budget, self.server.httpd.requests
-        usage = ModelUsage.model_validate(self.stats, from_attributes=True)  # ProxyStats' fields
+        usage = ModelUsage.model_validate(self.stats, from_attributes=True)  # ProxyCounts' fields
         usage.connections_refused = self.server.refused
         if budget:
             usage.body_rate_refused, usage.body_rate_waited_sec = budget.refused, round(budget.waited, 2)

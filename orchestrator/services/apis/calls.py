@@ -30,6 +30,7 @@ from http.client import HTTPException
 from tenacity import RetryError
 
 from orchestrator.log import get_logger
+from orchestrator.models.records import ProxyCounts
 from orchestrator.services.apis import chat
 from orchestrator.services.apis.common import (
     Api,
@@ -69,19 +70,6 @@ class Refusal(Exception):
         self.kind, self.status, self.retry_after = kind, status, retry_after
 
 
-@dataclass
-class ProxyStats:
-    calls: int = 0
-    refused_budget: int = 0
-    upstream_errors: int = 0  # down after every retry: an endpoint_error trial
-    upstream_refusals: int = 0  # a 4xx (e.g. context overflow): the agent's request failed
-    abandoned: int = 0  # the agent gave up waiting; the proxy did not re-send
-    retries: int = 0
-    last_error: str | None = None  # the upstream's last error: status and body, cut, scrubbed
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    by_api: dict[str, int] = field(default_factory=dict)  # calls per agent API
 
 
 @dataclass
@@ -134,7 +122,7 @@ class CallWays:
     backoff_max: float
     keepalive_sec: float
     prices: dict[str, float]
-    stats: ProxyStats
+    stats: ProxyCounts
     record: ExchangeLog | None
     pool: Pool  # kept-alive HTTPS connections upstream
     _lock: threading.Lock
