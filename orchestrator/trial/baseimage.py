@@ -15,7 +15,7 @@ from pathlib import Path
 from orchestrator.log import get_logger
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
 from orchestrator.tasks.standins import RELEASES, base_image
-from orchestrator.trial.images import image_lock
+from orchestrator.trial.images import facts_if_present, image_lock
 
 log = get_logger()
 BOOTSTRAP_RELEASES = ("bookworm", "trixie")  # `orchestra images bootstrap`; bullseye on demand
@@ -45,10 +45,12 @@ def bootstrap_base(runtime: Runtime, release: str = "bookworm", force: bool = Fa
 
 
 def _base_version(runtime: Runtime, image: str) -> str | None:
-    try:
-        labels = runtime.image_facts(image).labels
-    except Exception:
+    """The base recipe's version `image` was built by; None when the engine has none (an
+    engine that fails raises: see images.facts_if_present)."""
+    facts = facts_if_present(runtime, image)
+    if facts is None:
         return None
+    labels = facts.labels
     return labels.get(LABEL_BASE_VERSION, "1") if labels.get(LABEL_IMAGE_KIND) == "base" else None
 
 
