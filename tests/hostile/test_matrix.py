@@ -173,8 +173,10 @@ def test_a_workdir_filler_is_held_to_storage_mb(matrix):
 def test_a_writable_layer_filler_is_disk_limit(matrix):
     _, t, _ = matrix
     result, folder = t["fill-layer"]
-    # positive control: it wrote past its 64 MB (16 MB files, counted as it went)
-    assert int((folder / "artifacts/written-16mb.txt").read_text()) * 16 > 64
+    # positive control: it wrote its 64 MB (16 MB files, each counted once whole) and was
+    # killed on the way past them: 4 whole files and the 5th cut short is a kill at 64-80 MB
+    # (a loaded host's watchdog may be that quick); disk_limit says it went past
+    assert int((folder / "artifacts/written-16mb.txt").read_text()) * 16 >= 64
     assert result.failure_mode == "disk_limit"
     FIGURES["fill_layer_seconds_to_kill"] = result.timings.agent
 
