@@ -28,10 +28,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
+GetAttr = Callable[[str], object]
+Dir = Callable[[], list[str]]
+
 __version__ = "0.1.0"
 
 
-def public_face(package: str, exports: dict[str, str]) -> tuple[Callable, Callable]:
+def public_face(package: str, exports: dict[str, str]) -> tuple[GetAttr, Dir]:
     """`__getattr__` and `__dir__` for a package that exports `name -> module` lazily."""
 
     def __getattr__(name: str) -> object:

@@ -8,32 +8,59 @@ API keys) is registered here while its trial lives. Three places use the registr
   artifacts, declared files) are rewritten with each secret replaced;
 - `scrub_json`: the relay evidence is scrubbed before it is written.
 
-What is covered: each secret verbatim and reversed. A secret the agent split into pieces,
+What is covered: each secret verbatim and reversed. A secret of MIN_SECRET_LEN characters
+or more is replaced wherever it appears; a shorter one (MIN_TOKEN_LEN up to 11: an 8-character
+key or `--task-env` value) only as a whole token, never inside a longer word or number, so
+it cannot mangle ordinary text ("abcd1234" goes in `KEY=abcd1234`, not in "xabcd1234").
+Anything shorter cannot be scrubbed without matching by chance: `too_short` says so, and
+where such a value would be given to a trial (an allowed host variable a dataset reads, an
+endpoint's key) it is refused before anything starts; `register` refuses it too. A secret the agent split into pieces,
 encoded (base64, hex of a hex key) or interleaved is not detected: that would need a
 model of the agent's intent, and the secrets are per trial and die with it.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import threading
 from pathlib import Path
-from typing import overload
+from typing import Any, overload
 
-from orchestrator.util import write_atomic
+from orchestrator.util import JsonObject, write_atomic
 
 REDACTED = "[orchestra:redacted-secret]"
-MIN_SECRET_LEN = 12  # shorter strings are not registered (they would match by chance)
+MIN_SECRET_LEN = 12  # from this length a secret is replaced wherever it appears
+MIN_TOKEN_LEN = 8  # 8..11: replaced as a whole token; shorter: refused where it is given
+_WORD = "A-Za-z0-9_"  # a short secret's neighbours are none of these
 SCRUB_FILE_CAP = 64 * 1024 * 1024  # larger files are already cut at collection
 
 _lock = threading.Lock()
 _secrets: dict[str, int] = {}  # secret -> registrations (two trials may share an API key)
 
 
+def too_short(value: str | None) -> bool:
+    """A value (not empty) too short to scrub without matching ordinary text."""
+    return bool(value) and len(value or "") < MIN_TOKEN_LEN
+
+
+def refusal(value: str) -> str:
+    """Why a too-short value is refused (the caller names the field)."""
+    return (f"its value is {len(value)} characters; orchestra scrubs every secret it hands a trial "
+            f"from every file the trial writes and cannot do that under {MIN_TOKEN_LEN} characters "
+            "without matching ordinary text: use a longer value")
+
+
 def register(*values: str | None) -> None:
+    """Secrets of the trials now running (empty ones ignored); a too-short one is a
+    ValueError: its callers refuse it earlier, naming where it came from."""
+    short = [v for v in values if too_short(v)]
+    if short:
+        raise ValueError(f"a secret of {len(short[0] or '')} characters cannot be scrubbed")
     with _lock:
         for value in values:
-            if value and len(value) >= MIN_SECRET_LEN:
+            if value:
                 _secrets[value] = _secrets.get(value, 0) + 1
 
 
@@ -47,14 +74,37 @@ def unregister(*values: str | None) -> None:
 
 
 def _forms(secrets: list[str]) -> list[str]:
-    return [form for s in secrets for form in (s, s[::-1])]
+    return [form for s in secrets if s for form in (s, s[::-1])]
+
+
+@functools.lru_cache(maxsize=256)
+def _token(form: str) -> re.Pattern[str]:
+    return re.compile(f"(?<![{_WORD}]){re.escape(form)}(?![{_WORD}])")
+
+
+@functools.lru_cache(maxsize=256)
+def _token_bytes(form: str) -> re.Pattern[bytes]:
+    return re.compile(f"(?<![{_WORD}]){re.escape(form)}(?![{_WORD}])".encode())
+
+
+def _holds(text: str, form: str) -> bool:
+    return form in text and (len(form) >= MIN_SECRET_LEN or _token(form).search(text) is not None)
 
 
 def scrub_text(text: str, secrets: list[str] | None = None) -> str:
     for form in _forms(secrets if secrets is not None else current()):
         if form in text:
-            text = text.replace(form, REDACTED)
+            text = text.replace(form, REDACTED) if len(form) >= MIN_SECRET_LEN else _token(form).sub(REDACTED, text)
     return text
+
+
+def _scrub_bytes(data: bytes, forms: list[str]) -> bytes:
+    for form in forms:
+        raw = form.encode()
+        if raw in data:
+            data = data.replace(raw, REDACTED.encode()) if len(form) >= MIN_SECRET_LEN else \
+                _token_bytes(form).sub(REDACTED.encode(), data)
+    return data
 
 
 def current() -> list[str]:
@@ -64,15 +114,15 @@ def current() -> list[str]:
 
 def found_in(text: str, secrets: list[str]) -> list[str]:
     """Which of `secrets` appear (verbatim or reversed) in text."""
-    return [s for s in secrets if s in text or s[::-1] in text]
+    return [s for s in secrets if s and (_holds(text, s) or _holds(text, s[::-1]))]
 
 
 @overload
 def scrub_json(value: str, secrets: list[str]) -> str: ...
 @overload
-def scrub_json(value: list, secrets: list[str]) -> list: ...
+def scrub_json(value: list[Any], secrets: list[str]) -> list[Any]: ...
 @overload
-def scrub_json(value: dict, secrets: list[str]) -> dict: ...
+def scrub_json(value: JsonObject, secrets: list[str]) -> JsonObject: ...
 @overload
 def scrub_json(value: object, secrets: list[str]) -> object: ...
 def scrub_json(value: object, secrets: list[str]) -> object:
@@ -89,7 +139,7 @@ def scrub_json(value: object, secrets: list[str]) -> object:
 def scrub_tree(root: Path, secrets: list[str]) -> list[str]:
     """Rewrite every regular file under root that holds a secret; returns their paths
     relative to root. Files are read whole up to SCRUB_FILE_CAP (collection caps them)."""
-    forms = [f.encode() for f in _forms([s for s in secrets if s])]
+    forms = _forms(secrets)
     if not forms or not root.is_dir():
         return []
     scrubbed = []
@@ -99,16 +149,15 @@ def scrub_tree(root: Path, secrets: list[str]) -> list[str]:
             if path.is_symlink() or not path.is_file() or path.stat().st_size > SCRUB_FILE_CAP:
                 continue
             data = path.read_bytes()
-            if not any(f in data for f in forms):
+            scrubbed_data = _scrub_bytes(data, forms)
+            if scrubbed_data == data:
                 continue
-            for form in forms:
-                data = data.replace(form, REDACTED.encode())
-            write_atomic(path, data)
+            write_atomic(path, scrubbed_data)
             scrubbed.append(str(path.relative_to(root)))
     return sorted(scrubbed)
 
 
-def structlog_processor(_logger: object, _method: str, event_dict: dict) -> dict:
+def structlog_processor(_logger: object, _method: str, event_dict: JsonObject) -> JsonObject:
     """Scrub every string value of a log event of every registered secret."""
     secrets = current()
     if not secrets:

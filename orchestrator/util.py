@@ -1,4 +1,4 @@
-"""Small shared helpers: atomic JSON writes, time."""
+"""Small shared helpers: atomic JSON writes, time, the JSON object type."""
 
 from __future__ import annotations
 
@@ -8,8 +8,13 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, TypeAlias
 
 from pydantic import BaseModel
+
+# A JSON object whose shape belongs to someone else: a model API's request or reply, the
+# engine's answer, a line of an agent's log. Where orchestra owns the shape, a model does.
+JsonObject: TypeAlias = dict[str, Any]
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
@@ -29,7 +34,7 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         raise
 
 
-def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
+def write_json_atomic(path: Path, data: BaseModel | JsonObject | list[Any]) -> None:
     """A model or plain data as indented JSON, replaced atomically (write_atomic)."""
     text = data.model_dump_json(indent=2) if isinstance(data, BaseModel) else json.dumps(
         data, indent=2, sort_keys=True, default=str
@@ -65,7 +70,7 @@ def registry_problem(registry: str) -> str | None:
     return None
 
 
-def write_output(path: Path | str, data: BaseModel | dict | list | str) -> None:
+def write_output(path: Path | str, data: BaseModel | JsonObject | list[Any] | str) -> None:
     """A user-named output (`--json`, `--markdown`): `-` means stdout; an existing path that
     is not a regular file (a device, a pipe, /dev/stdout) is written in place, never
     replaced; a regular file is replaced atomically."""

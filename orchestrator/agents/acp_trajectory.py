@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.util import JsonObject
 
 MAX_EVENTS = 20_000
 MAX_TEXT = 64 * 1024  # characters of one event's text or output
@@ -31,7 +34,7 @@ class _Tool:
     kind: str = ""
     args: object = None
     status: str = "pending"
-    content: list = field(default_factory=list)
+    content: list[Any] = field(default_factory=list)
     raw_output: object = None
     dispatched: bool = False
     done: bool = False
@@ -39,7 +42,7 @@ class _Tool:
 
 class Recorder:
     def __init__(self) -> None:
-        self.events: list[dict] = []
+        self.events: list[JsonObject] = []
         self.dropped = 0
         self.ignored: dict[str, int] = {}
         self._chunk: tuple[str, list[str]] | None = None  # (update kind, texts)
@@ -82,11 +85,11 @@ class Recorder:
             if not tool.dispatched:
                 self._dispatch(tool)
 
-    def records(self) -> list[dict]:
+    def records(self) -> list[JsonObject]:
         return [{"seq": i, "event": e} for i, e in enumerate(self.events)]
 
     # ---- tools ----------------------------------------------------------------------------
-    def _tool(self, update: dict) -> None:
+    def _tool(self, update: JsonObject) -> None:
         tool_id = update.get("toolCallId")
         if not isinstance(tool_id, str | int):
             self.ignored["malformed"] = self.ignored.get("malformed", 0) + 1
@@ -138,12 +141,12 @@ class Recorder:
         event_kind, tag = CHUNKS[kind]
         if not any(texts):
             return
-        event: dict = {"kind": event_kind, "text": _clip("".join(texts))}
+        event: JsonObject = {"kind": event_kind, "text": _clip("".join(texts))}
         if tag:
             event["acp"] = tag
         self._emit(event)
 
-    def _emit(self, event: dict) -> None:
+    def _emit(self, event: JsonObject) -> None:
         if len(self.events) >= MAX_EVENTS:
             self.dropped += 1
             return
@@ -162,7 +165,7 @@ def _block_text(block: object) -> str:
     return f"[{str(block.get('type'))[:32]}]" if block.get("type") else ""
 
 
-def _tool_output(content: list, raw_output: object) -> str:
+def _tool_output(content: list[Any], raw_output: object) -> str:
     parts: list[str] = []
     for item in content:
         if not isinstance(item, dict):

@@ -15,6 +15,7 @@ from orchestrator.agents.base import EXIT_STEP_LIMIT
 from orchestrator.agents.cli import MODEL, Events, InstalledAgent, refuse_unless_runs, text_of
 from orchestrator.agents.install import Recipe
 from orchestrator.paths import AGENT_LOGS
+from orchestrator.util import JsonObject
 
 _ALIASES = ("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL",
             "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL",
@@ -49,11 +50,11 @@ tail -n 1 {log} | grep -q '"subtype": *"error_max_turns"' && exit {EXIT_STEP_LIM
 exit "$code"
 """
 
-    def convert(self, log: object) -> list[dict]:
+    def convert(self, log: object) -> list[JsonObject]:
         return stream_json_events(log)
 
 
-def stream_json_events(log: object) -> list[dict]:
+def stream_json_events(log: object) -> list[JsonObject]:
     """DESIGN 3.6 records from Claude Code's (or Qwen Code's) stream-json lines: each
     assistant message's text and tool calls, each tool result the CLI sent back."""
     out = Events()

@@ -31,6 +31,7 @@ from orchestrator.models.manifest import RosterMember
 from orchestrator.models.trajectory import records
 from orchestrator.services.exchanges import read_exchanges, trajectory_from_exchanges
 from orchestrator.tasks.load import Task
+from orchestrator.util import JsonObject
 
 MOUNT = "/opt/orchestra-agents"
 RUN_DIR = "/opt/orchestra-agent-run"
@@ -152,18 +153,18 @@ class InstalledAgent:
         return (f"{said}; built from the model exchanges the proxy recorded "
                 f"({len(recorded)} calls): what it did after its last call is not seen")
 
-    def convert(self, log: object) -> list[dict]:
+    def convert(self, log: object) -> list[JsonObject]:
         """DESIGN 3.6 records ({"seq", "event"}) from the agent's own log. Agent data:
         a field of the wrong type is skipped or shown as text, never trusted."""
         raise NotImplementedError
 
 
-def write_trajectory(path: Path, events: list[dict]) -> None:
+def write_trajectory(path: Path, events: list[JsonObject]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
 
 
-def numbered(events: list[dict]) -> list[dict]:
+def numbered(events: list[JsonObject]) -> list[JsonObject]:
     return [{"seq": i, "event": e} for i, e in enumerate(events)]
 
 
@@ -172,8 +173,8 @@ class Events:
     leak audit reads what a result was asked for), found by the call's id."""
 
     def __init__(self) -> None:
-        self.events: list[dict] = []
-        self.calls: dict[str, dict] = {}
+        self.events: list[JsonObject] = []
+        self.calls: dict[str, JsonObject] = {}
 
     def message(self, text: object, kind: str = "message") -> None:
         if isinstance(text, str) and text.strip():
@@ -189,14 +190,14 @@ class Events:
                exit_code: object = None) -> None:
         text = output if isinstance(output, str) else text_of(output)
         call = self.calls.get(call_id, {}) if isinstance(call_id, str) else {}
-        tool: dict = {"id": call_id, "name": call.get("name"), "args": call.get("args"), "output": text}
+        tool: JsonObject = {"id": call_id, "name": call.get("name"), "args": call.get("args"), "output": text}
         if err:
             tool["err"] = err
         if isinstance(exit_code, int) and not isinstance(exit_code, bool):
             tool["exit_code"] = exit_code
         self.events.append({"kind": "tool_result", "text": text, "tool": tool})
 
-    def records(self) -> list[dict]:
+    def records(self) -> list[JsonObject]:
         return numbered(self.events)
 
 

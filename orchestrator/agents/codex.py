@@ -14,6 +14,7 @@ from __future__ import annotations
 from orchestrator.agents.cli import MODEL, Events, InstalledAgent, refuse_unless_runs
 from orchestrator.agents.install import Recipe
 from orchestrator.paths import AGENT_LOGS
+from orchestrator.util import JsonObject
 
 VENDOR = "pkg/package/vendor/x86_64-unknown-linux-musl"
 
@@ -59,7 +60,7 @@ exec {vendor}/bin/codex exec --json --dangerously-bypass-approvals-and-sandbox \
   --skip-git-repo-check --model {MODEL} - <"$1" >{AGENT_LOGS}/{self.own_log}
 """
 
-    def convert(self, log: object) -> list[dict]:
+    def convert(self, log: object) -> list[JsonObject]:
         """Codex's `--json` lines: each completed item (its message, a command it ran with
         the output and exit code, a file change, an MCP tool call)."""
         out = Events()

@@ -29,6 +29,7 @@ from orchestrator.agents.cli import (
 from orchestrator.agents.install import Recipe
 from orchestrator.paths import AGENT_LOGS
 from orchestrator.tasks.load import Task
+from orchestrator.util import JsonObject
 
 NODE_BIN = f"{MOUNT}/{NODE.name}/pkg/package/{NODE.binary}"
 GEMINI_TURN_LIMIT = 53  # Gemini CLI's FatalTurnLimitedError
@@ -44,7 +45,7 @@ class GeminiCli(InstalledAgent):
     SETTINGS = f"{RUN_DIR}/gemini-settings.json"
 
     def files(self, task: Task) -> dict[str, bytes]:
-        settings: dict = {
+        settings: JsonObject = {
             "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
             "telemetry": {"enabled": False}, "privacy": {"usageStatisticsEnabled": False},
             "security": {"auth": {"selectedType": "gemini-api-key"}},
@@ -68,7 +69,7 @@ code=$?
 exit "$code"
 """
 
-    def convert(self, log: object) -> list[dict]:
+    def convert(self, log: object) -> list[JsonObject]:
         """Gemini CLI's stream-json lines: assistant messages (streamed in deltas, joined
         per turn), tool_use and tool_result events paired by tool_id."""
         out = Events()
@@ -131,5 +132,5 @@ tail -n 1 {log} | grep -q '"subtype": *"error_max_turns"' && exit {EXIT_STEP_LIM
 exit "$code"
 """
 
-    def convert(self, log: object) -> list[dict]:
+    def convert(self, log: object) -> list[JsonObject]:
         return stream_json_events(log)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from typing import TypedDict
 
 from orchestrator.agents.base import EXIT_STEP_LIMIT
 from orchestrator.agents.claude_code import ClaudeCode
@@ -35,8 +36,9 @@ from orchestrator.agents.install import PYTHON, Recipe, install_dir
 from orchestrator.paths import AGENT_LOGS
 from orchestrator.services.exchanges import dispatch_event
 from orchestrator.tasks.load import Task
+from orchestrator.util import JsonObject
 
-__all__ = ["INSTALLED", "MODEL", "MOUNT", "RUN_SCRIPT", "InstalledAgent", "listing"]
+__all__ = ["INSTALLED", "MODEL", "MOUNT", "RUN_SCRIPT", "AgentRow", "InstalledAgent", "listing"]
 
 _PY_CHECK = (f'python3 -c "import sys; sys.exit(sys.version_info[:2] != {PYTHON})" 2>/dev/null || '
              f'{{ echo "orchestra: this agent needs python{PYTHON[0]}.{PYTHON[1]} as python3 in the '
@@ -81,8 +83,8 @@ esac
 exit "$code"
 """
 
-    def convert(self, log: object) -> list[dict]:
-        events: list[dict] = []
+    def convert(self, log: object) -> list[JsonObject]:
+        events: list[JsonObject] = []
         for message in log["messages"]:  # type: ignore[index]
             role, content = message.get("role"), message.get("content")
             text = content if isinstance(content, str) else json.dumps(content)
@@ -163,7 +165,19 @@ INSTALLED: dict[str, type[InstalledAgent]] = {
                                      QwenCode)}
 
 
-def listing() -> list[dict]:
+class AgentRow(TypedDict, total=False):
+    """One row of `orchestra agents` (its --json too)."""
+
+    name: str
+    kind: str
+    version: str
+    installed: bool
+    api: str
+    needs: str
+    path: str
+
+
+def listing() -> list[AgentRow]:
     """What `orchestra agents` prints for the installed agents."""
     return [{"name": name, "kind": f"installed ({cls.recipe.kind} {cls.recipe.package})",
              "version": cls.recipe.version, "installed": cls.is_installed(),

@@ -177,7 +177,7 @@ def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON ins
     (kind, version, whether the host has installed it yet; an installed CLI is
     installed on first use, or now with --install)."""
     from orchestrator.agents.install import ensure_installed
-    from orchestrator.agents.installed import INSTALLED, listing
+    from orchestrator.agents.installed import INSTALLED, AgentRow, listing
     from orchestrator.models.manifest import AGENT_NAMES
 
     imports_done()
@@ -192,8 +192,9 @@ def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON ins
         fail(exc)
     import orchestrator
 
-    rows = [{"name": n, "kind": "built-in", "version": orchestrator.__version__, "installed": True,
-             "path": ""} for n in AGENT_NAMES if n not in INSTALLED] + listing()
+    built_in: list[AgentRow] = [{"name": n, "kind": "built-in", "version": orchestrator.__version__,
+                                 "installed": True, "path": ""} for n in AGENT_NAMES if n not in INSTALLED]
+    rows = built_in + listing()
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
         return

@@ -207,7 +207,7 @@ def report(
 report.__doc__ = (report.__doc__ or "").replace("{gate}", GATE_HELP).replace("{exits}", REPORT_EXITS)
 
 
-def _write_report(job_dir: Path, job: "JobResult", trials: "list[TrialResult]", human: "Console") -> list:
+def _write_report(job_dir: Path, job: "JobResult", trials: "list[TrialResult]", human: "Console") -> list[tuple[str, list[str], list[list[str]]]]:
     """The tables on the console, report.md and report.html into the job; the tables' blocks."""
     from orchestrator.report.render import sections, to_html, to_markdown
     from orchestrator.report.tables import tables

@@ -24,14 +24,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.archive import safe_extract, tar_directory
 from orchestrator.log import get_logger
 from orchestrator.models.result import FailureMode, TrialResult
 from orchestrator.paths import TrialDir
 from orchestrator.tasks.load import Task
-from orchestrator.util import write_json_atomic
+from orchestrator.util import JsonObject, write_json_atomic
 
 if TYPE_CHECKING:
     from ray import ObjectRef
@@ -44,7 +44,7 @@ log = get_logger()
 NODE_CACHE = Path(os.environ.get("ORCHESTRA_RAY_CACHE", "/var/tmp/orchestra-ray"))
 
 # ---- on the node ---------------------------------------------------------------------------
-_node_state: dict = {}
+_node_state: dict[str | tuple[str, str], Any] = {}  # "runtime": Runtime, ("images", job): ImageCache
 _node_lock = threading.Lock()
 
 
@@ -57,7 +57,7 @@ def _node_runtime() -> Runtime:
         return _node_state["runtime"]
 
 
-def _unpack_task(payload: dict, task_tar: bytes) -> Path:
+def _unpack_task(payload: JsonObject, task_tar: bytes) -> Path:
     """The task folder on this node, keyed by content hash (unpacked once per node)."""
     dataset, _, name = payload["task_name"].rpartition("/")
     root = NODE_CACHE / "tasks" / payload["content_hash"]
@@ -75,7 +75,7 @@ def _unpack_task(payload: dict, task_tar: bytes) -> Path:
     return target
 
 
-def run_on_node(payload: dict, task_tar: bytes) -> dict:
+def run_on_node(payload: JsonObject, task_tar: bytes) -> JsonObject:
     """One whole trial on this node; returns its result and its folder as a tar. The task
     folder arrives as a top-level argument, so Ray resolves it from the object store."""
     import ray
@@ -127,7 +127,7 @@ def run_on_node(payload: dict, task_tar: bytes) -> dict:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def reap_on_node(label: str) -> dict:
+def reap_on_node(label: str) -> JsonObject:
     from orchestrator.host.cleanup import reap
 
     return reap(_node_runtime(), label)
@@ -146,7 +146,7 @@ class RayExecutor:
         ray.init(address=address or "auto", ignore_reinit_error=True, log_to_driver=False,
                  logging_level=logging.ERROR,
                  _node_ip_address="127.0.0.1" if loopback else None)  # None: Ray's own choice
-        self._task_refs: dict[str, ObjectRef] = {}
+        self._task_refs: dict[str, ObjectRef[bytes]] = {}
         self._remote = ray.remote(max_retries=0)(run_on_node)
         self._reaper = ray.remote(num_cpus=0, max_retries=0)(reap_on_node)
         self._lock = threading.Lock()
@@ -155,7 +155,7 @@ class RayExecutor:
         resources = self.ray.cluster_resources()
         return float(resources.get("CPU", 1)), int(resources.get("memory", 2**31) // 2**20)
 
-    def _task_ref(self, task: Task) -> ObjectRef:
+    def _task_ref(self, task: Task) -> ObjectRef[bytes]:
         with self._lock:
             if task.content_hash not in self._task_refs:
                 self._task_refs[task.content_hash] = self.ray.put(tar_directory(task.path, "."))
@@ -186,7 +186,7 @@ class RayExecutor:
 
     @staticmethod
     def _publish(ctx: TrialContext, task: Task, registry: str | None,
-                 fallback: TrialResult) -> dict | None | bool:
+                 fallback: TrialResult) -> JsonObject | None | bool:
         """With --registry, the driver builds the task's images once and pushes them; the
         node is told where they are (and pulls them instead of building). A task that does
         not build here is left to the node, which reports the build error as its result.
@@ -210,7 +210,7 @@ class RayExecutor:
             log.warning("ray.publish_failed", task=task.name, error=fallback.error)
             return False
 
-    def run(self, task: Task, attempt: int, retries: list[str], base: dict, job_dir: Path,
+    def run(self, task: Task, attempt: int, retries: list[str], base: JsonObject, job_dir: Path,
             cancel: threading.Event, fallback: TrialResult) -> TrialResult:
         env = task.config.environment
         payload = {**base, "task_name": task.name, "content_hash": task.content_hash,

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.util import JsonObject
+
 if TYPE_CHECKING:
     from orchestrator.agents.base import Agent
     from orchestrator.host.netpool import NetworkPool
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from orchestrator.services.proxy import Upstreams
     from orchestrator.tasks.load import Task
     from orchestrator.trial.context import TrialContext
+    from orchestrator.trial.images import TaskImages
 
 
 @dataclass
@@ -57,7 +60,7 @@ class TrialSpec(BaseModel):
     oci_runtime: str | None = None  # every container of the trial (gVisor: runsc)
     registry: str | None = None  # --registry: the driver pushed the images; nodes pull
 
-    def context(self, *, runtime: Runtime, job_dir: Path, images_for: Callable, watchdog: DiskWatchdog,
+    def context(self, *, runtime: Runtime, job_dir: Path, images_for: Callable[[Task], TaskImages], watchdog: DiskWatchdog,
                 networks: NetworkPool, cancel: threading.Event, upstreams: Upstreams | None,
                 ca_file: Path | None, agent: Agent | None = None,
                 observers: Observers | None = None) -> TrialContext:
@@ -81,6 +84,6 @@ class TrialSpec(BaseModel):
             manifest_dir=manifest_dir, trust=trust_for(ca_file))
 
     @classmethod
-    def from_payload(cls, payload: dict) -> TrialSpec:
+    def from_payload(cls, payload: JsonObject) -> TrialSpec:
         """The spec inside an executor's payload (which carries per-trial keys too)."""
         return cls.model_validate({k: payload[k] for k in cls.model_fields if k in payload})

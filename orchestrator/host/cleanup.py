@@ -24,7 +24,7 @@ from orchestrator.runtime.base import (
     ImageFacts,
     Runtime,
 )
-from orchestrator.util import write_atomic
+from orchestrator.util import JsonObject, write_atomic
 
 log = get_logger()
 LABEL_HOST = "orchestra.host"
@@ -105,7 +105,7 @@ def _dead_owner(labels: dict[str, str], host: str) -> bool:
     return labels.get(LABEL_HOST) == host and pid.isdigit() and not _alive(int(pid))
 
 
-def dead_owners(runtime: Runtime, rows: list[dict] | None = None) -> set[tuple[str, str]]:
+def dead_owners(runtime: Runtime, rows: list[JsonObject] | None = None) -> set[tuple[str, str]]:
     """(job, pid) of objects on this host whose orchestrator process no longer exists (from
     `rows` of runtime.owned_objects() when the caller already has them). By owner, not by job
     name alone: a live job may carry the name of a killed one (a resume, or the same
@@ -116,7 +116,7 @@ def dead_owners(runtime: Runtime, rows: list[dict] | None = None) -> set[tuple[s
             if _dead_owner(row["labels"], host) and row["labels"].get(LABEL_JOB)}
 
 
-def plan(runtime: Runtime, job: str | None = None, everything: bool = False) -> list[dict]:
+def plan(runtime: Runtime, job: str | None = None, everything: bool = False) -> list[JsonObject]:
     """What a clean-up would remove: every orchestra-created object (everything), one job's,
     or (default) those of dead owners on this host. Never anything orchestra did not create."""
     rows = runtime.owned_objects()

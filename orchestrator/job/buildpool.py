@@ -33,7 +33,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,7 +137,7 @@ class BuildPool:
         self._guard = threading.Lock()
         self._closed = False
         self._pool: ThreadPoolExecutor | None = None
-        self._running: list = []
+        self._running: list[Future[None]] = []
 
     def start(self, tasks: Iterable[Task], on_ready: Callable[[Task], None]) -> list[ImagePlan]:
         """Plan each task's images (once per task name); those `likely_built` are taken in

@@ -51,7 +51,7 @@ from orchestrator.tasks.defects import task_defects
 from orchestrator.tasks.load import Task
 from orchestrator.trial.baseimage import BASE_VERSION
 from orchestrator.trial.images import ensure_task_images
-from orchestrator.util import write_json_atomic
+from orchestrator.util import JsonObject, write_json_atomic
 
 log = get_logger()
 
@@ -81,12 +81,12 @@ class Diagnosis:
     reason: str
     oracle: float | None = None  # the oracle's headline reward (None: not graded / not run)
     nop: float | None = None
-    stand_ins: list[dict] = field(default_factory=list)
+    stand_ins: list[JsonObject] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
     leak_scan: str = ""  # clean | leaky | not scanned: <why> | "" (not scanned: nothing to scan)
     checked_at: float = 0.0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return asdict(self)
 
 

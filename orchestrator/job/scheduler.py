@@ -134,9 +134,9 @@ class Scheduler:
         self.pool = ThreadPoolExecutor(max_workers=n_concurrent, thread_name_prefix="trial")
         self.admission, self.cancel = admission, cancel
         self.max_retries, self.backoff_multiplier = max_retries, backoff_multiplier
-        self._results: queue.Queue = queue.Queue()
+        self._results: queue.Queue[tuple[Item, TrialResult | BaseException]] = queue.Queue()
         self._timers: list[threading.Timer] = []
-        self._futures: list[concurrent.futures.Future] = []  # attempts submitted, not done
+        self._futures: list[concurrent.futures.Future[None]] = []  # attempts submitted, not done
         self._outstanding = 0
         self._lock = threading.Lock()
         self._ready: list[tuple[int, Item]] = []  # (rank in the job's order, item): a heap
@@ -279,7 +279,7 @@ class Scheduler:
             running = [f for f in self._futures if not f.cancelled()]  # will (wait() would
         concurrent.futures.wait(running, timeout=timeout)  # block on them to the timeout)
 
-    def drain(self) -> list[tuple[Item, TrialResult]]:
+    def drain(self) -> list[tuple[Item, TrialResult | BaseException]]:
         out = []
         while True:
             try:

@@ -16,7 +16,7 @@ thread-safe.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from orchestrator.models.result import TrialResult
@@ -52,7 +52,7 @@ class Observers:
     """Handlers by event type; `emit` calls each registered for the event's type, in order."""
 
     def __init__(self) -> None:
-        self._handlers: dict[type, list[Callable]] = {}
+        self._handlers: dict[type[JobEvent], list[Callable[[Any], None]]] = {}
 
     def on(self, kind: type[E], handler: Callable[[E], None]) -> Observers:
         self._handlers.setdefault(kind, []).append(handler)

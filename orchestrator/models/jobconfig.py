@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.util import JsonObject
+
 
 class JobSource(BaseModel):
     """How to rebuild the job (absolute paths, as the first run resolved them)."""
@@ -29,7 +31,7 @@ class TaskRef(BaseModel):
 class JobConfig(BaseModel):
     model_config = ConfigDict(extra="allow")
     job: str
-    manifest: dict  # only the keys the manifest set: read back, the same condition hash
+    manifest: JsonObject  # only the keys the manifest set: read back, the same condition hash
     condition_hash: str = ""  # "" (hand-made folders): not checked on resume
     k: int | None = None  # None: each task's layer default
     n_concurrent: int = 4

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
 from orchestrator.errors import InputError, validation_problems
+from orchestrator.util import JsonObject
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs  # typing.TypeIs is Python 3.13's
@@ -98,7 +99,7 @@ class Manifest(_Strict):
     trial_budget: TrialBudget = TrialBudget()
     sandbox: SandboxPolicy = SandboxPolicy()
     prices: dict[str, dict[str, float]] = {}
-    metadata: dict = {}
+    metadata: JsonObject = {}
 
     @model_validator(mode="after")
     def _one_orchestrator(self) -> Manifest:

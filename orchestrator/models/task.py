@@ -22,6 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from orchestrator.util import JsonObject
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 _FACTOR_MB = {"": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
@@ -171,8 +173,8 @@ class VerifierSection(PhaseNetwork):
     env: dict[str, str] = {}  # ${VAR} and ${VAR:-default} expand from the host, as in Harbor
     environment_mode: Literal["shared", "separate", "snapshot"] = "shared"
     user: str | None = None
-    environment: dict | None = None
-    collect: list[dict] = []
+    environment: JsonObject | None = None
+    collect: list[JsonObject] = []
 
     @field_validator("user", mode="before")
     @classmethod
@@ -215,8 +217,8 @@ class EnvironmentSection(_Section):
     os: Literal["linux", "windows"] = "linux"
     gpus: int | None = 0
     gpu_types: list[str] | None = None
-    tpu: dict | None = None
-    mcp_servers: list[dict] = []
+    tpu: JsonObject | None = None
+    mcp_servers: list[JsonObject] = []
     skills_dir: str | None = None
 
     @field_validator("workdir", mode="before")

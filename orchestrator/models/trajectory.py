@@ -11,8 +11,10 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from orchestrator.util import JsonObject
 
-def records(path: Path) -> Iterator[tuple[int, dict | None]]:
+
+def records(path: Path) -> Iterator[tuple[int, JsonObject | None]]:
     """(line number from 1, the object on it or None) for each non-blank line; nothing
     when the file does not exist."""
     if not path.is_file():
@@ -29,13 +31,13 @@ def records(path: Path) -> Iterator[tuple[int, dict | None]]:
             yield number, record if isinstance(record, dict) else None
 
 
-def event_of(record: dict) -> dict:
+def event_of(record: JsonObject) -> JsonObject:
     """A record's event ({} when it has none, or not an object)."""
     event = record.get("event")
     return event if isinstance(event, dict) else {}
 
 
-def tool_of(event: dict) -> dict | None:
+def tool_of(event: JsonObject) -> JsonObject | None:
     """An event's tool call or result (None when it has none, or not an object)."""
     tool = event.get("tool")
     return tool if isinstance(tool, dict) else None

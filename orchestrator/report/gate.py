@@ -52,6 +52,7 @@ from pydantic import BaseModel, Field, computed_field
 
 from orchestrator.errors import InputError
 from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.util import JsonObject
 
 NOT_GRADED = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.BUILD_ERROR,
               FailureMode.ENDPOINT_ERROR, FailureMode.CANCELLED, FailureMode.INFEASIBLE}
@@ -167,7 +168,7 @@ class Gate(BaseModel):
     def improvements(self) -> dict[str, list[str]]:  # layer -> tasks that improved
         return _by_layer(self.of("improved"))
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         """regressions.json and `report --json`'s gate."""
         return self.model_dump(mode="json", by_alias=True)
 

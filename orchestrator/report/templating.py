@@ -27,7 +27,7 @@ BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
-def _code_point(match: re.Match) -> str:
+def _code_point(match: re.Match[str]) -> str:
     return f"[U+{ord(match.group()):04X}]"
 
 

@@ -29,6 +29,8 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
+from orchestrator.util import JsonObject
+
 if TYPE_CHECKING:
     from requests import Response
 
@@ -88,7 +90,7 @@ API_VERSION = "1.41"  # Docker 20.10; newer engines serve it too
 CHUNK = 1024 * 1024
 
 
-def _client_kwargs() -> dict:
+def _client_kwargs() -> JsonObject:
     """Where the engine is: DOCKER_HOST (and its TLS variables), else the current Docker
     context, else the local socket."""
     kwargs = docker.utils.kwargs_from_env()
@@ -206,19 +208,19 @@ class EngineClient:
         api._raise_for_status(response)
         return response
 
-    def info(self) -> dict:
+    def info(self) -> JsonObject:
         return self.api.info()
 
-    def inspect_image(self, ref: str) -> dict:
+    def inspect_image(self, ref: str) -> JsonObject:
         return self.api.inspect_image(ref)
 
-    def images(self, filters: dict | None = None) -> list[dict]:
+    def images(self, filters: JsonObject | None = None) -> list[JsonObject]:
         return self.api.images(filters=filters)
 
     def tag(self, image: str, repository: str, tag: str) -> bool:
         return bool(self.api.tag(image, repository, tag))
 
-    def push(self, repository: str, tag: str) -> Iterator[dict]:
+    def push(self, repository: str, tag: str) -> Iterator[JsonObject]:
         """Credentials come from the Docker config, as for a pull."""
         return self.api.push(repository, tag=tag, stream=True, decode=True)
 
@@ -234,12 +236,12 @@ class EngineClient:
         self.api.login(found["username"], found.get("password"), registry=registry, reauth=True)
         return True
 
-    def commit(self, container: str, repository: str, tag: str, conf: dict | None = None) -> dict:
+    def commit(self, container: str, repository: str, tag: str, conf: JsonObject | None = None) -> JsonObject:
         return self.api.commit(container, repository=repository, tag=tag, conf=conf or {})
 
     def build(self, context: bytes | BinaryIO, tag: str, labels: dict[str, str], timeout: float,
               rm: bool = True, forcerm: bool = True, pull: bool = False,
-              network_mode: str | None = None) -> Iterator[dict]:
+              network_mode: str | None = None) -> Iterator[JsonObject]:
         """A build from a tar context: the engine's progress objects as they come; its RUN
         steps on `network_mode` (None: the engine's default bridge)."""
         return self.api.build(fileobj=io.BytesIO(context) if isinstance(context, bytes) else context,
@@ -247,7 +249,7 @@ class EngineClient:
                               labels=labels, rm=rm, forcerm=forcerm, pull=pull, timeout=timeout,
                               decode=True, network_mode=network_mode)
 
-    def pull(self, repository: str, tag: str) -> Iterator[dict]:
+    def pull(self, repository: str, tag: str) -> Iterator[JsonObject]:
         """Credentials for the image's registry come from the Docker config (and its
         credential helpers), read by docker-py on every pull."""
         return self.api.pull(repository, tag=tag, stream=True, decode=True)
@@ -273,14 +275,14 @@ class EngineClient:
             self.api.tag(image_id, repository, tag)
 
     # ---- networks and volumes ------------------------------------------------------------
-    def networks(self, filters: dict | None = None) -> list[dict]:
+    def networks(self, filters: JsonObject | None = None) -> list[JsonObject]:
         return self.api.networks(filters=filters)
 
-    def inspect_network(self, name: str) -> dict:
+    def inspect_network(self, name: str) -> JsonObject:
         return self.api.inspect_network(name)
 
     def create_network(self, name: str, internal: bool, labels: dict[str, str],
-                       subnet: str, gateway: str, options: dict[str, str]) -> dict:
+                       subnet: str, gateway: str, options: dict[str, str]) -> JsonObject:
         ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=subnet, gateway=gateway)])
         return self.api.create_network(name, driver="bridge", options=options, ipam=ipam,
                                        internal=internal, labels=labels, check_duplicate=True)
@@ -295,14 +297,14 @@ class EngineClient:
                                           force: bool = False) -> None:
         self.api.disconnect_container_from_network(container, network, force=force)
 
-    def volumes(self, filters: dict | None = None) -> dict:
+    def volumes(self, filters: JsonObject | None = None) -> JsonObject:
         return self.api.volumes(filters=filters) or {}
 
-    def inspect_volume(self, name: str) -> dict:
+    def inspect_volume(self, name: str) -> JsonObject:
         return self.api.inspect_volume(name)
 
-    def create_volume(self, name: str, driver: str = "local", labels: dict | None = None,
-                      driver_opts: dict | None = None) -> dict:
+    def create_volume(self, name: str, driver: str = "local", labels: JsonObject | None = None,
+                      driver_opts: JsonObject | None = None) -> JsonObject:
         return self.api.create_volume(name, driver=driver, driver_opts=driver_opts or {},
                                       labels=labels or {})
 
@@ -310,16 +312,16 @@ class EngineClient:
         self.api.remove_volume(name, force=force)
 
     # ---- containers --------------------------------------------------------------------
-    def containers(self, all: bool = False, filters: dict | None = None,
-                   size: bool = False) -> list[dict]:
+    def containers(self, all: bool = False, filters: JsonObject | None = None,
+                   size: bool = False) -> list[JsonObject]:
         return self.api.containers(all=all, filters=filters, size=size)
 
-    def inspect_container(self, container: str) -> dict:
+    def inspect_container(self, container: str) -> JsonObject:
         return self.api.inspect_container(container)
 
     def create_container(self, image: str, command: list[str] | None = None,
-                         name: str | None = None, host_config: dict | None = None,
-                         **config: object) -> dict:
+                         name: str | None = None, host_config: JsonObject | None = None,
+                         **config: object) -> JsonObject:
         """A container from the API's own fields (Labels, Env as "K=V", WorkingDir, User,
         Entrypoint, Healthcheck, NetworkingConfig), nothing pulled."""
         body = {"Image": image, "Cmd": command, "HostConfig": host_config or {},
@@ -336,7 +338,7 @@ class EngineClient:
     def kill(self, container: str) -> None:
         self.api.kill(container)
 
-    def wait(self, container: str, timeout: float) -> dict:
+    def wait(self, container: str, timeout: float) -> JsonObject:
         """Raises an OSError (a read timeout) when the container outlives `timeout`."""
         return self.api.wait(container, timeout=timeout)
 
@@ -365,7 +367,7 @@ class EngineClient:
 
     # ---- exec ----------------------------------------------------------------------------
     def exec_create(self, container: str, cmd: list[str], environment: dict[str, str] | None = None,
-                    workdir: str | None = None, user: str = "", stdin: bool = False) -> dict:
+                    workdir: str | None = None, user: str = "", stdin: bool = False) -> JsonObject:
         return self.api.exec_create(container, cmd, stdout=True, stderr=True, stdin=stdin,
                                     tty=False, user=user, environment=environment or {},
                                     workdir=workdir or None)
@@ -390,7 +392,7 @@ class EngineClient:
             response.close()
             raise
 
-    def exec_inspect(self, exec_id: str) -> dict:
+    def exec_inspect(self, exec_id: str) -> JsonObject:
         return self.api.exec_inspect(exec_id)
 
 

@@ -67,7 +67,7 @@ def chain_name(network: str) -> str:
     return "ORC-" + bridge_name(network)[3:]
 
 
-def _iptables(*args: str) -> subprocess.CompletedProcess:
+def _iptables(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["iptables", "-w", "10", *args], capture_output=True, text=True, timeout=30)
 
 

@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from orchestrator.util import JsonObject
+
 RECORD = Path("model") / "exchanges.jsonl"
 MAX_LINE = 4 * 1024 * 1024  # a recorded line beyond this keeps its size, not its text
 MAX_TOTAL = 64 * 1024 * 1024  # one trial's exchanges.jsonl; later calls are counted, not written
@@ -41,7 +43,7 @@ class ExchangeLog:
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, request: bytes, status: int, response: bytes, started: float,
-              attempts: int, stream: bool, meta: dict | None = None,
+              attempts: int, stream: bool, meta: JsonObject | None = None,
               api_request: bytes | None = None, api_response: bytes | None = None) -> None:
         """`request` and `response` chat-shaped; `meta` (the agent's `api`, its
         `asked_model`, `mode`) and the agent's own `api_request` / `api_response` beside."""
@@ -73,7 +75,7 @@ class ExchangeLog:
     def written(self) -> int:
         return self.count - self.dropped
 
-    def summary(self) -> dict:
+    def summary(self) -> JsonObject:
         return {"exchanges_written": self.written, "exchanges_dropped": self.dropped,
                 "exchanges_dropped_bytes": self.dropped_bytes}
 
@@ -86,7 +88,7 @@ def _json_or_text(data: bytes) -> bytes:
         return json.dumps(data.decode(errors="replace")).encode()
 
 
-def read_exchanges(path: Path) -> list[dict]:
+def read_exchanges(path: Path) -> list[JsonObject]:
     """The readable lines of an exchanges file (a malformed line is skipped)."""
     out = []
     for line in path.read_text(errors="replace").splitlines():
@@ -110,7 +112,7 @@ def event_stream(completion: bytes, include_usage: bool) -> bytes:
 
 
 # ---- replay of a recorded job ------------------------------------------------------------
-def conversation_key(request: dict) -> str:
+def conversation_key(request: JsonObject) -> str:
     """What identifies a call across re-runs: the task as the agent put it (the longest of
     the first user messages: agents such as aider open with canned example turns), the head
     of its system prompt (an agent's side calls, e.g. a title generator, differ there; the
@@ -124,13 +126,13 @@ def conversation_key(request: dict) -> str:
     return hashlib.sha256(json.dumps([task, system, turn]).encode()).hexdigest()
 
 
-def recorded_answers(job: Path) -> dict[str, dict[str, list[tuple[int, dict]]]]:
+def recorded_answers(job: Path) -> dict[str, dict[str, list[tuple[int, JsonObject]]]]:
     """A job folder's recorded exchanges, per trial (`task#attempt`, from its result.json)
     and then per conversation key, in order. Only what the model proxy wrote on the host
     is read: each trial's own `model/exchanges.jsonl`, never a file the agent wrote (its
     artifacts or logs could hold a file of that name, to script a future replay); a trial
     without a readable result.json or whose record is a link is left out."""
-    answers: dict[str, dict[str, list[tuple[int, dict]]]] = {}
+    answers: dict[str, dict[str, list[tuple[int, JsonObject]]]] = {}
     for folder in sorted((job / "trials").glob("*")):
         path, result = folder / RECORD, folder / "result.json"
         if folder.is_symlink() or path.is_symlink() or (folder / "model").is_symlink() or not path.is_file():
@@ -155,10 +157,10 @@ def replay_key(task: str, attempt: int) -> str:
 
 
 # ---- a trajectory for agents that write none -------------------------------------------
-def trajectory_from_exchanges(exchanges: list[dict]) -> list[dict]:
+def trajectory_from_exchanges(exchanges: list[JsonObject]) -> list[JsonObject]:
     """DESIGN 3.6 events from the proxy's record (read_exchanges): each reply's text and
     tool calls, and the tool results the agent sent back in its next request."""
-    events: list[dict] = []
+    events: list[JsonObject] = []
     seen_results: set[str] = set()
     for item in exchanges:
         request, response = item.get("request"), item.get("response")
@@ -179,7 +181,7 @@ def trajectory_from_exchanges(exchanges: list[dict]) -> list[dict]:
     return [{"seq": i, "event": e} for i, e in enumerate(events)]
 
 
-def dispatch_event(call: dict) -> dict:
+def dispatch_event(call: JsonObject) -> JsonObject:
     """A chat-completions tool call as a DESIGN 3.6 `tool_dispatch` event."""
     function = call.get("function") or {}
     try:

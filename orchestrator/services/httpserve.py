@@ -34,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
 
 from orchestrator.log import get_logger
+from orchestrator.util import JsonObject
 
 log = get_logger()
 MAX_CONNECTIONS = 16
@@ -94,7 +95,7 @@ class JsonHandler(BaseHTTPRequestHandler):
     event = "http.request"
     timeout = IDLE_TIMEOUT_SEC  # socket timeout: idle and slow connections are closed
 
-    def reply(self, status: int, body: dict | bytes, retry_after: float | None = None,
+    def reply(self, status: int, body: JsonObject | bytes, retry_after: float | None = None,
               content_type: str = "application/json", close: bool = False) -> None:
         """`close`: end the connection after this answer (say, a request body left unread)."""
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -134,7 +135,7 @@ class JsonHandler(BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True
 
-    def error_body(self, status: int, message: str) -> dict:
+    def error_body(self, status: int, message: str) -> JsonObject:
         """A refusal made here, before a handler's own code runs (a server that speaks an
         API with its own error shape says it in that shape)."""
         return {"error": {"message": message}}

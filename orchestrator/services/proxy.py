@@ -41,6 +41,7 @@ from orchestrator.services.apis.forward import ClientGone, Pool, Retryable, upst
 from orchestrator.services.apis.upstreams import Upstream, Upstreams
 from orchestrator.services.exchanges import ExchangeLog
 from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler, OnOneServer
+from orchestrator.util import JsonObject
 
 # A request body's cap (~500k tokens of context). Decoded, 2 MB of tiny JSON values is
 # ~20 MB of objects: the cap and the byte rate (httpserve) bound what an agent costs us.
@@ -82,7 +83,7 @@ class ModelProxy(CallWays, OnOneServer):
             def do_GET(self) -> None:  # noqa: N802
                 proxy.serve(self, "GET")
 
-            def error_body(self, status: int, message: str) -> dict:  # the rate cap's 429
+            def error_body(self, status: int, message: str) -> JsonObject:  # the rate cap's 429
                 route = apis.route(self.command, self.path)
                 api = route.api if route else apis.guess(self.path, self.headers.keys())
                 return api.error(KIND_OF_STATUS.get(status, "invalid"), message)
@@ -170,7 +171,7 @@ class ModelProxy(CallWays, OnOneServer):
             ok |= hmac.compare_digest(value.encode(errors="replace"), token)
         return ok
 
-    def _call(self, handler: JsonHandler, route: Route, request: dict) -> None:
+    def _call(self, handler: JsonHandler, route: Route, request: JsonObject) -> None:
         api = route.api
         if reason := api.stateful(request):
             raise Refusal("invalid", reason)
@@ -243,7 +244,7 @@ class ModelProxy(CallWays, OnOneServer):
         with self._lock:
             return max(1, self.budget.tokens - self.stats.prompt_tokens - self.stats.completion_tokens)
 
-    def _cap(self, request: dict) -> None:
+    def _cap(self, request: JsonObject) -> None:
         """A chat call may not spend more than the token budget has left (apis.chat.cap)."""
         if (left := self._left()) is not None:
             chat.API.cap(request, left)

@@ -47,11 +47,12 @@ from orchestrator.log import get_logger
 from orchestrator.models import trajectory
 from orchestrator.services.exchanges import conversation_key
 from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler
+from orchestrator.util import JsonObject
 
 log = get_logger()
 
 
-def load_script(path: Path) -> dict:
+def load_script(path: Path) -> JsonObject:
     try:
         script = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -71,7 +72,7 @@ def load_script(path: Path) -> dict:
     return script
 
 
-def _rules_from_trajectory(path: Path) -> list[dict]:
+def _rules_from_trajectory(path: Path) -> list[JsonObject]:
     rules, turn, last_text = [], 0, "Done."
     for _, record in trajectory.records(path):
         if record is None:
@@ -88,7 +89,7 @@ def _rules_from_trajectory(path: Path) -> list[dict]:
     return rules
 
 
-def _conversation_text(messages: list[dict]) -> str:
+def _conversation_text(messages: list[JsonObject]) -> str:
     parts = []
     for m in messages:
         content = m.get("content")
@@ -99,14 +100,14 @@ def _conversation_text(messages: list[dict]) -> str:
 
 
 class ReplayEngine:
-    def __init__(self, script: dict):
+    def __init__(self, script: JsonObject):
         self.script = script
         self.calls = 0
         self.diverged = 0
         self.authorizations: list[str] = []  # what callers sent (tests check the proxy adds keys)
         self._lock = threading.Lock()
 
-    def answer(self, request: dict, trial: str | None = None) -> tuple[int, dict]:
+    def answer(self, request: JsonObject, trial: str | None = None) -> tuple[int, JsonObject]:
         with self._lock:
             self.calls += 1
             calls = self.calls
@@ -147,7 +148,7 @@ class ReplayEngine:
                 return 200, self._completion(request, rule["reply"], found, text)
         return 200, self._completion(request, {"content": "I have nothing scripted for this."}, {}, text)
 
-    def _recorded(self, request: dict, trial: str | None) -> tuple[int, dict]:
+    def _recorded(self, request: JsonObject, trial: str | None) -> tuple[int, JsonObject]:
         with self._lock:  # only the same task and attempt's recording answers it
             queue = (self.script["recorded"].get(trial) or {}).get(conversation_key(request)) \
                 if trial is not None else None
@@ -159,7 +160,7 @@ class ReplayEngine:
                                "type": "replay_diverged"}}
 
     @staticmethod
-    def _fill(value: object, found: dict) -> object:
+    def _fill(value: object, found: JsonObject) -> object:
         if isinstance(value, str):
             for name, text in found.items():
                 value = value.replace("{" + name + "}", text)
@@ -170,9 +171,9 @@ class ReplayEngine:
             return [ReplayEngine._fill(v, found) for v in value]
         return value
 
-    def _completion(self, request: dict, reply: dict, found: dict, prompt: str) -> dict:
+    def _completion(self, request: JsonObject, reply: JsonObject, found: JsonObject, prompt: str) -> JsonObject:
         reply = {k: self._fill(v, found) for k, v in reply.items()}  # _fill of a dict
-        message: dict = {"role": "assistant", "content": reply.get("content")}
+        message: JsonObject = {"role": "assistant", "content": reply.get("content")}
         if reply.get("tool_calls"):
             message["tool_calls"] = [
                 {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
@@ -200,7 +201,7 @@ class ReplayServer(BackgroundServer):
     401 to a call without `Authorization: Bearer <api_key>`, as a provider would (the tests
     show the proxy adds the key the agent never sees)."""
 
-    def __init__(self, script: dict, host: str = "127.0.0.1", port: int = 0,
+    def __init__(self, script: JsonObject, host: str = "127.0.0.1", port: int = 0,
                  api_key: str | None = None):
         self.engine = ReplayEngine(script)
         engine = self.engine

@@ -111,7 +111,7 @@ class Service(BaseModel):
 
     @field_validator("environment", mode="before")
     @classmethod
-    def _environment(cls, value: list | dict | None) -> dict[str, str]:
+    def _environment(cls, value: list[object] | dict[str, object] | None) -> dict[str, str]:
         if isinstance(value, list):
             pairs = [str(item).partition("=") for item in value]
             return {k: v for k, _, v in pairs}
@@ -296,7 +296,7 @@ def _outside(task_dir: Path, environment: Path, build: Build) -> tuple[str, str]
 
 def _interpolate(value: object, context: dict[str, str], host: HostEnv, field: str) -> object:
     if isinstance(value, str):
-        def sub(match: re.Match) -> str:
+        def sub(match: re.Match[str]) -> str:
             if match.group(0) == "$$":
                 return "$"
             name = match.group(1) or match.group(3)

@@ -15,7 +15,8 @@ from orchestrator.models.task import StepSection, TaskConfig, ignored_fields, na
 from orchestrator.tasks.compose import Compose, load_compose
 from orchestrator.tasks.compose import find as find_compose
 from orchestrator.tasks.inputs import MAX_TOML_BYTES, links_out, load_toml, read_capped
-from orchestrator.tasks.memory import load_engram_seeds, load_fact_files
+from orchestrator.tasks.memory import EngramSeed, FactFile, load_engram_seeds, load_fact_files
+from orchestrator.util import JsonObject
 
 REQUIRED_FILES = ("task.toml", "instruction.md", "tests/test.sh")
 MAX_INSTRUCTION_BYTES = 1024 * 1024
@@ -33,8 +34,8 @@ class Task:
     instruction: str
     content_hash: str  # the whole directory
     environment_hash: str  # environment/ only: the image tag
-    seeds: tuple = ()  # memory.EngramSeed from memory/seeds.toml
-    facts: tuple = ()  # memory.FactFile from memory/project|global/*.md
+    seeds: tuple[EngramSeed, ...] = ()  # memory/seeds.toml
+    facts: tuple[FactFile, ...] = ()  # memory/project|global/*.md
     step: str | None = None  # set on the view of one of Harbor's [[steps]]
     compose: Compose | None = field(default=None, compare=False)  # docker-compose.yaml sidecars
 
@@ -161,8 +162,8 @@ def load_task(path: Path) -> Task:
         if config.steps and not instruction.is_file():
             instruction = path / "steps" / config.steps[0].name / "instruction.md"
         problems += _instruction_problems(instruction, config)
-    seeds: tuple = ()
-    facts: tuple = ()
+    seeds: tuple[EngramSeed, ...] = ()
+    facts: tuple[FactFile, ...] = ()
     try:
         seeds = load_engram_seeds(path)
     except InputError as exc:
@@ -181,11 +182,11 @@ def load_task(path: Path) -> Task:
                 compose=compose)
 
 
-def _read_config(toml_path: Path) -> tuple[TaskConfig | None, dict, list[str]]:
+def _read_config(toml_path: Path) -> tuple[TaskConfig | None, JsonObject, list[str]]:
     """task.toml as Harbor's model reads it: (config or None, the raw table, problems)."""
     if not toml_path.is_file():
         return None, {}, []
-    raw: dict = {}
+    raw: JsonObject = {}
     try:
         raw = load_toml(toml_path, MAX_TOML_BYTES)
         return TaskConfig.model_validate(raw), raw, []

@@ -27,6 +27,7 @@ from orchestrator.tasks.inputs import (
     read_capped,
 )
 from orchestrator.tasks.slugs import MAX_VALUE_BYTES, SlugError, normalise
+from orchestrator.util import JsonObject
 
 MEM = f"{AGENT_STACK}/bin/mem"
 
@@ -119,7 +120,7 @@ class FactFile:
         return f"memory/{self.scope}/{self.name}"
 
 
-def _split_frontmatter(path: Path, text: str) -> tuple[dict, str]:
+def _split_frontmatter(path: Path, text: str) -> tuple[JsonObject, str]:
     if not text.startswith("---"):
         raise InputError(f"{path}: no YAML frontmatter (the file must start with '---')")
     end = text.find("\n---", 3)

@@ -28,6 +28,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from orchestrator.models.records import StandInRecord
+from orchestrator.util import JsonObject
 
 RELEASES = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}  # Debian release -> python3
 DEBIAN_NUMBERS = {"9": "bullseye", "10": "bullseye", "11": "bullseye", "12": "bookworm", "13": "trixie"}
@@ -88,7 +89,7 @@ class StandIn:
     reason: str
     warning: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> JsonObject:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     def record(self) -> StandInRecord:

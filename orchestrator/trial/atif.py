@@ -44,7 +44,7 @@ from orchestrator.models.trajectory import event_of, records, tool_of
 from orchestrator.paths import SOURCE_ROOT
 from orchestrator.services.exchanges import read_exchanges, trajectory_from_exchanges
 from orchestrator.trial.atif_calls import ModelCall, Record, arguments, read_calls, text_of
-from orchestrator.util import write_atomic
+from orchestrator.util import JsonObject, write_atomic
 
 if TYPE_CHECKING:
     from orchestrator.models.result import TrialResult
@@ -141,7 +141,7 @@ def build_atif(agent_dir: Path, exchanges: Path, facts: TrialFacts) -> Trajector
     return doc.finish(facts, source)
 
 
-def _made_from(lines: list[tuple[int, dict | None]], exchanges: Path) -> bool:
+def _made_from(lines: list[tuple[int, JsonObject | None]], exchanges: Path) -> bool:
     """Whether the trajectory is the one orchestra made from the model calls for an agent
     without a log (agents/installed.py): then the calls themselves say more (reasoning,
     the model and tokens of each), and are the source."""
@@ -191,7 +191,7 @@ class _Document:
             draft.model_call, draft.llm_call_count = model_call, 1
             self.used.add(model_call.index)
 
-    def by_signature(self, name: str, args: dict, current: _Draft | None) -> ModelCall | None:
+    def by_signature(self, name: str, args: JsonObject, current: _Draft | None) -> ModelCall | None:
         """The model call that asked for this tool with these arguments, where the agent's
         log names its calls its own way (Gemini's have no id; some CLIs make their own):
         the open step's call, else the first not yet matched."""
@@ -250,7 +250,7 @@ def _step(step_id: int, draft: _Draft, default_model: str | None) -> Step:
 
 
 # ---- 1. from the agent's trajectory -----------------------------------------------------
-def _from_events(doc: _Document, lines: list[tuple[int, dict | None]], instruction: str | None) -> None:
+def _from_events(doc: _Document, lines: list[tuple[int, JsonObject | None]], instruction: str | None) -> None:
     """DESIGN 3.6 events as steps: a message opens an agent step; tool dispatches join the
     open step while they belong to the same model call (or, unmatched, until a result came
     back); a result is the observation of the step that made its call; text events and
@@ -314,7 +314,7 @@ def _joins(current: _Draft, owner: ModelCall | None) -> bool:
 
 
 def _observe(doc: _Document, current: _Draft | None, call_id: str | None, content: str,
-             extra: dict | None) -> None:
+             extra: JsonObject | None) -> None:
     """A tool result: the observation of the step that made the call; without one, of the
     open agent step (no call named), else a system step's."""
     owner = doc.owner(call_id) if call_id else None

@@ -17,6 +17,9 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from orchestrator.util import JsonObject
 
 
 @dataclass
@@ -25,7 +28,7 @@ class Call:
 
     id: str | None
     name: str
-    arguments: dict
+    arguments: JsonObject
 
 
 @dataclass
@@ -50,7 +53,7 @@ class Record:
 
     calls: list[ModelCall]
     unanswered: int  # an error status, a streamed or cut answer: nothing to read
-    tools: list[dict] | None = None  # the first chat request's tool definitions
+    tools: list[JsonObject] | None = None  # the first chat request's tool definitions
 
 
 # The most of an exchanges file read for an ATIF (the proxy caps its own record; a copy
@@ -78,7 +81,7 @@ def read_calls(path: Path, since: float | None = None) -> Record:
     return Record(calls, unanswered, tools)
 
 
-def _items(path: Path) -> Iterator[dict]:
+def _items(path: Path) -> Iterator[JsonObject]:
     """The file's readable lines as dicts, one at a time (a malformed line is skipped)."""
     if not path.is_file() or path.is_symlink():
         return
@@ -96,7 +99,7 @@ def _items(path: Path) -> Iterator[dict]:
                 yield item
 
 
-def _chat_tools(item: dict) -> list[dict] | None:
+def _chat_tools(item: JsonObject) -> list[JsonObject] | None:
     """A chat request's tools, when each is a function definition (ATIF's own shape)."""
     tools = _dict(item.get("request")).get("tools")
     if isinstance(tools, list) and tools and all(
@@ -106,7 +109,7 @@ def _chat_tools(item: dict) -> list[dict] | None:
     return None
 
 
-def _call(item: dict, index: int) -> ModelCall | None:
+def _call(item: JsonObject, index: int) -> ModelCall | None:
     response, request = item.get("response"), item.get("request")
     status = item.get("status", 200)
     if not isinstance(response, dict) or not (isinstance(status, int) and 200 <= status < 300):
@@ -129,7 +132,7 @@ def _call(item: dict, index: int) -> ModelCall | None:
 
 
 # ---- answers, per API ----------------------------------------------------------------
-def _chat(response: dict, call: ModelCall) -> None:
+def _chat(response: JsonObject, call: ModelCall) -> None:
     choice = _first(response.get("choices"))
     message = _dict(choice.get("message"))
     call.text = text_of(message.get("content"))
@@ -144,7 +147,7 @@ def _chat(response: dict, call: ModelCall) -> None:
     call.cached_tokens = _int(_dict(usage.get("prompt_tokens_details")).get("cached_tokens"))
 
 
-def _messages(response: dict, call: ModelCall) -> None:
+def _messages(response: JsonObject, call: ModelCall) -> None:
     """Anthropic Messages: text, thinking and tool_use blocks; input_tokens leaves out the
     cache's, which ATIF's prompt_tokens includes."""
     texts: list[str] = []
@@ -168,7 +171,7 @@ def _messages(response: dict, call: ModelCall) -> None:
     call.cached_tokens = _int(usage.get("cache_read_input_tokens"))
 
 
-def _responses(response: dict, call: ModelCall) -> None:
+def _responses(response: JsonObject, call: ModelCall) -> None:
     """OpenAI Responses: message, reasoning and function_call output items."""
     texts: list[str] = []
     thoughts: list[str] = []
@@ -188,7 +191,7 @@ def _responses(response: dict, call: ModelCall) -> None:
     call.cached_tokens = _int(_dict(usage.get("input_tokens_details")).get("cached_tokens"))
 
 
-def _gemini(response: dict, call: ModelCall) -> None:
+def _gemini(response: JsonObject, call: ModelCall) -> None:
     """Gemini generateContent: text parts (thought parts are reasoning) and functionCall
     parts (an id only where the API gave one)."""
     texts: list[str] = []
@@ -208,7 +211,7 @@ def _gemini(response: dict, call: ModelCall) -> None:
 
 
 # ---- the tool results a request sends back -------------------------------------------
-def _results(request: dict) -> list[tuple[str, str]]:
+def _results(request: JsonObject) -> list[tuple[str, str]]:
     """(call id, output) of every tool result in the request, whichever API's shape."""
     out: list[tuple[str, str]] = []
     for message in map(_dict, _list(request.get("messages"))):
@@ -239,7 +242,7 @@ def text_of(content: object) -> str:
     return "" if content is None else json.dumps(content)
 
 
-def arguments(value: object) -> dict:
+def arguments(value: object) -> JsonObject:
     """A tool call's arguments as an object: JSON text parsed; anything else kept under
     `input` (ATIF wants an object)."""
     if isinstance(value, str):
@@ -250,15 +253,15 @@ def arguments(value: object) -> dict:
     return value if isinstance(value, dict) else {"input": value}
 
 
-def _first(value: object) -> dict:
+def _first(value: object) -> JsonObject:
     return _dict(value[0]) if isinstance(value, list) and value else {}
 
 
-def _dict(value: object) -> dict:
+def _dict(value: object) -> JsonObject:
     return value if isinstance(value, dict) else {}
 
 
-def _list(value: object) -> list:
+def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 

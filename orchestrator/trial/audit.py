@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.models import trajectory
 from orchestrator.models.records import MemoryAudit
+from orchestrator.util import JsonObject
 
 if TYPE_CHECKING:
     from orchestrator.tasks.memory import FactFile
@@ -133,9 +134,9 @@ def _count(value: object, audit: Audit, line: int) -> int:
     return int(min(value, 10**12))
 
 
-def read_trajectory(path: Path) -> tuple[list[dict], list[int]]:
+def read_trajectory(path: Path) -> tuple[list[JsonObject], list[int]]:
     """The records that are events or memory recalls, and the numbers of the lines that are not."""
-    found: list[dict] = []
+    found: list[JsonObject] = []
     malformed: list[int] = []
     for number, record in trajectory.records(path):
         if record is None or not ({"event", "memory_recall"} & set(record)):
@@ -145,7 +146,7 @@ def read_trajectory(path: Path) -> tuple[list[dict], list[int]]:
     return found, malformed
 
 
-def _event_texts(event: dict) -> list[str]:
+def _event_texts(event: JsonObject) -> list[str]:
     """The places a marker counts as used: tool arguments and answer text."""
     texts = []
     tool = trajectory.tool_of(event)
@@ -184,7 +185,7 @@ def _content_leak(output: str, grading: Iterable[GradingFile], typed: list[str])
     return None
 
 
-def _leak(event: dict, facts: Sequence[FactFile], state_home: str | None = None) -> str | None:
+def _leak(event: JsonObject, facts: Sequence[FactFile], state_home: str | None = None) -> str | None:
     tool = event.get("tool")
     if event.get("kind") != "tool_result" or not isinstance(tool, dict):
         return None
@@ -244,7 +245,7 @@ def _audit(path: Path, facts: Sequence[FactFile], markers: list[str], markers_in
     return audit
 
 
-def _audit_content(record: dict, audit: Audit, grading: tuple[GradingFile, ...],
+def _audit_content(record: JsonObject, audit: Audit, grading: tuple[GradingFile, ...],
                    typed: list[str]) -> None:
     event = record.get("event")
     if not grading or not isinstance(event, dict):
@@ -261,12 +262,12 @@ def _audit_content(record: dict, audit: Audit, grading: tuple[GradingFile, ...],
         audit.leaks.append(leak)
 
 
-def _armed(record: dict) -> bool:
+def _armed(record: JsonObject) -> bool:
     recall = record.get("memory_recall")
     return isinstance(recall, dict) and isinstance(recall.get("hits"), list) and bool(recall["hits"])
 
 
-def _audit_record(record: dict, number: int, audit: Audit, facts: Sequence[FactFile],
+def _audit_record(record: JsonObject, number: int, audit: Audit, facts: Sequence[FactFile],
                   markers: list[str], state_home: str | None, used: set[str], early: set[str],
                   armed: bool) -> None:
     """One trajectory record into the audit (raises on values it cannot read)."""

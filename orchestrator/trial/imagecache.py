@@ -22,6 +22,7 @@ from orchestrator.tasks.load import Task, hash_tree, image_repository
 from orchestrator.tasks.standins import StandIn
 from orchestrator.trial.images import TaskImages, ensure_task_images, verifier_image
 from orchestrator.trial.trust import Trust
+from orchestrator.util import JsonObject
 
 log = get_logger()
 TOUCH_EVERY_SEC = 600.0  # how often a job says it still uses its images (cleanup's LRU)
@@ -45,7 +46,7 @@ class Published:
     """What a node needs to run a task's trials from the registry: the job's TaskImages
     and, per local name, the registry reference it was pushed to."""
 
-    images: dict
+    images: JsonObject  # TaskImages' fields as JSON: the driver's, sent to a node
     refs: dict[str, str] = field(default_factory=dict)
 
     def task_images(self) -> TaskImages:

@@ -320,7 +320,7 @@ def with_stand_ins(dockerfile: str, stand_ins: list[StandIn]) -> str:
     if not swap:
         return dockerfile
 
-    def replace(match: re.Match) -> str:
+    def replace(match: re.Match[str]) -> str:
         ref = match.group(1)
         return match.group(0).replace(ref, swap[ref], 1) if ref in swap else match.group(0)
 

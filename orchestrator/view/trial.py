@@ -18,6 +18,7 @@ from typing import Any
 from orchestrator.models import trajectory
 from orchestrator.models.evidence import RelayEvidence, RelayMessage
 from orchestrator.models.result import ERRORED, VOID, TrialResult, headline_of
+from orchestrator.util import JsonObject
 from orchestrator.view.pages import FILE_PAGE_BYTES, href, view_page
 
 OUTPUTS = (("Agent stdout", "agent/stdout.txt"), ("Agent stderr", "agent/stderr.txt"),
@@ -82,7 +83,7 @@ def _tail(path: Path, limit: int = 8000) -> str:
 
 
 # ---- the trajectory --------------------------------------------------------------------------
-def _marked(text: str, markers: re.Pattern | None) -> Segments:
+def _marked(text: str, markers: re.Pattern[str] | None) -> Segments:
     """The text cut where a memory marker occurs, the markers' pieces flagged."""
     if markers is None:
         return [(text, False)]
@@ -109,7 +110,7 @@ def _trajectory(path: Path, markers: object, limit: int = 500) -> list[dict[str,
     return turns
 
 
-def _turn(record: dict, markers: re.Pattern | None) -> dict[str, Any]:
+def _turn(record: JsonObject, markers: re.Pattern[str] | None) -> dict[str, Any]:
     """A memory recall, a tool call or result, or any other event (its kind and text)."""
     recall = record.get("memory_recall")
     if isinstance(recall, dict):

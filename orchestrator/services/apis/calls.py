@@ -53,6 +53,7 @@ from orchestrator.services.apis.forward import (
 )
 from orchestrator.services.exchanges import ExchangeLog
 from orchestrator.services.httpserve import JsonHandler
+from orchestrator.util import JsonObject
 
 log = get_logger()
 # a request's conversation: not kept while the call waits upstream (decoded, a 2 MB body can
@@ -77,7 +78,7 @@ class Call:
     """One model call under way: the agent's API and request, and what became of it."""
 
     route: Route
-    request: dict  # the agent's, its model mapped and its output capped
+    request: JsonObject  # the agent's, its model mapped and its output capped
     asked: str | None  # the model name the agent asked for
     stream: bool
     started: float = field(default_factory=time.time)
@@ -233,11 +234,11 @@ class CallWays:
         else:
             handler.reply(200, self.scrub(body), content_type=kind)
 
-    def _pump(self, handler: JsonHandler, call: Call, response: Answer, wants_usage: bool) -> list[dict]:
+    def _pump(self, handler: JsonHandler, call: Call, response: Answer, wants_usage: bool) -> list[JsonObject]:
         """Pass a streamed answer on event by event as it arrives (the caller ends the
         stream); its decoded events."""
         handler.start_stream(200, response.headers.get("Content-Type", "text/event-stream"))
-        events: list[dict] = []
+        events: list[JsonObject] = []
         try:
             with response:
                 for raw in events_of(response):
@@ -333,7 +334,7 @@ class CallWays:
                           started: bool) -> None:
         """The upstream's chat chunks as the agent's API's stream: text as it arrives, the
         rest (tool calls, stop reason, usage) when the upstream is done."""
-        api, live, chunks = call.api, Live(call.asked or self.model, call.request), list[dict]()
+        api, live, chunks = call.api, Live(call.asked or self.model, call.request), list[JsonObject]()
         if not started:
             handler.start_stream(200, api.stream_type)
         broke, gone, said = None, False, time.monotonic()
@@ -375,7 +376,7 @@ class CallWays:
         handler.end_stream()
 
     # ---- the record ----------------------------------------------------------------------------
-    def _record(self, call: Call, status: int, answer: bytes, native: dict | None,
+    def _record(self, call: Call, status: int, answer: bytes, native: JsonObject | None,
                 translated: bool = False) -> None:
         """One exchange, chat-shaped (what went upstream when translated; the agent's API
         translated to chat when relayed), with the agent's own request and answer beside it."""
@@ -390,7 +391,7 @@ class CallWays:
                           meta=meta, api_request=call.api_request, api_response=native_response)
 
 
-def _object(body: bytes) -> dict:
+def _object(body: bytes) -> JsonObject:
     try:
         value = json.loads(body)
     except (ValueError, RecursionError):

@@ -16,6 +16,7 @@ from orchestrator.services.apis.common import (
     chat_usage,
     sse,
 )
+from orchestrator.util import JsonObject
 
 OPENAI_TYPES = {"invalid": "invalid_request_error", "auth": "invalid_api_key", "budget": "budget_exceeded",
                 "not_found": "not_found_error", "too_large": "invalid_request_error",
@@ -23,7 +24,7 @@ OPENAI_TYPES = {"invalid": "invalid_request_error", "auth": "invalid_api_key", "
                 "unsupported": "invalid_request_error"}
 
 
-def openai_error(kind: str, message: str) -> dict:
+def openai_error(kind: str, message: str) -> JsonObject:
     """OpenAI's error shape (Chat Completions and Responses share it)."""
     kind_type = OPENAI_TYPES.get(kind, "invalid_request_error")
     return {"error": {"message": message, "type": kind_type, "param": None, "code": kind_type}}
@@ -32,7 +33,7 @@ def openai_error(kind: str, message: str) -> dict:
 class ChatApi(Api):
     name = "chat"
 
-    def error(self, kind: str, message: str) -> dict:
+    def error(self, kind: str, message: str) -> JsonObject:
         return openai_error(kind, message)
 
     def upstream_path(self, route: Route, model: str) -> str:
@@ -41,10 +42,10 @@ class ChatApi(Api):
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"}
 
-    def choices(self, request: dict) -> int:
+    def choices(self, request: JsonObject) -> int:
         return as_int(request.get("n")) or 1
 
-    def cap(self, request: dict, left: int) -> None:
+    def cap(self, request: JsonObject, left: int) -> None:
         """max_tokens and max_completion_tokens lowered to `left` (max_tokens set when
         neither is given), and `n` choices only as many as it covers (at least 1)."""
         keys = [k for k in ("max_tokens", "max_completion_tokens") if k in request]
@@ -57,13 +58,13 @@ class ChatApi(Api):
         if n is not None and (as_int(n) or left + 1) * per_choice > left:
             request["n"] = max(1, min(as_int(n) or 1, left // per_choice))
 
-    def to_chat(self, request: dict) -> dict:
+    def to_chat(self, request: JsonObject) -> JsonObject:
         return request
 
-    def from_chat(self, completion: dict, model: str, request: dict) -> dict:
+    def from_chat(self, completion: JsonObject, model: str, request: JsonObject) -> JsonObject:
         return completion
 
-    def stream_from_chat(self, completion: dict, model: str, request: dict) -> Iterator[bytes]:
+    def stream_from_chat(self, completion: JsonObject, model: str, request: JsonObject) -> Iterator[bytes]:
         """A finished completion as the chunks a streaming client expects: one with the
         whole message, one with the finish reason (and one with usage when the request's
         stream_options asked for it), then [DONE]."""
@@ -71,7 +72,7 @@ class ChatApi(Api):
         message = as_dict(choice.get("message"))
         base = {"id": completion.get("id", "chatcmpl-orchestra"), "object": "chat.completion.chunk",
                 "created": completion.get("created", 0), "model": completion.get("model", model)}
-        delta: dict = {"role": "assistant", "content": message.get("content") or ""}
+        delta: JsonObject = {"role": "assistant", "content": message.get("content") or ""}
         if message.get("reasoning_content"):
             delta["reasoning_content"] = message["reasoning_content"]
         if message.get("tool_calls"):
@@ -83,18 +84,18 @@ class ChatApi(Api):
             yield sse({**base, "choices": [], "usage": completion["usage"]})
         yield b"data: [DONE]\n\n"
 
-    def as_chat(self, response: dict) -> dict:
+    def as_chat(self, response: JsonObject) -> JsonObject:
         return response
 
-    def usage(self, response: dict) -> Usage:
+    def usage(self, response: JsonObject) -> Usage:
         return chat_usage(response)
 
-    def collect(self, events: list[dict]) -> dict:
+    def collect(self, events: list[JsonObject]) -> JsonObject:
         """Chunks folded into the completion they stream: content, reasoning, tool calls
         (their argument pieces joined by index), the finish reason and usage."""
         content: list[str] = []
         reasoning: list[str] = []
-        calls: dict[object, dict] = {}
+        calls: dict[object, JsonObject] = {}
         finish, usage, head = None, None, dict[str, object]()
         for chunk in events:
             head = head or {k: chunk.get(k) for k in ("id", "created", "model")}
@@ -113,7 +114,7 @@ class ChatApi(Api):
                     function = as_dict(piece.get("function"))
                     call["function"]["name"] += str(function.get("name") or "")
                     call["function"]["arguments"] += str(function.get("arguments") or "")
-        message: dict = {"role": "assistant", "content": "".join(content) or None}
+        message: JsonObject = {"role": "assistant", "content": "".join(content) or None}
         if any(reasoning):
             message["reasoning_content"] = "".join(reasoning)
         if calls:

@@ -25,7 +25,9 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
+
+from orchestrator.util import JsonObject
 
 # orchestra's refusals, each with the status every API gives it
 ERROR_STATUS = {"invalid": 400, "auth": 401, "budget": 402, "not_found": 404, "too_large": 413,
@@ -49,7 +51,7 @@ class Live:
     (`Api.live_end`, given the chunks folded into a completion)."""
 
     model: str
-    request: dict
+    request: JsonObject
     rid: str = "orchestra"  # the answer's id (from the upstream's first chunk)
     input_tokens: int = 0  # when known at the start (a whole answer played back)
     opened: bool = False  # the text block / message item is open
@@ -76,7 +78,7 @@ class Api(ABC):
 
     # ---- the wire ---------------------------------------------------------------------
     @abstractmethod
-    def error(self, kind: str, message: str) -> dict:
+    def error(self, kind: str, message: str) -> JsonObject:
         """orchestra's refusal (`kind` from ERROR_STATUS) in this API's error shape."""
 
     def status(self, kind: str) -> int:
@@ -96,40 +98,40 @@ class Api(ABC):
         """How this API's provider takes a key."""
 
     # ---- the request ------------------------------------------------------------------
-    def asked_model(self, request: dict, route: Route) -> str | None:
+    def asked_model(self, request: JsonObject, route: Route) -> str | None:
         model = request.get("model")
         return model if isinstance(model, str) else route.model
 
-    def set_model(self, request: dict, model: str) -> None:
+    def set_model(self, request: JsonObject, model: str) -> None:
         request["model"] = model
 
-    def streams(self, request: dict, route: Route) -> bool:
+    def streams(self, request: JsonObject, route: Route) -> bool:
         return request.get("stream") is True
 
-    def stateful(self, request: dict) -> str | None:
+    def stateful(self, request: JsonObject) -> str | None:
         """Why this request needs state the proxy does not keep, if it does."""
         return None
 
-    def choices(self, request: dict) -> int:
+    def choices(self, request: JsonObject) -> int:
         return 1
 
     @abstractmethod
-    def cap(self, request: dict, left: int) -> None:
+    def cap(self, request: JsonObject, left: int) -> None:
         """Lower the call's output cap (and choice count) to `left` tokens in all."""
 
-    def count_tokens(self, request: dict) -> dict:
+    def count_tokens(self, request: JsonObject) -> JsonObject:
         """A token count answered here (when the upstream cannot): ~4 bytes a token."""
         return {"input_tokens": estimate_tokens(request)}
 
     # ---- translation through chat -----------------------------------------------------
     @abstractmethod
-    def to_chat(self, request: dict) -> dict: ...
+    def to_chat(self, request: JsonObject) -> JsonObject: ...
 
     @abstractmethod
-    def from_chat(self, completion: dict, model: str, request: dict) -> dict: ...
+    def from_chat(self, completion: JsonObject, model: str, request: JsonObject) -> JsonObject: ...
 
     @abstractmethod
-    def as_chat(self, response: dict) -> dict: ...
+    def as_chat(self, response: JsonObject) -> JsonObject: ...
 
     def live_start(self, live: Live) -> bytes:
         return b""
@@ -138,12 +140,12 @@ class Api(ABC):
         """A piece of the answer's text, as this API streams text."""
         return b""
 
-    def live_end(self, live: Live, completion: dict) -> bytes:
+    def live_end(self, live: Live, completion: JsonObject) -> bytes:
         """The rest of the answer: what follows its streamed text (the whole completion,
         its id set to `live.rid`, is given)."""
         raise NotImplementedError
 
-    def stream_from_chat(self, completion: dict, model: str, request: dict) -> Iterator[bytes]:
+    def stream_from_chat(self, completion: JsonObject, model: str, request: JsonObject) -> Iterator[bytes]:
         """A whole completion as this API's stream: its text as one piece."""
         message, _ = chat_choice(completion)
         usage = chat_usage(completion)
@@ -157,15 +159,15 @@ class Api(ABC):
 
     # ---- the answer -------------------------------------------------------------------
     @abstractmethod
-    def usage(self, response: dict) -> Usage: ...
+    def usage(self, response: JsonObject) -> Usage: ...
 
     @abstractmethod
-    def collect(self, events: list[dict]) -> dict:
+    def collect(self, events: list[JsonObject]) -> JsonObject:
         """A relayed stream's decoded `data:` payloads folded into one answer."""
 
 
 # ---- helpers every API uses --------------------------------------------------------------
-def sse(data: dict | str, event: str | None = None) -> bytes:
+def sse(data: JsonObject | str, event: str | None = None) -> bytes:
     payload = data if isinstance(data, str) else json.dumps(data)
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {payload}\n\n".encode()
@@ -178,7 +180,7 @@ def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
     return events, rest
 
 
-def event_data(event: bytes) -> dict | None:
+def event_data(event: bytes) -> JsonObject | None:
     """The JSON object an SSE event carries in its `data:` lines (None: none, or [DONE])."""
     lines = [line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")]
     try:
@@ -201,11 +203,11 @@ def capped(value: object, left: int) -> int:
     return left if number is None or number > left else number
 
 
-def as_dict(value: object) -> dict:
+def as_dict(value: object) -> JsonObject:
     return value if isinstance(value, dict) else {}
 
 
-def as_list(value: object) -> list:
+def as_list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
@@ -219,7 +221,7 @@ def text_of(content: object) -> str:
     return ""
 
 
-def leading_system_merged(messages: list[dict]) -> list[dict]:
+def leading_system_merged(messages: list[JsonObject]) -> list[JsonObject]:
     """Consecutive system messages at the start as one (some chat templates refuse a second)."""
     head = 0
     while head < len(messages) and messages[head].get("role") == "system":
@@ -230,7 +232,7 @@ def leading_system_merged(messages: list[dict]) -> list[dict]:
     return [{"role": "system", "content": merged}, *messages[head:]]
 
 
-def parse_args(arguments: object) -> dict:
+def parse_args(arguments: object) -> JsonObject:
     """A tool call's JSON arguments as an object ({} when they are not one)."""
     if isinstance(arguments, dict):
         return arguments
@@ -251,18 +253,18 @@ def estimate_tokens(value: object) -> int:
     return max(1, len(json.dumps(value, default=str)) // 4)
 
 
-def chat_choice(completion: dict) -> tuple[dict, str | None]:
+def chat_choice(completion: JsonObject) -> tuple[JsonObject, str | None]:
     """A chat completion's first choice: its message and finish reason."""
     choice = as_dict((as_list(completion.get("choices")) or [{}])[0])
     return as_dict(choice.get("message")), choice.get("finish_reason")
 
 
-def chat_usage(completion: dict) -> Usage:
+def chat_usage(completion: JsonObject) -> Usage:
     usage = as_dict(completion.get("usage"))
     return Usage(as_int(usage.get("prompt_tokens")) or 0, as_int(usage.get("completion_tokens")) or 0)
 
 
-def chat_completion(message: dict, finish_reason: str, usage: Usage, model: str, id_: str) -> dict:
+def chat_completion(message: JsonObject, finish_reason: str, usage: Usage, model: str, id_: str) -> JsonObject:
     """A chat completion built from its parts (the record's shape for every API)."""
     return {"id": id_, "object": "chat.completion", "created": 0, "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
@@ -270,6 +272,6 @@ def chat_completion(message: dict, finish_reason: str, usage: Usage, model: str,
                       "total_tokens": usage.input + usage.output}}
 
 
-def chat_tool_call(id_: str, name: str, arguments: object) -> dict:
+def chat_tool_call(id_: str, name: str, arguments: object) -> JsonObject:
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
     return {"id": id_, "type": "function", "function": {"name": name, "arguments": text}}

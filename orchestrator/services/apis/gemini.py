@@ -13,6 +13,7 @@ MAX_TOKENS <-> length, SAFETY and the like -> content_filter.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from orchestrator.services.apis.common import (
     Api,
@@ -33,6 +34,7 @@ from orchestrator.services.apis.common import (
     stable_id,
     text_of,
 )
+from orchestrator.util import JsonObject
 
 STATUS = {"invalid": (400, "INVALID_ARGUMENT"), "auth": (401, "UNAUTHENTICATED"),
           "budget": (400, "FAILED_PRECONDITION"), "not_found": (404, "NOT_FOUND"),
@@ -42,7 +44,7 @@ TO_CHAT_STOP = {"STOP": "stop", "MAX_TOKENS": "length"}
 FROM_CHAT_STOP = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "content_filter": "SAFETY"}
 
 
-def field(value: dict, camel: str) -> object:
+def field(value: JsonObject, camel: str) -> object:
     """A field by its camelCase name or its snake_case one."""
     if camel in value:
         return value[camel]
@@ -58,18 +60,18 @@ def lower_types(schema: object) -> object:
     return schema
 
 
-def media_part(data: dict, url: str) -> dict | None:
+def media_part(data: JsonObject, url: str) -> JsonObject | None:
     mime = str(field(data, "mimeType") or "")
     return {"type": "image_url", "image_url": {"url": url}} if mime.startswith("image/") else None
 
 
-def content_messages(role: str, parts: list, turn: int, open_calls: dict[str, list[str]]) -> list[dict]:
+def content_messages(role: str, parts: list[Any], turn: int, open_calls: dict[str, list[str]]) -> list[JsonObject]:
     """One Gemini content (a user or model turn) as chat messages."""
     texts: list[str] = []
     thoughts: list[str] = []
-    calls: list[dict] = []
-    results: list[dict] = []
-    media: list[dict] = []
+    calls: list[JsonObject] = []
+    results: list[JsonObject] = []
+    media: list[JsonObject] = []
     for k, part in enumerate(map(as_dict, parts)):
         call, reply = as_dict(field(part, "functionCall")), as_dict(field(part, "functionResponse"))
         inline, file = as_dict(field(part, "inlineData")), as_dict(field(part, "fileData"))
@@ -96,14 +98,14 @@ def content_messages(role: str, parts: list, turn: int, open_calls: dict[str, li
         elif "text" in part:
             (thoughts if part.get("thought") else texts).append(str(part.get("text") or ""))
     if role == "model":
-        message: dict = {"role": "assistant", "content": "".join(texts) or (None if calls else "")}
+        message: JsonObject = {"role": "assistant", "content": "".join(texts) or (None if calls else "")}
         if thoughts:
             message["reasoning_content"] = "".join(thoughts)
         if calls:
             message["tool_calls"] = calls
         return [message]
     out = list(results)
-    content: str | list[dict] = "\n\n".join(texts)
+    content: str | list[JsonObject] = "\n\n".join(texts)
     if texts and not media:
         out.append({"role": "user", "content": content})
     elif texts or media:
@@ -112,7 +114,7 @@ def content_messages(role: str, parts: list, turn: int, open_calls: dict[str, li
     return out
 
 
-def config_of(request: dict) -> dict:
+def config_of(request: JsonObject) -> JsonObject:
     return as_dict(field(request, "generationConfig"))
 
 
@@ -122,7 +124,7 @@ class GeminiApi(Api):
     # would stall them, so a waiting Gemini client gets the headers and nothing more
     keepalive = b""
 
-    def error(self, kind: str, message: str) -> dict:
+    def error(self, kind: str, message: str) -> JsonObject:
         code, status = STATUS.get(kind, (400, "INVALID_ARGUMENT"))
         return {"error": {"code": code, "message": message, "status": status}}
 
@@ -137,16 +139,16 @@ class GeminiApi(Api):
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"x-goog-api-key": key}
 
-    def set_model(self, request: dict, model: str) -> None:
+    def set_model(self, request: JsonObject, model: str) -> None:
         """The model is named in the path (upstream_path), never in the body."""
 
-    def streams(self, request: dict, route: Route) -> bool:
+    def streams(self, request: JsonObject, route: Route) -> bool:
         return route.stream
 
-    def choices(self, request: dict) -> int:
+    def choices(self, request: JsonObject) -> int:
         return as_int(field(config_of(request), "candidateCount")) or 1
 
-    def cap(self, request: dict, left: int) -> None:
+    def cap(self, request: JsonObject, left: int) -> None:
         key = "generation_config" if "generation_config" in request and "generationConfig" not in request \
             else "generationConfig"
         config = request[key] = dict(config_of(request))
@@ -157,11 +159,11 @@ class GeminiApi(Api):
             count = as_int(config[count_key]) or 1
             config[count_key] = max(1, min(count, left // per))
 
-    def count_tokens(self, request: dict) -> dict:
+    def count_tokens(self, request: JsonObject) -> JsonObject:
         return {"totalTokens": estimate_tokens(request)}
 
-    def to_chat(self, request: dict) -> dict:
-        messages: list[dict] = []
+    def to_chat(self, request: JsonObject) -> JsonObject:
+        messages: list[JsonObject] = []
         system = as_dict(field(request, "systemInstruction"))
         if system:
             messages.append({"role": "system", "content": text_of(system.get("parts"))})
@@ -169,7 +171,7 @@ class GeminiApi(Api):
         for turn, content in enumerate(map(as_dict, as_list(request.get("contents")))):
             role = "model" if content.get("role") == "model" else "user"
             messages += content_messages(role, as_list(content.get("parts")), turn, open_calls)
-        chat: dict = {"model": request.get("model"), "messages": messages}
+        chat: JsonObject = {"model": request.get("model"), "messages": messages}
         tools = [{"type": "function", "function": {
                     "name": str(d.get("name", "")), "description": str(d.get("description", "")),
                     "parameters": lower_types(field(d, "parametersJsonSchema") or d.get("parameters")
@@ -197,9 +199,9 @@ class GeminiApi(Api):
             chat["response_format"] = {"type": "json_object"}
         return chat
 
-    def from_chat(self, completion: dict, model: str, request: dict) -> dict:
+    def from_chat(self, completion: JsonObject, model: str, request: JsonObject) -> JsonObject:
         message, finish = chat_choice(completion)
-        parts: list[dict] = []
+        parts: list[JsonObject] = []
         if message.get("reasoning_content"):
             parts.append({"text": str(message["reasoning_content"]), "thought": True})
         content = message.get("content")
@@ -222,7 +224,7 @@ class GeminiApi(Api):
         return sse({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}],
                     "modelVersion": live.model, "responseId": live.rid})
 
-    def live_end(self, live: Live, completion: dict) -> bytes:
+    def live_end(self, live: Live, completion: JsonObject) -> bytes:
         """The last chunk: the parts not streamed (thoughts, function calls), the finish
         reason and usage (a chunk is a whole GenerateContentResponse)."""
         answer = self.from_chat(completion, live.model, live.request)
@@ -231,7 +233,7 @@ class GeminiApi(Api):
         candidate["content"]["parts"] = parts or [{"text": ""}]
         return sse(answer)
 
-    def as_chat(self, response: dict) -> dict:
+    def as_chat(self, response: JsonObject) -> JsonObject:
         candidate = as_dict((as_list(response.get("candidates")) or [{}])[0])
         parts = as_list(as_dict(candidate.get("content")).get("parts"))
         message = content_messages("model", parts, -1, {})[0]
@@ -240,16 +242,16 @@ class GeminiApi(Api):
         return chat_completion(message, finish, self.usage(response), str(field(response, "modelVersion") or ""),
                                str(field(response, "responseId") or ""))
 
-    def usage(self, response: dict) -> Usage:
+    def usage(self, response: JsonObject) -> Usage:
         usage = as_dict(field(response, "usageMetadata"))
         output = sum(as_int(field(usage, k)) or 0 for k in ("candidatesTokenCount", "thoughtsTokenCount"))
         return Usage(as_int(field(usage, "promptTokenCount")) or 0, output)
 
-    def collect(self, events: list[dict]) -> dict:
+    def collect(self, events: list[JsonObject]) -> JsonObject:
         """Chunks folded: their parts in order (adjacent texts joined), the last finish
         reason and usage."""
-        parts: list[dict] = []
-        out: dict = {}
+        parts: list[JsonObject] = []
+        out: JsonObject = {}
         for chunk in events:
             candidate = as_dict((as_list(chunk.get("candidates")) or [{}])[0])
             for part in map(as_dict, as_list(as_dict(candidate.get("content")).get("parts"))):

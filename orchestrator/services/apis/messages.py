@@ -10,6 +10,7 @@ stop, max_tokens <-> length, tool_use <-> tool_calls, stop_sequence -> stop.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from orchestrator.services.apis.common import (
     Api,
@@ -29,6 +30,7 @@ from orchestrator.services.apis.common import (
     stable_id,
     text_of,
 )
+from orchestrator.util import JsonObject
 
 TYPES = {"invalid": "invalid_request_error", "auth": "authentication_error", "budget": "billing_error",
          "not_found": "not_found_error", "too_large": "request_too_large", "rate": "rate_limit_error",
@@ -39,7 +41,7 @@ FROM_CHAT_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "too
                   "function_call": "tool_use", "content_filter": "refusal"}
 
 
-def image_part(block: dict) -> dict | None:
+def image_part(block: JsonObject) -> JsonObject | None:
     """An Anthropic image block as a chat image part (base64 or URL sources)."""
     source = as_dict(block.get("source"))
     if source.get("type") == "base64":
@@ -51,8 +53,8 @@ def image_part(block: dict) -> dict | None:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def user_parts(blocks: list) -> list[dict]:
-    parts: list[dict] = []
+def user_parts(blocks: list[Any]) -> list[JsonObject]:
+    parts: list[JsonObject] = []
     for block in blocks:
         block = as_dict(block)
         if block.get("type") == "text":
@@ -64,12 +66,12 @@ def user_parts(blocks: list) -> list[dict]:
     return parts
 
 
-def user_messages(content: object) -> list[dict]:
+def user_messages(content: object) -> list[JsonObject]:
     """One user turn: its tool results as tool messages first, then the rest."""
     if not isinstance(content, list):
         return [{"role": "user", "content": text_of(content)}]
-    out: list[dict] = []
-    images: list[dict] = []
+    out: list[JsonObject] = []
+    images: list[JsonObject] = []
     for block in content:
         block = as_dict(block)
         if block.get("type") != "tool_result":
@@ -86,8 +88,8 @@ def user_messages(content: object) -> list[dict]:
     return out
 
 
-def assistant_message(content: object) -> dict:
-    message: dict = {"role": "assistant", "content": text_of(content) if isinstance(content, list)
+def assistant_message(content: object) -> JsonObject:
+    message: JsonObject = {"role": "assistant", "content": text_of(content) if isinstance(content, list)
                      else str(content or "")}
     blocks = [as_dict(b) for b in as_list(content)]
     thinking = "".join(str(b.get("thinking") or "") for b in blocks if b.get("type") == "thinking")
@@ -114,8 +116,8 @@ def tool_choice(choice: object) -> tuple[object, bool | None]:
     return None, parallel
 
 
-def blocks_from_chat(message: dict) -> list[dict]:
-    blocks: list[dict] = []
+def blocks_from_chat(message: JsonObject) -> list[JsonObject]:
+    blocks: list[JsonObject] = []
     content = message.get("content")
     text = text_of(content) if isinstance(content, list) else str(content or "")
     if text:
@@ -133,7 +135,7 @@ class MessagesApi(Api):
     keepalive = b'event: ping\ndata: {"type": "ping"}\n\n'
     forward_headers = ("anthropic-version", "anthropic-beta")
 
-    def error(self, kind: str, message: str) -> dict:
+    def error(self, kind: str, message: str) -> JsonObject:
         return {"type": "error", "error": {"type": TYPES.get(kind, "api_error"), "message": message}}
 
     def stream_error(self, kind: str, message: str) -> bytes:
@@ -145,12 +147,12 @@ class MessagesApi(Api):
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"x-api-key": key}
 
-    def cap(self, request: dict, left: int) -> None:
+    def cap(self, request: JsonObject, left: int) -> None:
         request["max_tokens"] = capped(request.get("max_tokens"), left)
 
-    def to_chat(self, request: dict) -> dict:
+    def to_chat(self, request: JsonObject) -> JsonObject:
         system = request.get("system")
-        messages: list[dict] = []
+        messages: list[JsonObject] = []
         if system:
             messages.append({"role": "system", "content": text_of(system)})
         for message in as_list(request.get("messages")):
@@ -159,7 +161,7 @@ class MessagesApi(Api):
                 messages.append(assistant_message(message.get("content")))
             else:
                 messages += user_messages(message.get("content"))
-        chat: dict = {"model": request.get("model"), "messages": messages}
+        chat: JsonObject = {"model": request.get("model"), "messages": messages}
         tools = [{"type": "function", "function": {
                     "name": str(t.get("name", "")), "description": str(t.get("description", "")),
                     "parameters": as_dict(t.get("input_schema")) or {"type": "object", "properties": {}}}}
@@ -178,7 +180,7 @@ class MessagesApi(Api):
                 chat[theirs] = request[ours]
         return chat
 
-    def from_chat(self, completion: dict, model: str, request: dict) -> dict:
+    def from_chat(self, completion: JsonObject, model: str, request: JsonObject) -> JsonObject:
         message, finish = chat_choice(completion)
         blocks = blocks_from_chat(message)
         stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else FROM_CHAT_STOP.get(
@@ -204,15 +206,15 @@ class MessagesApi(Api):
         return head + sse({"type": "content_block_delta", "index": 0,
                            "delta": {"type": "text_delta", "text": text}}, "content_block_delta")
 
-    def live_end(self, live: Live, completion: dict) -> bytes:
+    def live_end(self, live: Live, completion: JsonObject) -> bytes:
         """The text block closed, each tool call as a block (its input as one delta), then
         message_delta (stop reason, usage) and message_stop."""
         message = self.from_chat(completion, live.model, live.request)
         blocks = [b for b in message["content"] if b["type"] != "text" or not live.opened]
         out = [sse({"type": "content_block_stop", "index": 0}, "content_block_stop")] if live.opened else []
         for index, block in enumerate(blocks, 1 if live.opened else 0):
-            start: dict
-            delta: dict
+            start: JsonObject
+            delta: JsonObject
             if block["type"] == "text":
                 start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
             else:
@@ -226,22 +228,22 @@ class MessagesApi(Api):
         out.append(sse({"type": "message_stop"}, "message_stop"))
         return b"".join(out)
 
-    def as_chat(self, response: dict) -> dict:
+    def as_chat(self, response: JsonObject) -> JsonObject:
         message = assistant_message(response.get("content"))
         finish = "tool_calls" if message.get("tool_calls") else TO_CHAT_STOP.get(
             str(response.get("stop_reason")), "stop")
         return chat_completion(message, finish, self.usage(response), str(response.get("model", "")),
                                str(response.get("id", "")))
 
-    def usage(self, response: dict) -> Usage:
+    def usage(self, response: JsonObject) -> Usage:
         usage = as_dict(response.get("usage"))
         prompt = sum(as_int(usage.get(k)) or 0 for k in (
             "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
         return Usage(prompt, as_int(usage.get("output_tokens")) or 0)
 
-    def collect(self, events: list[dict]) -> dict:
-        message: dict = {}
-        blocks: dict[int, dict] = {}
+    def collect(self, events: list[JsonObject]) -> JsonObject:
+        message: JsonObject = {}
+        blocks: dict[int, JsonObject] = {}
         partial: dict[int, list[str]] = {}
         for event in events:
             kind = event.get("type")

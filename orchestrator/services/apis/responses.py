@@ -11,6 +11,8 @@ the request declared for that name. No server-side state: `previous_response_id`
 
 from __future__ import annotations
 
+from typing import Any
+
 from orchestrator.services.apis.chat import openai_error
 from orchestrator.services.apis.common import (
     Api,
@@ -31,6 +33,7 @@ from orchestrator.services.apis.common import (
     stable_id,
     text_of,
 )
+from orchestrator.util import JsonObject
 
 STRING_INPUT = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 SHELL_INPUT = {"type": "object", "properties": {
@@ -40,10 +43,10 @@ EMPTY_PART = {"type": "output_text", "text": "", "annotations": []}
 OUTPUT_ITEMS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
 
 
-def user_content(content: object) -> str | list[dict]:
+def user_content(content: object) -> str | list[JsonObject]:
     if not isinstance(content, list):
         return str(content or "")
-    parts: list[dict] = []
+    parts: list[JsonObject] = []
     for part in map(as_dict, content):
         if part.get("type") in ("input_text", "output_text", "text"):
             parts.append({"type": "text", "text": str(part.get("text", ""))})
@@ -54,7 +57,7 @@ def user_content(content: object) -> str | list[dict]:
     return parts
 
 
-def call_of(item: dict) -> dict:
+def call_of(item: JsonObject) -> JsonObject:
     """A function, custom or local-shell call item as a chat tool call."""
     kind, call_id = item.get("type"), str(item.get("call_id") or item.get("id") or "")
     if kind == "custom_tool_call":
@@ -64,7 +67,7 @@ def call_of(item: dict) -> dict:
     return chat_tool_call(call_id, str(item.get("name", "")), str(item.get("arguments") or "{}"))
 
 
-def chat_tools(tools: list) -> list[dict]:
+def chat_tools(tools: list[Any]) -> list[JsonObject]:
     out = []
     for tool in map(as_dict, tools):
         kind, name = tool.get("type"), str(tool.get("name", ""))
@@ -84,7 +87,7 @@ def chat_tools(tools: list) -> list[dict]:
     return out
 
 
-def tool_kinds(request: dict) -> dict[str, str]:
+def tool_kinds(request: JsonObject) -> dict[str, str]:
     """Tool name -> the item type its calls come back as."""
     kinds = {}
     for tool in map(as_dict, as_list(request.get("tools"))):
@@ -95,7 +98,7 @@ def tool_kinds(request: dict) -> dict[str, str]:
     return kinds
 
 
-def output_item(call: dict, kinds: dict[str, str]) -> dict:
+def output_item(call: JsonObject, kinds: dict[str, str]) -> JsonObject:
     function = as_dict(call.get("function"))
     name, call_id = str(function.get("name", "")), str(call.get("id") or stable_id("call_", function))
     kind = kinds.get(name, "function_call")
@@ -111,7 +114,7 @@ def output_item(call: dict, kinds: dict[str, str]) -> dict:
 class ResponsesApi(Api):
     name = "responses"
 
-    def error(self, kind: str, message: str) -> dict:
+    def error(self, kind: str, message: str) -> JsonObject:
         return openai_error(kind, message)
 
     def stream_error(self, kind: str, message: str) -> bytes:
@@ -126,7 +129,7 @@ class ResponsesApi(Api):
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"}
 
-    def stateful(self, request: dict) -> str | None:
+    def stateful(self, request: JsonObject) -> str | None:
         for field in ("previous_response_id", "conversation"):
             if request.get(field):
                 return (f"{field}: orchestra's model proxy keeps no server-side state; send the "
@@ -135,11 +138,11 @@ class ResponsesApi(Api):
             return "input: an item_reference needs stored items; orchestra's model proxy keeps none"
         return None
 
-    def cap(self, request: dict, left: int) -> None:
+    def cap(self, request: JsonObject, left: int) -> None:
         request["max_output_tokens"] = capped(request.get("max_output_tokens"), left)
 
-    def to_chat(self, request: dict) -> dict:
-        messages: list[dict] = []
+    def to_chat(self, request: JsonObject) -> JsonObject:
+        messages: list[JsonObject] = []
         if request.get("instructions"):
             messages.append({"role": "system", "content": text_of(request["instructions"])})
         items = request.get("input")
@@ -160,7 +163,7 @@ class ResponsesApi(Api):
                 output = item.get("output")
                 messages.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")),
                                  "content": output if isinstance(output, str) else text_of(output)})
-        chat: dict = {"model": request.get("model"), "messages": leading_system_merged(messages)}
+        chat: JsonObject = {"model": request.get("model"), "messages": leading_system_merged(messages)}
         tools = chat_tools(as_list(request.get("tools")))
         if tools:
             chat["tools"] = tools
@@ -184,10 +187,10 @@ class ResponsesApi(Api):
             chat["response_format"] = {"type": "json_object"}
         return chat
 
-    def from_chat(self, completion: dict, model: str, request: dict) -> dict:
+    def from_chat(self, completion: JsonObject, model: str, request: JsonObject) -> JsonObject:
         message, finish = chat_choice(completion)
         rid = str(completion.get("id") or stable_id("", message))[-24:]
-        output: list[dict] = []
+        output: list[JsonObject] = []
         if message.get("reasoning_content"):
             output.append({"type": "reasoning", "id": "rs_" + rid, "summary": [
                 {"type": "summary_text", "text": str(message["reasoning_content"])}]})
@@ -223,7 +226,7 @@ class ResponsesApi(Api):
                 live, "response.content_part.added", **head, content_index=0, part=EMPTY_PART)
         return out + self._event(live, "response.output_text.delta", **head, content_index=0, delta=text)
 
-    def live_end(self, live: Live, completion: dict) -> bytes:
+    def live_end(self, live: Live, completion: JsonObject) -> bytes:
         """The message item done, each other item (its arguments as one delta) added and
         done, then response.completed (or .incomplete) with the whole response."""
         response = self.from_chat(completion, live.model, live.request)
@@ -255,7 +258,7 @@ class ResponsesApi(Api):
     def _event(live: Live, kind: str, **fields: object) -> bytes:
         return sse({"type": kind, "sequence_number": live.next_seq(), **fields}, kind)
 
-    def as_chat(self, response: dict) -> dict:
+    def as_chat(self, response: JsonObject) -> JsonObject:
         texts, reasoning, calls = [], [], []
         for item in map(as_dict, as_list(response.get("output"))):
             kind = item.get("type")
@@ -265,7 +268,7 @@ class ResponsesApi(Api):
                 reasoning.append(text_of(item.get("summary")))
             elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
                 calls.append(call_of(item))
-        message: dict = {"role": "assistant", "content": "".join(texts) or None}
+        message: JsonObject = {"role": "assistant", "content": "".join(texts) or None}
         if any(reasoning):
             message["reasoning_content"] = "".join(reasoning)
         if calls:
@@ -275,14 +278,14 @@ class ResponsesApi(Api):
         return chat_completion(message, finish, self.usage(response), str(response.get("model", "")),
                                str(response.get("id", "")))
 
-    def usage(self, response: dict) -> Usage:
+    def usage(self, response: JsonObject) -> Usage:
         usage = as_dict(response.get("usage"))
         return Usage(as_int(usage.get("input_tokens")) or 0, as_int(usage.get("output_tokens")) or 0)
 
-    def collect(self, events: list[dict]) -> dict:
+    def collect(self, events: list[JsonObject]) -> JsonObject:
         """The stream's last whole response (completed, incomplete or failed), else its
         finished output items."""
-        items: list[dict] = []
+        items: list[JsonObject] = []
         for event in events:
             if event.get("type") in ("response.completed", "response.incomplete", "response.failed"):
                 return as_dict(event.get("response"))

@@ -19,12 +19,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from orchestrator.services.httpserve import BackgroundServer, JsonHandler
+from orchestrator.util import JsonObject
 
 
 @dataclass
 class Script:
     tool: str = "shell"
-    args: dict = field(default_factory=lambda: {"command": "echo hello > hello.txt"})
+    args: JsonObject = field(default_factory=lambda: {"command": "echo hello > hello.txt"})
     delay: float = 0.0
     chunk_delay: float = 0.0
     usage: tuple[int, int] = (11, 7)
@@ -34,10 +35,10 @@ class Script:
 class Seen:
     path: str
     headers: dict[str, str]
-    body: dict
+    body: JsonObject
 
 
-def tool_result(api: str, body: dict) -> str | None:
+def tool_result(api: str, body: JsonObject) -> str | None:
     """The latest tool result in a request, in each API's own shape (None: there is none)."""
     found = None
     if api == "chat":
@@ -64,7 +65,7 @@ def tool_result(api: str, body: dict) -> str | None:
     return found
 
 
-def _chat(script: Script, text: str | None, stream: bool) -> Iterator[dict | str]:
+def _chat(script: Script, text: str | None, stream: bool) -> Iterator[JsonObject | str]:
     args = json.dumps(script.args)
     call = {"id": "call_up1", "type": "function", "function": {"name": script.tool, "arguments": args}}
     usage = {"prompt_tokens": script.usage[0], "completion_tokens": script.usage[1],
@@ -77,7 +78,7 @@ def _chat(script: Script, text: str | None, stream: bool) -> Iterator[dict | str
         return
     base = {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1, "model": "up"}
 
-    def chunk(delta: dict, reason: str | None = None) -> dict:
+    def chunk(delta: JsonObject, reason: str | None = None) -> JsonObject:
         return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
     yield chunk({"role": "assistant", "content": ""})
     if text is not None:
@@ -93,7 +94,7 @@ def _chat(script: Script, text: str | None, stream: bool) -> Iterator[dict | str
     yield "[DONE]"
 
 
-def _messages(script: Script, text: str | None, stream: bool) -> Iterator[dict | str]:
+def _messages(script: Script, text: str | None, stream: bool) -> Iterator[JsonObject | str]:
     block = {"type": "text", "text": text} if text is not None else \
         {"type": "tool_use", "id": "toolu_up1", "name": script.tool, "input": script.args}
     stop = "end_turn" if text is not None else "tool_use"
@@ -122,7 +123,7 @@ def _messages(script: Script, text: str | None, stream: bool) -> Iterator[dict |
     yield {"type": "message_stop"}
 
 
-def _responses(script: Script, text: str | None, stream: bool) -> Iterator[dict | str]:
+def _responses(script: Script, text: str | None, stream: bool) -> Iterator[JsonObject | str]:
     if text is not None:
         item = {"type": "message", "id": "msg_up", "status": "completed", "role": "assistant",
                 "content": [{"type": "output_text", "text": text, "annotations": []}]}
@@ -149,7 +150,7 @@ def _responses(script: Script, text: str | None, stream: bool) -> Iterator[dict 
     yield {"type": "response.completed", "sequence_number": 5, "response": response}
 
 
-def _gemini(script: Script, text: str | None, stream: bool) -> Iterator[dict | str]:
+def _gemini(script: Script, text: str | None, stream: bool) -> Iterator[JsonObject | str]:
     usage = {"promptTokenCount": script.usage[0], "candidatesTokenCount": script.usage[1],
              "totalTokenCount": sum(script.usage)}
     parts = [{"text": text}] if text is not None else [{"functionCall": {"name": script.tool, "args": script.args}}]

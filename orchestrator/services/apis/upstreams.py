@@ -12,6 +12,7 @@ from orchestrator import scrub
 
 if TYPE_CHECKING:
     from orchestrator.models.endpoint import EndpointConfig
+    from orchestrator.services.replay import ReplayServer
 
 
 @dataclass
@@ -22,7 +23,7 @@ class Upstream:
     url: str
     model: str
     api_key: str | None
-    env: dict
+    env: dict[str, str]
     replay: bool = False  # a --replay-from recording: each trial names itself in the path
     apis: tuple[str, ...] = ("chat",)  # the model APIs it speaks (replay servers: chat)
 
@@ -32,7 +33,7 @@ class Upstreams:
 
     def __init__(self) -> None:
         self.by_name: dict[str, Upstream] = {}
-        self._servers: list = []
+        self._servers: list[ReplayServer] = []
 
     @classmethod
     def open(cls, names: set[str], config: EndpointConfig, replay_from: Path | None = None) -> Upstreams:

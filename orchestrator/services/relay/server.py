@@ -28,6 +28,7 @@ from orchestrator.services.relay.store import (
     value_hash,
 )
 from orchestrator.tasks.slugs import MAX_VALUE_BYTES, SlugError
+from orchestrator.util import JsonObject
 
 log = get_logger()
 MAX_BODY = MAX_VALUE_BYTES * 2 + 4096
@@ -97,7 +98,7 @@ class RelayServer(OnOneServer):
         return identity
 
     # ---- routes ------------------------------------------------------------------------
-    def handle(self, method: str, raw_path: str, headers: Message, body: bytes) -> tuple[int, dict]:
+    def handle(self, method: str, raw_path: str, headers: Message, body: bytes) -> tuple[int, JsonObject]:
         identity = self.authenticate(method, raw_path, headers, body)
         url = urlsplit(raw_path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
@@ -146,13 +147,13 @@ class RelayServer(OnOneServer):
         raise RelayError(404, f"{method} {url.path}: no such route")
 
 
-def _engram_json(event: EngramEvent) -> dict:
+def _engram_json(event: EngramEvent) -> JsonObject:
     return {"slug": event.slug, "id": event.id, "created_at": event.created_at,
             "hash": value_hash(event.value) if event.value is not None else None,
             "bytes": len(event.value.encode()) if event.value is not None else 0}
 
 
-def _json_body(body: bytes) -> dict:
+def _json_body(body: bytes) -> JsonObject:
     try:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):

@@ -22,6 +22,7 @@ from orchestrator.models.evidence import (
 )
 from orchestrator.services.relay import auth
 from orchestrator.tasks.slugs import MAX_VALUE_BYTES, normalise
+from orchestrator.util import JsonObject
 
 EXPORT_LIMIT = 1000
 # Per-trial bounds (DESIGN 3.5): past one, the agent gets a clear HTTP error it can read.
@@ -109,7 +110,7 @@ class RelayStore:
                 return identity
         raise KeyError(name)
 
-    def directory(self) -> list[dict]:
+    def directory(self) -> list[JsonObject]:
         return [{"name": i.name, "role": i.role, "pubkey": i.pubkey,
                  "display_name": i.display_name} for i in self.identities.values()]
 
@@ -227,7 +228,7 @@ class RelayStore:
             messages=[m.model_copy(deep=True) for m in messages[:EXPORT_LIMIT]],
         )
 
-    def engram_log(self) -> list[dict]:
+    def engram_log(self) -> list[JsonObject]:
         """Every engram write (values included) for the trial's own records."""
         names = {p: i.name for p, i in self.identities.items()}
         with self._lock:
@@ -236,5 +237,5 @@ class RelayStore:
                      "created_at": e.created_at, "client": e.client} for e in self.engrams]
 
 
-def _message_json(m: Message) -> dict:
+def _message_json(m: Message) -> JsonObject:
     return m.model_dump(mode="json")
