@@ -9,8 +9,11 @@ whether a trial is retried.
     |   |   `-- SidecarFailed a compose service did not start or turned unhealthy
     |   |-- LaunchError       a trial's sandbox could not be started or seeded: launch_error,
     |   |   |                 retried (raised by the trial's start and seed phases)
-    |   |   `-- RuntimeMissing the engine has no OCI runtime by the name asked for (--oci-runtime,
-    |   |                     a manifest's sandbox.oci_runtime): launch_error, never retried
+    |   |   |-- RuntimeMissing the engine has no OCI runtime by the name asked for (--oci-runtime,
+    |   |   |                 a manifest's sandbox.oci_runtime): launch_error, never retried
+    |   |   `-- NotSupported  the runtime lacks an optional part a trial asked for (commit,
+    |   |                     registry, sidecar networks...; runtime/base.py Part): launch_error,
+    |   |                     never retried (pre-flight refuses it first where it can)
     |   |-- EngineGone        the engine did not answer within --engine-wait: the job stops
     |   |-- EngineDiskFull    the engine's data root is nearly full: the job stops
     |   `-- JobDiskFull       the job folder's disk is full: the job stops
@@ -69,6 +72,19 @@ class RuntimeMissing(LaunchError):
     attempt would fail the same way until someone registers it, so it is not retried."""
 
     retryable = False
+
+
+class NotSupported(LaunchError):
+    """The runtime does not have an optional part (runtime/base.py `Part`) that a trial or
+    a command asked of it: every attempt would fail the same way, so it is not retried.
+    `part` names it; `Capabilities.parts` says beforehand which parts a runtime has."""
+
+    retryable = False
+
+    def __init__(self, part: str, method: str, runtime: str):
+        super().__init__(f"{method}: not supported by the {runtime} runtime (it has no "
+                         f"'{part}' part; Capabilities.parts lists what it has)")
+        self.part, self.method = part, method
 
 
 class TaskError(OrchestraError):

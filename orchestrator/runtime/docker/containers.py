@@ -13,7 +13,7 @@ import re
 import resource
 from collections.abc import Generator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from orchestrator.errors import RuntimeMissing
 from orchestrator.runtime.base import (
@@ -211,7 +211,7 @@ class ContainersMixin(DockerState):
         volumes = [v["Name"] for v in (self.api.volumes(filters=filters).get("Volumes") or [])]
         return containers, networks, volumes
 
-    def owned_objects(self) -> list[dict]:
+    def owned_objects(self) -> list[dict[str, Any]]:
         """Every container, network and volume orchestra created: kind, name, labels."""
         rows = [{"kind": "container", "name": c["Id"], "labels": c.get("Labels") or {}}
                 for c in self.api.containers(all=True, filters={"label": LABEL_PID})]

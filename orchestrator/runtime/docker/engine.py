@@ -2,7 +2,7 @@
 the OCI runtimes it can start containers under, Docker or Podman, its data root), the free
 space under its data root, whether it answers at all (never raises), its loop disks, and
 what it can enforce for containers on this host (disk quotas, host isolation), with why
-not.
+not, and its optional parts (all of them).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from orchestrator.runtime import firewall
-from orchestrator.runtime.base import Capabilities, EngineFacts
+from orchestrator.runtime.base import Capabilities, EngineFacts, Part
 from orchestrator.runtime.client import APIError
 from orchestrator.runtime.disk import LoopDisks
 from orchestrator.runtime.docker.shared import DockerState
@@ -62,4 +62,4 @@ class EngineMixin(DockerState):
             disk_quota="watchdog" if "disk_quota" in why else "loop-volume",
             host_isolation="none" if "host_isolation" in why else "iptables",
             oci_runtimes=(facts or self.engine_facts()).oci_runtimes, local_engine=self.local_engine,
-            why=why)
+            why=why, parts=frozenset(Part))  # every optional part (docker-py reaches them all)
