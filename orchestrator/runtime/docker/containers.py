@@ -26,6 +26,7 @@ from orchestrator.runtime.base import (
 )
 from orchestrator.runtime.client import APIError, ImageNotFound, NotFound
 from orchestrator.runtime.docker.shared import DockerState, _removed
+from orchestrator.util import JsonObject
 
 # Under gVisor the container's pids cgroup counts the sandbox's own host threads (its kernel
 # and file proxy: 39-42 idle here, more per mount) and, with the ptrace platform, about 7 per
@@ -67,7 +68,7 @@ class ContainersMixin(DockerState):
             # anyway, gets a value below common hard limits)
             host_config["Ulimits"] = [_ulimit("nofile", resource.RLIMIT_NOFILE, 1 << 20),
                                       _ulimit("nproc", resource.RLIMIT_NPROC, 16384)]
-        config: dict = {"Labels": spec.labels, "Env": [f"{k}={v}" for k, v in spec.env.items()],
+        config: JsonObject = {"Labels": spec.labels, "Env": [f"{k}={v}" for k, v in spec.env.items()],
                         "WorkingDir": spec.workdir or "", "User": spec.user or ""}
         if spec.aliases and spec.network != "none":
             config["NetworkingConfig"] = {"EndpointsConfig": {spec.network: {"Aliases": spec.aliases}}}
@@ -222,7 +223,7 @@ class ContainersMixin(DockerState):
         return rows
 
 
-def _ulimit(name: str, which: int, ceiling: int) -> dict:
+def _ulimit(name: str, which: int, ceiling: int) -> JsonObject:
     """A ulimit at this process's hard limit, at most `ceiling`."""
     hard = resource.getrlimit(which)[1]
     limit = min(hard if hard != resource.RLIM_INFINITY else ceiling, ceiling)

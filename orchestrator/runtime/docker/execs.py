@@ -15,6 +15,7 @@ import time
 from orchestrator.runtime.base import Attached, ExecResult
 from orchestrator.runtime.client import APIError, Hijacked, NotFound
 from orchestrator.runtime.docker.shared import DockerState
+from orchestrator.util import JsonObject
 
 POLL_SEC = 0.25  # how often a waiting exec checks its deadline and stop event
 
@@ -70,7 +71,7 @@ class ExecMixin(DockerState):
             time.sleep(0.02)
         return ExecResult(None, False, bytes(output))
 
-    def _exec_state(self, exec_id: str) -> dict:
+    def _exec_state(self, exec_id: str) -> JsonObject:
         """The exec's state; {} once the engine has forgotten it (under gVisor an exec's
         instance goes when the watchdog kills its container: that is the container killed,
         not the engine failing)."""

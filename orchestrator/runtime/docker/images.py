@@ -17,6 +17,7 @@ from typing import BinaryIO
 from orchestrator.runtime.base import BuildFailed, ImageFacts, PulledImage, PullFailed, RuntimeFault
 from orchestrator.runtime.client import TRANSPORT_ERRORS, APIError, ImageNotFound
 from orchestrator.runtime.docker.shared import DockerState, _removal_in_progress, _removed
+from orchestrator.util import JsonObject
 
 
 class ImagesMixin(DockerState):
@@ -95,7 +96,7 @@ class ImagesMixin(DockerState):
         self._transfer("push", ref, self.api.push, repository, tag, RuntimeFault)
 
     @staticmethod
-    def _transfer(verb: str, ref: str, call: Callable[[str, str], Iterable[dict]],
+    def _transfer(verb: str, ref: str, call: Callable[[str, str], Iterable[JsonObject]],
                   repository: str, tag: str, refused: type[Exception]) -> None:
         """A pull or push streamed to its end: the registry's refusal raises `refused`, a
         broken engine connection RuntimeFault."""
@@ -126,7 +127,7 @@ class ImagesMixin(DockerState):
                env: list[str] | None = None) -> str:
         """Snapshot a container. `env` replaces the container's environment in the image,
         so secrets given to the agent never reach a verifier started from the snapshot."""
-        conf: dict = {"Labels": labels}
+        conf: JsonObject = {"Labels": labels}
         if env is not None:
             conf["Env"] = env
         return self.api.commit(container, repository=repository, tag=tag, conf=conf)["Id"]

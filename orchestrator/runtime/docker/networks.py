@@ -17,6 +17,7 @@ from orchestrator.runtime.base import LABEL_KIND, Network, RuntimeFault
 from orchestrator.runtime.client import APIError, NotFound
 from orchestrator.runtime.docker.shared import DockerState, _removed
 from orchestrator.runtime.subnets import host_routes
+from orchestrator.util import JsonObject
 
 log = get_logger()
 SUBNET_LOCK = LOCK_DIR / "subnets.lock"
@@ -198,7 +199,7 @@ class NetworksMixin(DockerState):
                  lambda: self._exists(self.api.inspect_volume, name))
 
 
-def _ipam(network: dict) -> dict:
+def _ipam(network: JsonObject) -> JsonObject:
     """A network's address block (Subnet, Gateway) from its inspect, {} if it has none."""
     configs = (network.get("IPAM") or {}).get("Config") or []
     return next((c for c in configs if c.get("Gateway")), {})
