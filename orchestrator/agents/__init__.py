@@ -6,11 +6,41 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator import public_face
 from orchestrator.errors import InputError
 from orchestrator.models.manifest import AGENT_NAMES, RosterMember
 
 if TYPE_CHECKING:
-    from orchestrator.agents.base import Agent
+    from orchestrator.agents.base import (
+        EXIT_OUTCOMES,
+        KILL_AFTER_SEC,
+        Agent,
+        AgentRun,
+        Conversing,
+        render_command,
+        under_timeout,
+    )
+    from orchestrator.agents.install import ensure_installed
+    from orchestrator.agents.installed import INSTALLED, AgentRow, listing
+
+__all__ = [
+    "BUILT_IN", "EXIT_OUTCOMES", "INSTALLED", "KILL_AFTER_SEC", "Agent", "AgentRow", "AgentRun",
+    "Conversing", "agent_for", "ensure_installed", "listing", "load_prompt", "render_command",
+    "under_timeout",
+]
+__getattr__, __dir__ = public_face(__name__, {
+    "EXIT_OUTCOMES": "base",
+    "KILL_AFTER_SEC": "base",
+    "Agent": "base",
+    "AgentRun": "base",
+    "Conversing": "base",
+    "render_command": "base",
+    "under_timeout": "base",
+    "ensure_installed": "install",
+    "INSTALLED": "installed",
+    "AgentRow": "installed",
+    "listing": "installed",
+})
 
 BUILT_IN = ("oracle", "nop", "reference", "command")
 

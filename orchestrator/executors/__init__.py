@@ -12,10 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from orchestrator import public_face
+
 if TYPE_CHECKING:
     from orchestrator.executors.spec import Item, TrialSpec
     from orchestrator.models.result import TrialResult
     from orchestrator.trial.context import TrialContext
+
+__all__ = ["Executor", "Item", "TrialSpec", "open_executor"]
+__getattr__, __dir__ = public_face(__name__, {
+    "Item": "spec",
+    "TrialSpec": "spec",
+})
 
 
 class Executor(Protocol):

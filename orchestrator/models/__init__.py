@@ -4,6 +4,7 @@ from or written to a file (a bad one fails naming the file and the field):
 - task: task.toml (Harbor's task format, a superset of it)
 - manifest: the agent lineup and the condition it defines
 - endpoint: endpoint configs (where and how a model is called)
+- wiring: the variables orchestra sets in a container, which no dataset or endpoint may set
 - result: trial and job results (result.json)
 - records: what a trial's phases and services record in its result, and the job's memory shadow
 - jobconfig: a job folder's config.json (what --resume and the viewer read back)
@@ -13,3 +14,165 @@ from or written to a file (a bad one fails naming the file and the field):
 - trajectory: an agent's trajectory.jsonl, read one way for every reader (plain functions)
 - atif: the trajectory in Harbor's interchange format (agent/trajectory.atif.json)
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from orchestrator import public_face
+
+if TYPE_CHECKING:
+    from orchestrator.models.compare import ClassDelta, CompareReport, KStats
+    from orchestrator.models.endpoint import EndpointConfig, default_endpoint_files, load_endpoints
+    from orchestrator.models.events import (
+        AdmissionWaiting,
+        Observers,
+        PhaseStarted,
+        Planned,
+        TrialFinished,
+    )
+    from orchestrator.models.evidence import (
+        DirectoryEntry,
+        EvidenceIdentity,
+        EvidenceTrial,
+        RelayEvidence,
+        RelayMessage,
+    )
+    from orchestrator.models.jobconfig import JobConfig, JobSource, TaskRef
+    from orchestrator.models.manifest import (
+        AGENT_NAMES,
+        Budget,
+        Manifest,
+        RosterMember,
+        default_manifest,
+        flag_env,
+        is_agent_kind,
+        load_manifest,
+    )
+    from orchestrator.models.records import (
+        ArmShadow,
+        CollectedPath,
+        EgressRecord,
+        EngramSeeded,
+        MemoryAudit,
+        MemoryShadow,
+        ModelUsage,
+        ProxyCounts,
+        RelayRecord,
+        StandInRecord,
+        WorkerRecord,
+    )
+    from orchestrator.models.result import (
+        ERRORED,
+        VOID,
+        AppliedLimits,
+        BaseImage,
+        BuildFailure,
+        EngineOutage,
+        FailureMode,
+        ImageBuild,
+        JobCapabilities,
+        JobResult,
+        StepResult,
+        TrialResult,
+        TrialSummary,
+        headline_of,
+        pass_at_k,
+        pass_hat_k,
+        passes,
+        trial_folder_name,
+    )
+    from orchestrator.models.task import (
+        MAX_HEALTH_RETRIES,
+        MAX_HEALTH_STEP_SEC,
+        MAX_HEALTH_WAIT_SEC,
+        Healthcheck,
+        StepSection,
+        TaskConfig,
+        ignored_fields,
+        name_problem,
+    )
+    from orchestrator.models.trajectory import event_of, tool_of
+
+__all__ = [
+    "AGENT_NAMES", "ERRORED", "MAX_HEALTH_RETRIES", "MAX_HEALTH_STEP_SEC", "MAX_HEALTH_WAIT_SEC",
+    "VOID", "AdmissionWaiting", "AppliedLimits", "ArmShadow", "BaseImage", "Budget", "BuildFailure",
+    "ClassDelta", "CollectedPath", "CompareReport", "DirectoryEntry", "EgressRecord",
+    "EndpointConfig", "EngineOutage", "EngramSeeded", "EvidenceIdentity", "EvidenceTrial",
+    "FailureMode", "Healthcheck", "ImageBuild", "JobCapabilities", "JobConfig", "JobResult",
+    "JobSource", "KStats", "Manifest", "MemoryAudit", "MemoryShadow", "ModelUsage", "Observers",
+    "PhaseStarted", "Planned", "ProxyCounts", "RelayEvidence", "RelayMessage", "RelayRecord",
+    "RosterMember", "StandInRecord", "StepResult", "StepSection", "TaskConfig", "TaskRef",
+    "TrialFinished", "TrialResult", "TrialSummary", "WorkerRecord", "default_endpoint_files",
+    "default_manifest", "event_of", "flag_env", "headline_of", "ignored_fields", "is_agent_kind",
+    "load_endpoints", "load_manifest", "name_problem", "pass_at_k", "pass_hat_k", "passes",
+    "tool_of", "trial_folder_name",
+]
+__getattr__, __dir__ = public_face(__name__, {
+    "ClassDelta": "compare",
+    "CompareReport": "compare",
+    "KStats": "compare",
+    "EndpointConfig": "endpoint",
+    "default_endpoint_files": "endpoint",
+    "load_endpoints": "endpoint",
+    "AdmissionWaiting": "events",
+    "Observers": "events",
+    "PhaseStarted": "events",
+    "Planned": "events",
+    "TrialFinished": "events",
+    "DirectoryEntry": "evidence",
+    "EvidenceIdentity": "evidence",
+    "EvidenceTrial": "evidence",
+    "RelayEvidence": "evidence",
+    "RelayMessage": "evidence",
+    "JobConfig": "jobconfig",
+    "JobSource": "jobconfig",
+    "TaskRef": "jobconfig",
+    "AGENT_NAMES": "manifest",
+    "Budget": "manifest",
+    "Manifest": "manifest",
+    "RosterMember": "manifest",
+    "default_manifest": "manifest",
+    "flag_env": "manifest",
+    "is_agent_kind": "manifest",
+    "load_manifest": "manifest",
+    "ArmShadow": "records",
+    "CollectedPath": "records",
+    "EgressRecord": "records",
+    "EngramSeeded": "records",
+    "MemoryAudit": "records",
+    "MemoryShadow": "records",
+    "ModelUsage": "records",
+    "ProxyCounts": "records",
+    "RelayRecord": "records",
+    "StandInRecord": "records",
+    "WorkerRecord": "records",
+    "AppliedLimits": "result",
+    "BaseImage": "result",
+    "BuildFailure": "result",
+    "ERRORED": "result",
+    "EngineOutage": "result",
+    "FailureMode": "result",
+    "ImageBuild": "result",
+    "JobCapabilities": "result",
+    "JobResult": "result",
+    "StepResult": "result",
+    "TrialResult": "result",
+    "TrialSummary": "result",
+    "VOID": "result",
+    "headline_of": "result",
+    "pass_at_k": "result",
+    "pass_hat_k": "result",
+    "passes": "result",
+    "trial_folder_name": "result",
+    "Healthcheck": "task",
+    "MAX_HEALTH_RETRIES": "task",
+    "MAX_HEALTH_STEP_SEC": "task",
+    "MAX_HEALTH_WAIT_SEC": "task",
+    "StepSection": "task",
+    "TaskConfig": "task",
+    "ignored_fields": "task",
+    "name_problem": "task",
+    "event_of": "trajectory",
+    "tool_of": "trajectory",
+})

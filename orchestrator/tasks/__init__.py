@@ -1,14 +1,70 @@
 """Inputs: Harbor task folders loaded into a Task (load), compose files, memory seed
 sources, slug rules, base-image references and their stand-ins."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from orchestrator import public_face
 
-__all__ = ["Task", "find_task_dirs", "hash_tree", "load_task", "load_tasks", "load_tasks_lenient"]
+if TYPE_CHECKING:
+    from orchestrator.tasks.compose import (
+        Compose,
+        ComposeHealthcheck,
+        HostEnv,
+        Service,
+        allow_host_env,
+        allowed_host_env,
+    )
+    from orchestrator.tasks.defects import task_defects
+    from orchestrator.tasks.dockerfile import for_classic_builder, joined_lines
+    from orchestrator.tasks.load import (
+        Task,
+        find_task_dirs,
+        hash_tree,
+        image_repository,
+        load_task,
+        load_tasks,
+        load_tasks_lenient,
+    )
+    from orchestrator.tasks.memory import FactFile, StateRoots, file_seed_archive, seed_engrams
+    from orchestrator.tasks.slugs import MAX_VALUE_BYTES, SlugError, normalise
+    from orchestrator.tasks.standins import RELEASES, StandIn, base_image, choose, parse_reference
+
+__all__ = [
+    "MAX_VALUE_BYTES", "RELEASES", "Compose", "ComposeHealthcheck", "FactFile", "HostEnv",
+    "Service", "SlugError", "StandIn", "StateRoots", "Task", "allow_host_env", "allowed_host_env",
+    "base_image", "choose", "file_seed_archive", "find_task_dirs", "for_classic_builder",
+    "hash_tree", "image_repository", "joined_lines", "load_task", "load_tasks",
+    "load_tasks_lenient", "normalise", "parse_reference", "seed_engrams", "task_defects",
+]
 __getattr__, __dir__ = public_face(__name__, {
+    "Compose": "compose",
+    "ComposeHealthcheck": "compose",
+    "HostEnv": "compose",
+    "Service": "compose",
+    "allow_host_env": "compose",
+    "allowed_host_env": "compose",
+    "task_defects": "defects",
+    "for_classic_builder": "dockerfile",
+    "joined_lines": "dockerfile",
     "Task": "load",
+    "find_task_dirs": "load",
+    "hash_tree": "load",
+    "image_repository": "load",
     "load_task": "load",
     "load_tasks": "load",
     "load_tasks_lenient": "load",
-    "find_task_dirs": "load",
-    "hash_tree": "load",
+    "FactFile": "memory",
+    "StateRoots": "memory",
+    "file_seed_archive": "memory",
+    "seed_engrams": "memory",
+    "MAX_VALUE_BYTES": "slugs",
+    "SlugError": "slugs",
+    "normalise": "slugs",
+    "RELEASES": "standins",
+    "StandIn": "standins",
+    "base_image": "standins",
+    "choose": "standins",
+    "parse_reference": "standins",
 })
