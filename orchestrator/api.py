@@ -35,13 +35,11 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.errors import InputError
-from orchestrator.models.jobconfig import JobSource
+from orchestrator.models import JobSource
 
 if TYPE_CHECKING:
     from orchestrator.job.options import JobOptions
-    from orchestrator.models.events import Observers
-    from orchestrator.models.manifest import Manifest
-    from orchestrator.models.result import JobResult, TrialResult
+    from orchestrator.models import JobResult, Manifest, Observers, TrialResult
     from orchestrator.report.gate import Gate
     from orchestrator.tasks.load import Task
 
@@ -178,7 +176,7 @@ def _judge(a: RunRequest, job: JobResult, job_dir: Path, baseline_trials: list[T
            said: list[str]) -> RunOutcome:
     """The verdicts on a finished job: an answer leak voids it (nothing else is judged), then
     the regression gate against the baseline, its verdict written to regressions.json."""
-    from orchestrator.models.result import TrialResult
+    from orchestrator.models import TrialResult
     from orchestrator.util import write_json_atomic
 
     trials = [TrialResult.model_validate_json(p.read_text())
@@ -211,8 +209,7 @@ def _take_over_resumed(a: RunRequest, note: Say = _silent) -> tuple[RunRequest, 
     from pydantic import ValidationError
 
     from orchestrator.errors import validation_problems
-    from orchestrator.models.jobconfig import JobConfig
-    from orchestrator.models.manifest import Manifest
+    from orchestrator.models import JobConfig, Manifest
 
     assert a.resume is not None
     config_file = a.resume / "config.json"
@@ -244,7 +241,7 @@ def _resumed_endpoints(a: RunRequest, recorded: list[Path], note: Say = _silent)
     endpoints/*.json), and the job's files are said; where they define an endpoint the user's
     config lacks or defines otherwise (another base URL, key variable, model), the resume is
     refused unless trust_job_endpoints says to use them."""
-    from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
+    from orchestrator.models import default_endpoint_files, load_endpoints
 
     if a.endpoints or not recorded:
         return a.endpoints
@@ -275,7 +272,7 @@ def _check(a: RunRequest) -> tuple[str, int | None]:
     """Every option that can be checked before anything runs, named by its flag. Returns the
     job's name and the attempts (None: per layer, or -k auto against the baseline)."""
     from orchestrator.job.preflight import REQUIRABLE
-    from orchestrator.models.manifest import AGENT_NAMES, is_agent_kind
+    from orchestrator.models import AGENT_NAMES, is_agent_kind
     from orchestrator.util import check_job_name, registry_problem
 
     if a.path is None:
@@ -362,7 +359,7 @@ def _tasks(a: RunRequest, note: Say = _silent) -> list[Task]:
 
 def _lineup(a: RunRequest, from_resume: Manifest | None = None) -> Manifest:
     """The manifest (the resumed job's, the request's, or one agent's), with agent / model."""
-    from orchestrator.models.manifest import default_manifest, is_agent_kind, load_manifest
+    from orchestrator.models import default_manifest, is_agent_kind, load_manifest
 
     agent = a.agent if a.agent is not None and is_agent_kind(a.agent) else None  # _check held it
     if from_resume is not None:
@@ -388,7 +385,7 @@ def _allow_task_env(a: RunRequest, lineup: Manifest) -> Manifest:
     ORCHESTRA_* and the key variable of every endpoint in the endpoint config."""
     import re
 
-    from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
+    from orchestrator.models import default_endpoint_files, load_endpoints
     from orchestrator.tasks.compose import allow_host_env
 
     given = list(a.task_env or [])
@@ -412,7 +409,7 @@ def _allow_task_env(a: RunRequest, lineup: Manifest) -> Manifest:
 
 def _job_options(a: RunRequest, name: str, attempts: int | None, resumed: JobSource) -> JobOptions:
     from orchestrator.job.options import JobOptions
-    from orchestrator.models.endpoint import default_endpoint_files, load_endpoints
+    from orchestrator.models import default_endpoint_files, load_endpoints
 
     assert a.path is not None
     endpoint_files = [p.resolve() for p in (a.endpoints or default_endpoint_files())]

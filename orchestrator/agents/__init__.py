@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator import public_face
 from orchestrator.errors import InputError
-from orchestrator.models.manifest import AGENT_NAMES, RosterMember
+from orchestrator.models import AGENT_NAMES, RosterMember
 
 if TYPE_CHECKING:
     from orchestrator.agents.base import (

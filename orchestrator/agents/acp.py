@@ -39,7 +39,7 @@ from orchestrator.agents.base import EXIT_STEP_LIMIT, KILL_AFTER_SEC, AgentRun, 
 from orchestrator.archive import tar_files
 from orchestrator.errors import InputError
 from orchestrator.log import get_logger
-from orchestrator.models.manifest import RosterMember
+from orchestrator.models import RosterMember
 from orchestrator.paths import AGENT_LOGS
 from orchestrator.runtime.base import Attached, ExecResult, Runtime
 from orchestrator.tasks.load import Task

@@ -27,7 +27,7 @@ from orchestrator.agents.install import (
     installed,
     warm_binary,
 )
-from orchestrator.models.manifest import RosterMember
+from orchestrator.models import RosterMember
 from orchestrator.models.trajectory import records
 from orchestrator.services.exchanges import read_exchanges, trajectory_from_exchanges
 from orchestrator.tasks.load import Task

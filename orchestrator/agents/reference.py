@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from orchestrator.agents.base import Plain
-from orchestrator.models.manifest import RosterMember
+from orchestrator.models import RosterMember
 from orchestrator.tasks.load import Task
 
 PROMPT_PATH = "/opt/orchestra-prompt/system.md"

@@ -99,7 +99,7 @@ def tasks_doctor(
     from collections import Counter
 
     from orchestrator.job.doctor import diagnose, invalid
-    from orchestrator.models.events import Observers, TrialFinished
+    from orchestrator.models import Observers, TrialFinished
     from orchestrator.runtime import open_runtime
     from orchestrator.tasks.load import load_tasks_lenient
 
@@ -178,7 +178,7 @@ def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON ins
     installed on first use, or now with --install)."""
     from orchestrator.agents.install import ensure_installed
     from orchestrator.agents.installed import INSTALLED, AgentRow, listing
-    from orchestrator.models.manifest import AGENT_NAMES
+    from orchestrator.models import AGENT_NAMES
 
     imports_done()
 

@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from orchestrator.models.compare import CompareReport
-    from orchestrator.models.result import JobResult, TrialResult
+    from orchestrator.models import CompareReport, JobResult, TrialResult
     from orchestrator.report.gate import Gate
 
 
@@ -242,7 +241,7 @@ def _compare_in(job_dir: Path) -> "CompareReport | None":
     from pydantic import ValidationError
 
     from orchestrator.errors import validation_problems
-    from orchestrator.models.compare import CompareReport
+    from orchestrator.models import CompareReport
 
     for path in sorted(job_dir.glob("compare*.json")):
         try:

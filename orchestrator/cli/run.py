@@ -103,7 +103,7 @@ def _render_and_gate(outcome: RunOutcome, shown: Shown) -> None:
 
 def _cancel_counts(job_dir: Path) -> str:
     """How a cancelled job ended, from the result.json it wrote on the way out."""
-    from orchestrator.models.result import JobResult
+    from orchestrator.models import JobResult
 
     try:
         job = JobResult.model_validate_json((job_dir / "result.json").read_text())

@@ -16,7 +16,7 @@ from orchestrator import public_face
 
 if TYPE_CHECKING:
     from orchestrator.executors.spec import Item, TrialSpec
-    from orchestrator.models.result import TrialResult
+    from orchestrator.models import TrialResult
     from orchestrator.trial.context import TrialContext
 
 __all__ = ["Executor", "Item", "TrialSpec", "open_executor"]

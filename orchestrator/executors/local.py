@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from orchestrator.executors.spec import Item, TrialSpec
-from orchestrator.models.result import TrialResult
+from orchestrator.models import TrialResult
 from orchestrator.trial.context import TrialContext
 from orchestrator.trial.lifecycle import run_trial
 

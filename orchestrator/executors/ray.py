@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.archive import safe_extract, tar_directory
 from orchestrator.log import get_logger
-from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.models import FailureMode, TrialResult
 from orchestrator.paths import TrialDir
 from orchestrator.tasks.load import Task
 from orchestrator.util import JsonObject, write_json_atomic
@@ -83,7 +83,7 @@ def run_on_node(payload: JsonObject, task_tar: bytes) -> JsonObject:
     from orchestrator.executors.spec import TrialSpec
     from orchestrator.host.netpool import NetworkPool
     from orchestrator.host.watchdog import DiskWatchdog
-    from orchestrator.models.manifest import Manifest
+    from orchestrator.models import Manifest
     from orchestrator.services.proxy import Upstreams
     from orchestrator.tasks.load import load_task
     from orchestrator.trial.context import trial_dir

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from orchestrator.agents.base import Agent
     from orchestrator.host.netpool import NetworkPool
     from orchestrator.host.watchdog import DiskWatchdog
-    from orchestrator.models.events import Observers
+    from orchestrator.models import Observers
     from orchestrator.runtime.base import Runtime
     from orchestrator.services.proxy import Upstreams
     from orchestrator.tasks.load import Task
@@ -67,7 +67,7 @@ class TrialSpec(BaseModel):
         """The trial's context on this side; `ca_file` holds `ca_bundle` here, `agent` is
         the orchestrator's agent when the caller made it already."""
         from orchestrator.agents import agent_for
-        from orchestrator.models.manifest import Manifest
+        from orchestrator.models import Manifest
         from orchestrator.trial.context import TrialContext
         from orchestrator.trial.trust import trust_for
 

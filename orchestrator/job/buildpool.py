@@ -39,7 +39,7 @@ from pathlib import Path
 
 from orchestrator.job.host_needs import FETCHES
 from orchestrator.log import get_logger
-from orchestrator.models.result import ImageBuild
+from orchestrator.models import ImageBuild
 from orchestrator.runtime.base import BuildFailed
 from orchestrator.tasks.dockerfile import joined_lines
 from orchestrator.tasks.load import Task

@@ -42,9 +42,7 @@ from orchestrator.errors import BuildFailed, InfraError
 from orchestrator.job.options import JobOptions
 from orchestrator.job.runner import run_job
 from orchestrator.log import get_logger
-from orchestrator.models.events import Observers
-from orchestrator.models.manifest import default_manifest
-from orchestrator.models.result import ERRORED, FailureMode, TrialResult
+from orchestrator.models import ERRORED, FailureMode, Observers, TrialResult, default_manifest
 from orchestrator.paths import cache_root
 from orchestrator.runtime.base import ContainerSpec, ExecResult, Runtime
 from orchestrator.tasks.defects import task_defects

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from orchestrator.log import get_logger
-from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.models import FailureMode, TrialResult
 from orchestrator.paths import cache_root
 from orchestrator.util import write_json_atomic
 

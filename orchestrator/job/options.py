@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.models.endpoint import EndpointConfig
-from orchestrator.models.jobconfig import JobSource
+from orchestrator.models import EndpointConfig, JobSource
 from orchestrator.tasks.load import Task
 
 LAYER_DEFAULT_K = {"regression": 1, "workflow": 3}

@@ -10,8 +10,7 @@ from orchestrator.errors import InputError
 from orchestrator.job.options import JobOptions
 from orchestrator.job.scheduler import Admission
 from orchestrator.log import get_logger
-from orchestrator.models.endpoint import EndpointConfig
-from orchestrator.models.manifest import Manifest
+from orchestrator.models import EndpointConfig, Manifest
 from orchestrator.runtime.base import Capabilities, EngineFacts, Runtime
 from orchestrator.tasks.load import Task
 from orchestrator.trial.verify import EnvTemplateError, resolve_env

@@ -30,14 +30,18 @@ from orchestrator.job.preflight import check_capabilities, preflight, with_sandb
 from orchestrator.job.scheduler import Admission, Scheduler
 from orchestrator.job.summary import summarize, trial_summary
 from orchestrator.log import get_logger
-from orchestrator.models.events import AdmissionWaiting, Observers, Planned, TrialFinished
-from orchestrator.models.jobconfig import JobConfig, TaskRef
-from orchestrator.models.manifest import Manifest
-from orchestrator.models.result import (
+from orchestrator.models import (
+    AdmissionWaiting,
     EngineOutage,
     FailureMode,
     JobCapabilities,
+    JobConfig,
     JobResult,
+    Manifest,
+    Observers,
+    Planned,
+    TaskRef,
+    TrialFinished,
     TrialResult,
     TrialSummary,
 )

@@ -37,7 +37,7 @@ from orchestrator.errors import InfraError
 from orchestrator.executors.spec import Item
 from orchestrator.job.enginewatch import EngineGone, EngineWatch
 from orchestrator.log import get_logger
-from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.models import FailureMode, TrialResult
 from orchestrator.tasks.load import Task
 
 log = get_logger()

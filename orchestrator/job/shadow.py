@@ -11,8 +11,7 @@ audit of every trial.
 
 from __future__ import annotations
 
-from orchestrator.models.records import MemoryShadow
-from orchestrator.models.result import TrialSummary
+from orchestrator.models import MemoryShadow, TrialSummary
 
 __all__ = ["MemoryShadow", "memory_shadow"]  # the model lives in models/ (JobResult's field)
 

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from orchestrator.job.options import JobOptions
 from orchestrator.job.scheduler import Admission
 from orchestrator.job.shadow import memory_shadow
-from orchestrator.models.manifest import Manifest
-from orchestrator.models.result import (
+from orchestrator.models import (
     ERRORED,
     VOID,
     JobResult,
+    Manifest,
     TrialResult,
     TrialSummary,
     headline_of,

@@ -14,8 +14,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 import orchestrator
+from orchestrator.models import TrialResult
 from orchestrator.models.atif import FILE_NAME, Trajectory
-from orchestrator.models.result import TrialResult
 from orchestrator.services.exchanges import RECORD
 from orchestrator.trial.atif import TrialFacts, build_atif
 from orchestrator.util import write_atomic

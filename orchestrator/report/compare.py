@@ -14,9 +14,18 @@ from dataclasses import dataclass
 
 from orchestrator.errors import InputError
 from orchestrator.job.shadow import memory_shadow
-from orchestrator.models.compare import ClassDelta, CompareReport, KStats
-from orchestrator.models.records import ArmShadow
-from orchestrator.models.result import VOID, JobResult, TrialSummary, pass_at_k, pass_hat_k, passes
+from orchestrator.models import (
+    VOID,
+    ArmShadow,
+    ClassDelta,
+    CompareReport,
+    JobResult,
+    KStats,
+    TrialSummary,
+    pass_at_k,
+    pass_hat_k,
+    passes,
+)
 from orchestrator.report.render import md_cell
 
 BOOTSTRAP_SAMPLES = 2000

@@ -51,7 +51,7 @@ from typing import Literal, NamedTuple, get_args
 from pydantic import BaseModel, Field, computed_field
 
 from orchestrator.errors import InputError
-from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.models import FailureMode, TrialResult
 from orchestrator.util import JsonObject
 
 NOT_GRADED = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.BUILD_ERROR,

@@ -7,7 +7,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from orchestrator.models.result import ERRORED, TrialResult, headline_of
+from orchestrator.models import ERRORED, TrialResult, headline_of
 from orchestrator.report.gate import Gate
 
 # what XML 1.0 cannot carry at all, escaped or not (a grader's ANSI colours, a NUL, a

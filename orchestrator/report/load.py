@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.errors import InputError
-from orchestrator.models.result import JobResult, TrialResult
+from orchestrator.models import JobResult, TrialResult
 
 
 def load_job_result(path: Path) -> JobResult:

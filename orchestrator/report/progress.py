@@ -17,13 +17,7 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 
-from orchestrator.models.events import (
-    AdmissionWaiting,
-    Observers,
-    PhaseStarted,
-    Planned,
-    TrialFinished,
-)
+from orchestrator.models import AdmissionWaiting, Observers, PhaseStarted, Planned, TrialFinished
 
 
 class Progress:

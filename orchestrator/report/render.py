@@ -11,8 +11,13 @@ import re
 import urllib.parse
 from typing import Any
 
-from orchestrator.models.compare import CompareReport
-from orchestrator.models.result import JobResult, TrialResult, headline_of, trial_folder_name
+from orchestrator.models import (
+    CompareReport,
+    JobResult,
+    TrialResult,
+    headline_of,
+    trial_folder_name,
+)
 from orchestrator.report.tables import PHASES, Group, JobTables
 
 TRIAL_FILES = ("result.json", "agent/stdout.txt", "verifier/test-stdout.txt")  # linked per trial

@@ -5,8 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.models.records import StandInRecord
-from orchestrator.models.result import JobResult, TrialResult, headline_of
+from orchestrator.models import JobResult, StandInRecord, TrialResult, headline_of
 
 COLUMNS = ("task", "attempt", "reward", "failure mode", "agent s", "verify s", "total s")
 TIMINGS = ("agent s", "verify s", "total s")

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from orchestrator.models.result import TrialResult, pass_at_k, pass_hat_k, passes
+from orchestrator.models import TrialResult, pass_at_k, pass_hat_k, passes
 
 PHASES = ("build", "start", "seed", "agent", "collect", "verify", "cleanup")
 

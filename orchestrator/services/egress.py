@@ -39,7 +39,7 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler
 
 from orchestrator.log import get_logger
-from orchestrator.models.records import EgressRecord
+from orchestrator.models import EgressRecord
 from orchestrator.runtime.subnets import DEFAULT_RANGE, host_routes
 from orchestrator.services.httpserve import BackgroundServer, HttpError, OnOneServer
 

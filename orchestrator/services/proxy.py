@@ -31,8 +31,7 @@ import urllib.parse
 from email.message import Message
 from pathlib import Path
 
-from orchestrator.models.manifest import Budget
-from orchestrator.models.records import ModelUsage
+from orchestrator.models import Budget, ModelUsage
 from orchestrator.services import apis
 from orchestrator.services.apis import chat
 from orchestrator.services.apis.calls import KIND_OF_STATUS, Call, CallWays, ProxyCounts, Refusal

@@ -36,7 +36,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from orchestrator.errors import InputError, validation_problems
-from orchestrator.models.task import MAX_HEALTH_RETRIES, MAX_HEALTH_STEP_SEC, MAX_HEALTH_WAIT_SEC
+from orchestrator.models import MAX_HEALTH_RETRIES, MAX_HEALTH_STEP_SEC, MAX_HEALTH_WAIT_SEC
 from orchestrator.tasks.inputs import MAX_YAML_BYTES, load_yaml, read_capped
 
 # Harbor's docker backend reads exactly environment/docker-compose.yaml; a task's own data

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from orchestrator.errors import InputError, validation_problems
-from orchestrator.models.task import StepSection, TaskConfig, ignored_fields, name_problem
+from orchestrator.models import StepSection, TaskConfig, ignored_fields, name_problem
 from orchestrator.tasks.compose import Compose, load_compose
 from orchestrator.tasks.compose import find as find_compose
 from orchestrator.tasks.inputs import MAX_TOML_BYTES, links_out, load_toml, read_capped

@@ -17,7 +17,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import InputError, validation_problems
-from orchestrator.models.records import EngramSeeded
+from orchestrator.models import EngramSeeded
 from orchestrator.paths import AGENT_STACK
 from orchestrator.tasks.inputs import (
     MAX_SEEDS_BYTES,

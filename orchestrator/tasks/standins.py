@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from orchestrator.models.records import StandInRecord
+from orchestrator.models import StandInRecord
 from orchestrator.util import JsonObject
 
 RELEASES = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}  # Debian release -> python3

@@ -17,8 +17,7 @@ from orchestrator.agents.base import (
     under_timeout,
 )
 from orchestrator.archive import tar_directory, tar_files
-from orchestrator.models.manifest import flag_env
-from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.models import FailureMode, TrialResult, flag_env
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION
 from orchestrator.tasks.load import Task
 from orchestrator.tasks.memory import StateRoots, file_seed_archive

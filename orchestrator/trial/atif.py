@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import orchestrator
 from orchestrator.log import get_logger
+from orchestrator.models import event_of, tool_of
 from orchestrator.models.atif import (
     FILE_NAME,
     Agent,
@@ -40,14 +41,14 @@ from orchestrator.models.atif import (
     ToolCall,
     Trajectory,
 )
-from orchestrator.models.trajectory import event_of, records, tool_of
+from orchestrator.models.trajectory import records
 from orchestrator.paths import SOURCE_ROOT
 from orchestrator.services.exchanges import read_exchanges, trajectory_from_exchanges
 from orchestrator.trial.atif_calls import ModelCall, Record, arguments, read_calls, text_of
 from orchestrator.util import JsonObject, write_atomic
 
 if TYPE_CHECKING:
-    from orchestrator.models.result import TrialResult
+    from orchestrator.models import TrialResult
     from orchestrator.tasks.load import Task
     from orchestrator.trial.context import TrialContext
 

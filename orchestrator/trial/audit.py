@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.models import trajectory
-from orchestrator.models.records import MemoryAudit
+from orchestrator.models import MemoryAudit, trajectory
 from orchestrator.util import JsonObject
 
 if TYPE_CHECKING:

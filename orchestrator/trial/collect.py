@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.archive import DEFAULT_CAP_FILES, safe_extract
 from orchestrator.log import get_logger
-from orchestrator.models.records import CollectedPath, RelayRecord
-from orchestrator.models.result import TrialResult
+from orchestrator.models import CollectedPath, RelayRecord, TrialResult
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, LOGS, TrialDir
 from orchestrator.runtime.base import Runtime
 from orchestrator.scrub import scrub_json

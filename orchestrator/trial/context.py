@@ -19,9 +19,14 @@ from orchestrator.errors import LaunchError
 from orchestrator.host.netpool import NetworkPool
 from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.log import get_logger
-from orchestrator.models.events import Observers, PhaseStarted
-from orchestrator.models.manifest import Manifest
-from orchestrator.models.result import FailureMode, TrialResult, trial_folder_name
+from orchestrator.models import (
+    FailureMode,
+    Manifest,
+    Observers,
+    PhaseStarted,
+    TrialResult,
+    trial_folder_name,
+)
 from orchestrator.paths import TrialDir
 from orchestrator.runtime.base import Runtime
 from orchestrator.tasks.load import Task

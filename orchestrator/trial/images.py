@@ -26,7 +26,7 @@ from typing import BinaryIO
 
 from orchestrator.archive import spool_tree, tar_directory, tar_files
 from orchestrator.log import get_logger
-from orchestrator.models.result import BaseImage, BuildFailure
+from orchestrator.models import BaseImage, BuildFailure
 from orchestrator.paths import AGENT_STACK_SOURCE, LOCK_DIR
 from orchestrator.runtime.base import (
     LABEL_IMAGE_KIND,

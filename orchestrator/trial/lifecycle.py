@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 from orchestrator import scrub
 from orchestrator.errors import LaunchError
 from orchestrator.log import get_logger
-from orchestrator.models.records import RelayRecord
-from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.models import FailureMode, RelayRecord, TrialResult
 from orchestrator.paths import AGENT_LOGS, TrialDir
 from orchestrator.runtime.base import BuildFailed, Network
 from orchestrator.scrub import scrub_tree

@@ -21,9 +21,7 @@ from orchestrator.archive import tar_files
 from orchestrator.host.cleanup import owner_labels
 from orchestrator.host.netpool import NetworkPool
 from orchestrator.log import get_logger
-from orchestrator.models.records import CollectedPath
-from orchestrator.models.result import AppliedLimits
-from orchestrator.models.task import Healthcheck
+from orchestrator.models import AppliedLimits, CollectedPath, Healthcheck
 from orchestrator.paths import (
     AGENT_LOGS,
     AGENT_STACK,

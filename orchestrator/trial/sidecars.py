@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from orchestrator.log import get_logger
-from orchestrator.models.result import BaseImage
+from orchestrator.models import BaseImage
 from orchestrator.runtime.base import (
     LABEL_IMAGE_KIND,
     BuildFailed,

@@ -12,8 +12,7 @@ from collections.abc import Callable
 
 from orchestrator.archive import tar_directory
 from orchestrator.log import get_logger
-from orchestrator.models.result import FailureMode, StepResult, TrialResult
-from orchestrator.models.task import StepSection
+from orchestrator.models import FailureMode, StepResult, StepSection, TrialResult
 from orchestrator.paths import AGENT_LOGS, TrialDir
 from orchestrator.runtime.base import Runtime
 from orchestrator.tasks.load import Task

@@ -16,7 +16,7 @@ from orchestrator.agents.base import under_timeout
 from orchestrator.archive import safe_extract, spool_directories, tar_directory, tar_files
 from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.log import get_logger
-from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.models import FailureMode, TrialResult
 from orchestrator.paths import ARTIFACTS, LOGS, TESTS, VERIFIER_LOGS, TrialDir
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, ContainerSpec, Runtime
 from orchestrator.tasks.compose import HostEnv, is_wiring

@@ -15,8 +15,7 @@ from orchestrator.agents.base import render_command, under_timeout
 from orchestrator.archive import safe_extract, tar_files
 from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.log import get_logger
-from orchestrator.models.manifest import flag_env
-from orchestrator.models.records import WorkerRecord
+from orchestrator.models import WorkerRecord, flag_env
 from orchestrator.paths import (
     AGENT_LOGS,
     AGENT_STACK,

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import InputError
-from orchestrator.models.compare import CompareReport
-from orchestrator.models.result import JobResult, TrialSummary
+from orchestrator.models import CompareReport, JobResult, TrialSummary
 from orchestrator.report.compare import compare, verdict
 from orchestrator.view.pages import load_job, view_page
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.models.result import VOID, JobResult, TrialResult, TrialSummary
+from orchestrator.models import VOID, JobResult, TrialResult, TrialSummary
 from orchestrator.report.templating import esc, href, q, render, visible
 
 __all__ = ["esc", "visible", "name", "href", "q", "page", "jobs_page", "load_job", "running_job",
@@ -78,8 +78,7 @@ def running_job(folder: Path) -> tuple[JobResult, str] | None:
 
     from orchestrator.job.options import JobOptions
     from orchestrator.job.summary import summarize
-    from orchestrator.models.jobconfig import JobConfig
-    from orchestrator.models.manifest import Manifest
+    from orchestrator.models import JobConfig, Manifest
 
     try:
         config = JobConfig.model_validate_json((folder / "config.json").read_text())

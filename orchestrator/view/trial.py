@@ -15,9 +15,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from orchestrator.models import trajectory
-from orchestrator.models.evidence import RelayEvidence, RelayMessage
-from orchestrator.models.result import ERRORED, VOID, TrialResult, headline_of
+from orchestrator.models import (
+    ERRORED,
+    VOID,
+    RelayEvidence,
+    RelayMessage,
+    TrialResult,
+    headline_of,
+    trajectory,
+)
 from orchestrator.util import JsonObject
 from orchestrator.view.pages import FILE_PAGE_BYTES, href, view_page
 

@@ -30,7 +30,7 @@ from http.client import HTTPException
 from tenacity import RetryError
 
 from orchestrator.log import get_logger
-from orchestrator.models.records import ProxyCounts
+from orchestrator.models import ProxyCounts
 from orchestrator.services.apis import chat
 from orchestrator.services.apis.common import (
     Api,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from orchestrator import scrub
 
 if TYPE_CHECKING:
-    from orchestrator.models.endpoint import EndpointConfig
+    from orchestrator.models import EndpointConfig
     from orchestrator.services.replay import ReplayServer
 
 

@@ -15,7 +15,7 @@ from email.message import Message
 from urllib.parse import parse_qs, urlsplit
 
 from orchestrator.log import get_logger
-from orchestrator.models.records import RelayRecord
+from orchestrator.models import RelayRecord
 from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler, OnOneServer
 from orchestrator.services.relay import auth
 from orchestrator.services.relay.store import (

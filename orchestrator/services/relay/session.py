@@ -8,8 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from orchestrator.log import get_logger
-from orchestrator.models.evidence import RelayEvidence
-from orchestrator.models.manifest import Manifest
+from orchestrator.models import Manifest, RelayEvidence
 from orchestrator.services.relay.server import RelayServer
 from orchestrator.services.relay.store import Identity, RelayStore
 from orchestrator.tasks.load import Task

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from orchestrator.models.evidence import (
+from orchestrator.models import (
     DirectoryEntry,
     EvidenceIdentity,
     EvidenceTrial,
