@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from orchestrator.job.options import JobOptions
     from orchestrator.models import JobResult, Manifest, Observers, TrialResult
     from orchestrator.report.gate import Gate
-    from orchestrator.tasks.load import Task
+    from orchestrator.tasks import Task
 
 # The outcome's exit codes (the CLI's; its bad input, 2, and infrastructure, 3, are raised)
 DONE = 0  # the job completed, whatever the rewards
@@ -328,12 +328,12 @@ def _check(a: RunRequest) -> tuple[str, int | None]:
 def _tasks(a: RunRequest, note: Say = _silent) -> list[Task]:
     """The tasks under path (with skip_broken, without those the doctor found unfit),
     narrowed to layer; the keys Harbor ignores are said."""
-    from orchestrator.tasks.load import load_tasks
+    from orchestrator.tasks import load_tasks
 
     assert a.path is not None
     if a.skip_broken:
         from orchestrator.job.doctor import invalid, skipped_by_run
-        from orchestrator.tasks.load import load_tasks_lenient
+        from orchestrator.tasks import load_tasks_lenient
 
         tasks, problems = load_tasks_lenient(a.path)
         plan = skipped_by_run(tasks, a.ca_bundle)
@@ -386,7 +386,7 @@ def _allow_task_env(a: RunRequest, lineup: Manifest) -> Manifest:
     import re
 
     from orchestrator.models import default_endpoint_files, load_endpoints
-    from orchestrator.tasks.compose import allow_host_env
+    from orchestrator.tasks import allow_host_env
 
     given = list(a.task_env or [])
     for name in given:

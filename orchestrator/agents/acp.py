@@ -42,7 +42,7 @@ from orchestrator.log import get_logger
 from orchestrator.models import RosterMember
 from orchestrator.paths import AGENT_LOGS
 from orchestrator.runtime.base import Attached, ExecResult, Runtime
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 
 log = get_logger()
 PIDFILE = "/tmp/.orchestra-acp.pid"

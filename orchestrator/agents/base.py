@@ -9,7 +9,7 @@ from typing import Protocol, runtime_checkable
 
 from orchestrator.paths import INSTRUCTION
 from orchestrator.runtime.base import ExecResult, Runtime
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 
 # Exit codes of the agents orchestra ships (the reference agent, the installed agents' run
 # scripts): how the agent stopped, read back into `agent_outcome`. Any other non-zero code

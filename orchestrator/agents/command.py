@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.agents.base import Plain
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 
 
 class CommandAgent(Plain):

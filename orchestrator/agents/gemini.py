@@ -28,7 +28,7 @@ from orchestrator.agents.cli import (
 )
 from orchestrator.agents.install import Recipe
 from orchestrator.paths import AGENT_LOGS
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 from orchestrator.util import JsonObject
 
 NODE_BIN = f"{MOUNT}/{NODE.name}/pkg/package/{NODE.binary}"

@@ -35,7 +35,7 @@ from orchestrator.agents.gemini import GeminiCli, QwenCode
 from orchestrator.agents.install import PYTHON, Recipe, install_dir
 from orchestrator.paths import AGENT_LOGS
 from orchestrator.services.exchanges import dispatch_event
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 from orchestrator.util import JsonObject
 
 __all__ = ["INSTALLED", "MODEL", "MOUNT", "RUN_SCRIPT", "AgentRow", "InstalledAgent", "listing"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from orchestrator.agents.base import Plain
 from orchestrator.errors import InputError
 from orchestrator.paths import SOLUTION
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 
 
 class OracleAgent(Plain):

@@ -8,7 +8,7 @@ import json
 
 from orchestrator.agents.base import Plain
 from orchestrator.models import RosterMember
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 
 PROMPT_PATH = "/opt/orchestra-prompt/system.md"
 

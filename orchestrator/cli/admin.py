@@ -33,7 +33,7 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
     lacks (images, a registry, cpus, the network).
     Exit codes: 0 every task valid, 2 a problem (each named by file and field)."""
     from orchestrator.job.host_needs import host_needs
-    from orchestrator.tasks.load import load_tasks
+    from orchestrator.tasks import load_tasks
 
     imports_done()
     human = err if json_out else console
@@ -101,7 +101,7 @@ def tasks_doctor(
     from orchestrator.job.doctor import diagnose, invalid
     from orchestrator.models import Observers, TrialFinished
     from orchestrator.runtime import open_runtime
-    from orchestrator.tasks.load import load_tasks_lenient
+    from orchestrator.tasks import load_tasks_lenient
 
     imports_done()
     human = err if json_out else console
@@ -146,7 +146,7 @@ def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if p
     bookworm, older bullseye; debian and ubuntu by release), said in the run's output."""
     from orchestrator.runtime import open_runtime
     from orchestrator.runtime.base import BuildFailed
-    from orchestrator.tasks.standins import RELEASES
+    from orchestrator.tasks import RELEASES
     from orchestrator.trial.baseimage import BOOTSTRAP_RELEASES, bootstrap_base
 
     configure_logs(verbose=True)

@@ -30,7 +30,7 @@ from orchestrator.archive import safe_extract, tar_directory
 from orchestrator.log import get_logger
 from orchestrator.models import FailureMode, TrialResult
 from orchestrator.paths import TrialDir
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 from orchestrator.util import JsonObject, write_json_atomic
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def run_on_node(payload: JsonObject, task_tar: bytes) -> JsonObject:
     from orchestrator.host.watchdog import DiskWatchdog
     from orchestrator.models import Manifest
     from orchestrator.services.proxy import Upstreams
-    from orchestrator.tasks.load import load_task
+    from orchestrator.tasks import load_task
     from orchestrator.trial.context import trial_dir
     from orchestrator.trial.imagecache import ImageCache, Published
     from orchestrator.trial.lifecycle import run_trial

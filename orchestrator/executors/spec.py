@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from orchestrator.models import Observers
     from orchestrator.runtime.base import Runtime
     from orchestrator.services.proxy import Upstreams
-    from orchestrator.tasks.load import Task
+    from orchestrator.tasks import Task
     from orchestrator.trial.context import TrialContext
     from orchestrator.trial.images import TaskImages
 

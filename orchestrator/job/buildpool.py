@@ -41,8 +41,7 @@ from orchestrator.job.host_needs import FETCHES
 from orchestrator.log import get_logger
 from orchestrator.models import ImageBuild
 from orchestrator.runtime.base import BuildFailed
-from orchestrator.tasks.dockerfile import joined_lines
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task, joined_lines
 from orchestrator.trial.images import base_references
 
 log = get_logger()

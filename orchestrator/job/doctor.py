@@ -45,8 +45,7 @@ from orchestrator.log import get_logger
 from orchestrator.models import ERRORED, FailureMode, Observers, TrialResult, default_manifest
 from orchestrator.paths import cache_root
 from orchestrator.runtime.base import ContainerSpec, ExecResult, Runtime
-from orchestrator.tasks.defects import task_defects
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task, task_defects
 from orchestrator.trial.baseimage import BASE_VERSION
 from orchestrator.trial.images import ensure_task_images
 from orchestrator.util import JsonObject, write_json_atomic

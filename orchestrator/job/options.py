@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.models import EndpointConfig, JobSource
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 
 LAYER_DEFAULT_K = {"regression": 1, "workflow": 3}
 

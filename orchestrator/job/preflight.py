@@ -12,7 +12,7 @@ from orchestrator.job.scheduler import Admission
 from orchestrator.log import get_logger
 from orchestrator.models import EndpointConfig, Manifest
 from orchestrator.runtime.base import Capabilities, EngineFacts, Runtime
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 from orchestrator.trial.verify import EnvTemplateError, resolve_env
 
 log = get_logger()

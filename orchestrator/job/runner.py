@@ -46,7 +46,7 @@ from orchestrator.models import (
     TrialSummary,
 )
 from orchestrator.runtime.base import LABEL_JOB, Runtime
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 from orchestrator.trial.context import (
     TrialContext,
     cancelled_result,

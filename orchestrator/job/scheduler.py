@@ -38,7 +38,7 @@ from orchestrator.executors.spec import Item
 from orchestrator.job.enginewatch import EngineGone, EngineWatch
 from orchestrator.log import get_logger
 from orchestrator.models import FailureMode, TrialResult
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 
 log = get_logger()
 RETRYABLE = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.ENDPOINT_ERROR}

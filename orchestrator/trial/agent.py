@@ -19,8 +19,7 @@ from orchestrator.agents.base import (
 from orchestrator.archive import tar_directory, tar_files
 from orchestrator.models import FailureMode, TrialResult, flag_env
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION
-from orchestrator.tasks.load import Task
-from orchestrator.tasks.memory import StateRoots, file_seed_archive
+from orchestrator.tasks import StateRoots, Task, file_seed_archive
 from orchestrator.trial.context import Cancelled, TrialContext
 from orchestrator.trial.sandbox import Sandbox
 

@@ -49,7 +49,7 @@ from orchestrator.util import JsonObject, write_atomic
 
 if TYPE_CHECKING:
     from orchestrator.models import TrialResult
-    from orchestrator.tasks.load import Task
+    from orchestrator.tasks import Task
     from orchestrator.trial.context import TrialContext
 
 log = get_logger()

@@ -39,7 +39,7 @@ from orchestrator.models import MemoryAudit, trajectory
 from orchestrator.util import JsonObject
 
 if TYPE_CHECKING:
-    from orchestrator.tasks.memory import FactFile
+    from orchestrator.tasks import FactFile
 
 MIN_LEAK_LINE = 20
 MIN_GRADING_LINE = 24  # a line of a grading file this long is distinctive enough to count

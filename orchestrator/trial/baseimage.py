@@ -14,7 +14,7 @@ from pathlib import Path
 
 from orchestrator.log import get_logger
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
-from orchestrator.tasks.standins import RELEASES, base_image
+from orchestrator.tasks import RELEASES, base_image
 from orchestrator.trial.images import facts_if_present, image_lock
 
 log = get_logger()

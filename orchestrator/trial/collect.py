@@ -15,7 +15,7 @@ from orchestrator.models import CollectedPath, RelayRecord, TrialResult
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, LOGS, TrialDir
 from orchestrator.runtime.base import Runtime
 from orchestrator.scrub import scrub_json
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 from orchestrator.trial.hostcopy import host_tar
 from orchestrator.trial.sandbox import Sandbox
 from orchestrator.util import write_json_atomic

@@ -29,7 +29,7 @@ from orchestrator.models import (
 )
 from orchestrator.paths import TrialDir
 from orchestrator.runtime.base import Runtime
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 from orchestrator.trial.images import TaskImages
 from orchestrator.trial.trust import Trust
 from orchestrator.util import write_json_atomic

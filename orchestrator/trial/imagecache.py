@@ -18,8 +18,7 @@ from dataclasses import asdict, dataclass, field
 from orchestrator.host.cleanup import touch_images
 from orchestrator.log import get_logger
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
-from orchestrator.tasks.load import Task, hash_tree, image_repository
-from orchestrator.tasks.standins import StandIn
+from orchestrator.tasks import StandIn, Task, hash_tree, image_repository
 from orchestrator.trial.images import TaskImages, ensure_task_images, verifier_image
 from orchestrator.trial.trust import Trust
 from orchestrator.util import JsonObject

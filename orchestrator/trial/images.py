@@ -36,9 +36,17 @@ from orchestrator.runtime.base import (
     PullFailed,
     Runtime,
 )
-from orchestrator.tasks.dockerfile import for_classic_builder
-from orchestrator.tasks.load import Task, hash_tree, image_repository
-from orchestrator.tasks.standins import RELEASES, StandIn, base_image, choose, parse_reference
+from orchestrator.tasks import (
+    RELEASES,
+    StandIn,
+    Task,
+    base_image,
+    choose,
+    for_classic_builder,
+    hash_tree,
+    image_repository,
+    parse_reference,
+)
 from orchestrator.trial.trust import BUNDLE_IN_CONTEXT, Trust, trusted_stage
 
 log = get_logger()

@@ -22,9 +22,14 @@ from orchestrator.paths import AGENT_LOGS, TrialDir
 from orchestrator.runtime.base import BuildFailed, Network
 from orchestrator.scrub import scrub_tree
 from orchestrator.services.exchanges import RECORD, replay_key
-from orchestrator.tasks.compose import HostEnv, allow_host_env, allowed_host_env
-from orchestrator.tasks.load import Task
-from orchestrator.tasks.memory import StateRoots, seed_engrams
+from orchestrator.tasks import (
+    HostEnv,
+    StateRoots,
+    Task,
+    allow_host_env,
+    allowed_host_env,
+    seed_engrams,
+)
 from orchestrator.trial.agent import (
     active_flags,
     agent_flags,

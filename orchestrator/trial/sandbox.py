@@ -42,7 +42,7 @@ from orchestrator.runtime.base import (
     RuntimeFault,
     VolumeMount,
 )
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 from orchestrator.trial import verifier_tools
 from orchestrator.trial.sidecars import start_sidecars, volume_mounts, wait_for
 from orchestrator.trial.trust import APPEND, Trust

@@ -24,8 +24,14 @@ from orchestrator.runtime.base import (
     RuntimeFault,
     VolumeMount,
 )
-from orchestrator.tasks.compose import Compose, ComposeHealthcheck, Service
-from orchestrator.tasks.load import Task, hash_tree, image_repository
+from orchestrator.tasks import (
+    Compose,
+    ComposeHealthcheck,
+    Service,
+    Task,
+    hash_tree,
+    image_repository,
+)
 from orchestrator.trial.images import bases_suffix, build_on_bases, build_once, resolve_bases
 from orchestrator.trial.trust import Trust
 

@@ -26,8 +26,7 @@ from orchestrator.paths import (
     TrialDir,
 )
 from orchestrator.runtime.base import ContainerSpec, Runtime
-from orchestrator.tasks.load import Task
-from orchestrator.tasks.memory import StateRoots, file_seed_archive
+from orchestrator.tasks import StateRoots, Task, file_seed_archive
 from orchestrator.trial.sandbox import Sandbox, require_runtime
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from orchestrator.services.relay.store import (
     _message_json,
     value_hash,
 )
-from orchestrator.tasks.slugs import MAX_VALUE_BYTES, SlugError
+from orchestrator.tasks import MAX_VALUE_BYTES, SlugError
 from orchestrator.util import JsonObject
 
 log = get_logger()

@@ -11,7 +11,7 @@ from orchestrator.log import get_logger
 from orchestrator.models import Manifest, RelayEvidence
 from orchestrator.services.relay.server import RelayServer
 from orchestrator.services.relay.store import Identity, RelayStore
-from orchestrator.tasks.load import Task
+from orchestrator.tasks import Task
 
 log = get_logger()
 

@@ -21,7 +21,7 @@ from orchestrator.models import (
     RelayMessage,
 )
 from orchestrator.services.relay import auth
-from orchestrator.tasks.slugs import MAX_VALUE_BYTES, normalise
+from orchestrator.tasks import MAX_VALUE_BYTES, normalise
 from orchestrator.util import JsonObject
 
 EXPORT_LIMIT = 1000
