@@ -147,7 +147,7 @@ def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if p
     from orchestrator.runtime import open_runtime
     from orchestrator.runtime.base import BuildFailed
     from orchestrator.tasks import RELEASES
-    from orchestrator.trial.baseimage import BOOTSTRAP_RELEASES, bootstrap_base
+    from orchestrator.trial import BOOTSTRAP_RELEASES, bootstrap_base
 
     configure_logs(verbose=True)
     releases = list(release or BOOTSTRAP_RELEASES)

@@ -17,7 +17,7 @@ from orchestrator import public_face
 if TYPE_CHECKING:
     from orchestrator.executors.spec import Item, TrialSpec
     from orchestrator.models import TrialResult
-    from orchestrator.trial.context import TrialContext
+    from orchestrator.trial import TrialContext
 
 __all__ = ["Executor", "Item", "TrialSpec", "open_executor"]
 __getattr__, __dir__ = public_face(__name__, {

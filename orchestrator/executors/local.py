@@ -6,8 +6,7 @@ from collections.abc import Callable
 
 from orchestrator.executors.spec import Item, TrialSpec
 from orchestrator.models import TrialResult
-from orchestrator.trial.context import TrialContext
-from orchestrator.trial.lifecycle import run_trial
+from orchestrator.trial import TrialContext, run_trial
 
 
 class LocalExecutor:

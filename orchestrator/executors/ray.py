@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from orchestrator.executors.spec import Item, TrialSpec
     from orchestrator.runtime.base import Runtime
-    from orchestrator.trial.context import TrialContext
+    from orchestrator.trial import TrialContext
 
 log = get_logger()
 NODE_CACHE = Path(os.environ.get("ORCHESTRA_RAY_CACHE", "/var/tmp/orchestra-ray"))
@@ -86,9 +86,7 @@ def run_on_node(payload: JsonObject, task_tar: bytes) -> JsonObject:
     from orchestrator.models import Manifest
     from orchestrator.services.proxy import Upstreams
     from orchestrator.tasks import load_task
-    from orchestrator.trial.context import trial_dir
-    from orchestrator.trial.imagecache import ImageCache, Published
-    from orchestrator.trial.lifecycle import run_trial
+    from orchestrator.trial import ImageCache, Published, run_trial, trial_dir
 
     NODE_CACHE.mkdir(parents=True, exist_ok=True)
     task = load_task(_unpack_task(payload, task_tar))
@@ -164,7 +162,7 @@ class RayExecutor:
     def runner(self, ctx: TrialContext, spec: TrialSpec) -> Callable[[Item], TrialResult]:
         """Each item becomes a Ray task; a trial lost on its node gets the result the
         driver can write (infrastructure, retried by the scheduler)."""
-        from orchestrator.trial.context import new_result, trial_dir, trial_id
+        from orchestrator.trial import new_result, trial_dir, trial_id
 
         def run_remote(item: Item) -> TrialResult:
             tid = trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)
@@ -196,7 +194,7 @@ class RayExecutor:
         from dataclasses import asdict
 
         from orchestrator.runtime.base import BuildFailed, RuntimeFault
-        from orchestrator.trial.imagecache import ImageCache
+        from orchestrator.trial import ImageCache
 
         images = ctx.images_for
         assert isinstance(images, ImageCache)  # the driver's context has one (run_job)

@@ -30,8 +30,7 @@ if TYPE_CHECKING:
     from orchestrator.runtime.base import Runtime
     from orchestrator.services.proxy import Upstreams
     from orchestrator.tasks import Task
-    from orchestrator.trial.context import TrialContext
-    from orchestrator.trial.images import TaskImages
+    from orchestrator.trial import TaskImages, TrialContext
 
 
 @dataclass
@@ -68,8 +67,7 @@ class TrialSpec(BaseModel):
         the orchestrator's agent when the caller made it already."""
         from orchestrator.agents import agent_for
         from orchestrator.models import Manifest
-        from orchestrator.trial.context import TrialContext
-        from orchestrator.trial.trust import trust_for
+        from orchestrator.trial import TrialContext, trust_for
 
         manifest = Manifest.model_validate(self.manifest)
         lead = manifest.orchestrator

@@ -24,7 +24,7 @@ from orchestrator.errors import InfraError
 from orchestrator.host.cleanup import prune_images
 from orchestrator.log import get_logger
 from orchestrator.runtime.base import EngineFacts, Runtime
-from orchestrator.trial.imagecache import ImageCache
+from orchestrator.trial import ImageCache
 
 log = get_logger()
 WARN_FREE = 0.10  # share of the data root's filesystem

@@ -42,7 +42,7 @@ from orchestrator.log import get_logger
 from orchestrator.models import ImageBuild
 from orchestrator.runtime.base import BuildFailed
 from orchestrator.tasks import Task, joined_lines
-from orchestrator.trial.images import base_references
+from orchestrator.trial import base_references
 
 log = get_logger()
 FETCH_WEIGHT = 5.0  # a RUN that fetches (apt-get, pip, curl...) against one that does not

@@ -46,8 +46,7 @@ from orchestrator.models import ERRORED, FailureMode, Observers, TrialResult, de
 from orchestrator.paths import cache_root
 from orchestrator.runtime.base import ContainerSpec, ExecResult, Runtime
 from orchestrator.tasks import Task, task_defects
-from orchestrator.trial.baseimage import BASE_VERSION
-from orchestrator.trial.images import ensure_task_images
+from orchestrator.trial import BASE_VERSION, ensure_task_images
 from orchestrator.util import JsonObject, write_json_atomic
 
 log = get_logger()

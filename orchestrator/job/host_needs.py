@@ -9,7 +9,7 @@ import re
 
 from orchestrator.runtime.base import BuildFailed, EngineFacts, Runtime
 from orchestrator.tasks import Task
-from orchestrator.trial.images import base_references, stand_in_for
+from orchestrator.trial import base_references, stand_in_for
 
 FETCHES = re.compile(r"\b(apt-get|apt|pip3?|uvx?|curl|wget|npm|npx|git\s+clone|go\s+install|cargo\s+install)\b")
 

@@ -13,7 +13,7 @@ from orchestrator.log import get_logger
 from orchestrator.models import EndpointConfig, Manifest
 from orchestrator.runtime.base import Capabilities, EngineFacts, Runtime
 from orchestrator.tasks import Task
-from orchestrator.trial.verify import EnvTemplateError, resolve_env
+from orchestrator.trial import EnvTemplateError, resolve_env
 
 log = get_logger()
 

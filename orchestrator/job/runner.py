@@ -47,14 +47,14 @@ from orchestrator.models import (
 )
 from orchestrator.runtime.base import LABEL_JOB, Runtime
 from orchestrator.tasks import Task
-from orchestrator.trial.context import (
+from orchestrator.trial import (
+    ImageCache,
     TrialContext,
     cancelled_result,
     new_result,
     trial_dir,
     trial_id,
 )
-from orchestrator.trial.imagecache import ImageCache
 from orchestrator.util import write_json_atomic
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import orchestrator
 from orchestrator.models import TrialResult
 from orchestrator.models.atif import FILE_NAME, Trajectory
 from orchestrator.services.exchanges import RECORD
-from orchestrator.trial.atif import TrialFacts, build_atif
+from orchestrator.trial import TrialFacts, build_atif
 from orchestrator.util import write_atomic
 
 UNKNOWN_COMMAND = "(the agent's command: not recorded in the trial folder)"

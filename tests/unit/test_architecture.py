@@ -19,8 +19,32 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def lazy_map(path: Path) -> dict[str, str]:
+    """A face's `public_face(__name__, {name: module})` map, as name -> module relative to
+    the package ({} for an __init__ that is not a lazy face)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+                and getattr(node.value.func, "id", None) == "public_face":
+            mapping = node.value.args[1]
+            assert isinstance(mapping, ast.Dict)
+            return {ast.literal_eval(k): ast.literal_eval(v)
+                    for k, v in zip(mapping.keys, mapping.values, strict=True) if k is not None}
+    return {}
+
+
+def through_face(module: str, name: str) -> str | None:
+    """The module a face's lazy name loads (a face of a face followed), or None when
+    `module` is not a face or does not load `name` lazily."""
+    init = ROOT / Path(*module.split(".")) / "__init__.py"
+    target = lazy_map(init).get(name) if init.is_file() else None
+    if target is None:
+        return None
+    return through_face(f"{module}.{target}", name) or f"{module}.{target}"
+
+
 def top_level_imports(path: Path) -> set[str]:
-    """Modules imported at module level (not under `if TYPE_CHECKING:`, not in functions)."""
+    """Modules imported at module level (not under `if TYPE_CHECKING:`, not in functions); a
+    name imported from a lazy face counts as an import of the module the face loads it from."""
     found: set[str] = set()
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Import):
@@ -28,6 +52,7 @@ def top_level_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
             found |= {f"{node.module}.{alias.name}" for alias in node.names}
+            found |= {m for alias in node.names if (m := through_face(node.module, alias.name))}
     return found
 
 
@@ -91,6 +116,8 @@ def test_the_checks_see_what_they_check():
     assert "orchestrator.runtime.client" in top_level_imports(MODULES["orchestrator.runtime.docker"])
     assert "docker" in imported_anywhere(MODULES["orchestrator.runtime.client"])
     assert "orchestrator.trial.context" in top_level_imports(MODULES["orchestrator.job.runner"])
+    assert through_face("orchestrator.services", "start_relay") == "orchestrator.services.relay.session"
+    assert through_face("orchestrator.trial", "no_such_name") is None
 
 
 # Keys of the Engine API's JSON (inspect, info, images): read only inside the runtime, which
