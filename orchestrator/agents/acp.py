@@ -77,7 +77,7 @@ class AcpAgent:
         started), the proxy's exchanges stand in, and the audit says so."""
         if (agent_dir / "trajectory.jsonl").is_file():
             return None
-        from orchestrator.services.exchanges import read_exchanges, trajectory_from_exchanges
+        from orchestrator.services import read_exchanges, trajectory_from_exchanges
 
         recorded = read_exchanges(exchanges) if exchanges.is_file() else []
         events = trajectory_from_exchanges(recorded)

@@ -29,7 +29,7 @@ from orchestrator.agents.install import (
 )
 from orchestrator.models import RosterMember
 from orchestrator.models.trajectory import records
-from orchestrator.services.exchanges import read_exchanges, trajectory_from_exchanges
+from orchestrator.services import read_exchanges, trajectory_from_exchanges
 from orchestrator.tasks import Task
 from orchestrator.util import JsonObject
 

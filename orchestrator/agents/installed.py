@@ -34,7 +34,7 @@ from orchestrator.agents.codex import Codex
 from orchestrator.agents.gemini import GeminiCli, QwenCode
 from orchestrator.agents.install import PYTHON, Recipe, install_dir
 from orchestrator.paths import AGENT_LOGS
-from orchestrator.services.exchanges import dispatch_event
+from orchestrator.services import dispatch_event
 from orchestrator.tasks import Task
 from orchestrator.util import JsonObject
 

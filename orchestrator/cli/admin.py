@@ -217,8 +217,7 @@ def cleanup(
     and the idle networks kept between jobs; `--job NAME` one job's, `--all` all of them.
     Objects orchestra did not create (e.g. someone's container from an image orchestra
     built) are never touched."""
-    from orchestrator.host.cleanup import LABEL_JOB, plan, prune_images, reap, reap_orphans
-    from orchestrator.host.netpool import remove_idle
+    from orchestrator.host import LABEL_JOB, plan, prune_images, reap, reap_orphans, remove_idle
     from orchestrator.runtime import open_runtime
     from orchestrator.runtime.base import LABEL_KIND
 

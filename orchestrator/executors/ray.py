@@ -81,8 +81,7 @@ def run_on_node(payload: JsonObject, task_tar: bytes) -> JsonObject:
     import ray
 
     from orchestrator.executors.spec import TrialSpec
-    from orchestrator.host.netpool import NetworkPool
-    from orchestrator.host.watchdog import DiskWatchdog
+    from orchestrator.host import DiskWatchdog, NetworkPool
     from orchestrator.models import Manifest
     from orchestrator.services.proxy import Upstreams
     from orchestrator.tasks import load_task
@@ -126,7 +125,7 @@ def run_on_node(payload: JsonObject, task_tar: bytes) -> JsonObject:
 
 
 def reap_on_node(label: str) -> JsonObject:
-    from orchestrator.host.cleanup import reap
+    from orchestrator.host import reap
 
     return reap(_node_runtime(), label)
 

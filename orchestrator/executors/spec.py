@@ -24,8 +24,7 @@ from orchestrator.util import JsonObject
 
 if TYPE_CHECKING:
     from orchestrator.agents.base import Agent
-    from orchestrator.host.netpool import NetworkPool
-    from orchestrator.host.watchdog import DiskWatchdog
+    from orchestrator.host import DiskWatchdog, NetworkPool
     from orchestrator.models import Observers
     from orchestrator.runtime.base import Runtime
     from orchestrator.services.proxy import Upstreams

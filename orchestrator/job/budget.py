@@ -21,7 +21,7 @@ import time
 from collections import Counter
 
 from orchestrator.errors import InfraError
-from orchestrator.host.cleanup import prune_images
+from orchestrator.host import prune_images
 from orchestrator.log import get_logger
 from orchestrator.runtime.base import EngineFacts, Runtime
 from orchestrator.trial import ImageCache

@@ -18,9 +18,7 @@ from orchestrator.agents import agent_for
 from orchestrator.errors import InfraError, InputError
 from orchestrator.executors import Executor, open_executor
 from orchestrator.executors.spec import Item, TrialSpec
-from orchestrator.host.cleanup import own, reap, reap_orphans, remaining
-from orchestrator.host.netpool import NetworkPool
-from orchestrator.host.watchdog import DiskWatchdog
+from orchestrator.host import DiskWatchdog, NetworkPool, own, reap, reap_orphans, remaining
 from orchestrator.job import durations
 from orchestrator.job.budget import DiskBudget, EngineDiskFull
 from orchestrator.job.buildpool import BuildPool

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 import orchestrator
 from orchestrator.models import TrialResult
 from orchestrator.models.atif import FILE_NAME, Trajectory
-from orchestrator.services.exchanges import RECORD
+from orchestrator.services import RECORD
 from orchestrator.trial import TrialFacts, build_atif
 from orchestrator.util import write_atomic
 

@@ -24,7 +24,7 @@ from orchestrator.trial.context import Cancelled, TrialContext
 from orchestrator.trial.sandbox import Sandbox
 
 if TYPE_CHECKING:
-    from orchestrator.services.proxy import ModelProxy
+    from orchestrator.services import ModelProxy
 
 WATCHDOG_GRACE_SEC = 3  # the host kills the container this long after that
 

@@ -43,7 +43,7 @@ from orchestrator.models.atif import (
 )
 from orchestrator.models.trajectory import records
 from orchestrator.paths import SOURCE_ROOT
-from orchestrator.services.exchanges import read_exchanges, trajectory_from_exchanges
+from orchestrator.services import read_exchanges, trajectory_from_exchanges
 from orchestrator.trial.atif_calls import ModelCall, Record, arguments, read_calls, text_of
 from orchestrator.util import JsonObject, write_atomic
 

@@ -21,7 +21,7 @@ from orchestrator.trial.sandbox import Sandbox
 from orchestrator.util import write_json_atomic
 
 if TYPE_CHECKING:
-    from orchestrator.services.relay.session import TrialRelay
+    from orchestrator.services import TrialRelay
 
 log = get_logger()
 COLLECT_CAP_BYTES = 256 * 1024 * 1024  # everything one trial copies out

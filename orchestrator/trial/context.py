@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.agents.base import Agent
 from orchestrator.errors import LaunchError
-from orchestrator.host.netpool import NetworkPool
-from orchestrator.host.watchdog import DiskWatchdog
+from orchestrator.host import DiskWatchdog, NetworkPool
 from orchestrator.log import get_logger
 from orchestrator.models import (
     FailureMode,

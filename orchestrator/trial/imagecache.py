@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
-from orchestrator.host.cleanup import touch_images
+from orchestrator.host import touch_images
 from orchestrator.log import get_logger
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
 from orchestrator.tasks import StandIn, Task, hash_tree, image_repository

@@ -21,7 +21,7 @@ from orchestrator.models import FailureMode, RelayRecord, TrialResult
 from orchestrator.paths import AGENT_LOGS, TrialDir
 from orchestrator.runtime.base import BuildFailed, Network
 from orchestrator.scrub import scrub_tree
-from orchestrator.services.exchanges import RECORD, replay_key
+from orchestrator.services import RECORD, replay_key
 from orchestrator.tasks import (
     HostEnv,
     StateRoots,
@@ -65,9 +65,7 @@ from orchestrator.trial.workers import start_workers, stop_workers
 from orchestrator.util import write_json_atomic
 
 if TYPE_CHECKING:  # imported where a trial needs them: a model proxy, a relay, an egress proxy
-    from orchestrator.services.egress import EgressProxy
-    from orchestrator.services.proxy import ModelProxy
-    from orchestrator.services.relay.session import TrialRelay
+    from orchestrator.services import EgressProxy, ModelProxy, TrialRelay
 
 log = get_logger()
 
@@ -182,12 +180,12 @@ class Trial:
         ctx, task = self.ctx, self.task
         env: dict[str, str] = {}
         if task.config.network_for("agent") == "allowlist":
-            from orchestrator.services.egress import EgressProxy
+            from orchestrator.services import EgressProxy
 
             self.egress = EgressProxy(network.gateway, task.config.allowed_hosts_for("agent")).start()
             env.update(self.egress.env(direct=[network.gateway]))
         if task.uses_relay:
-            from orchestrator.services.relay.session import start_relay
+            from orchestrator.services import start_relay
 
             self.relay = relay = start_relay(task, ctx.manifest, network.gateway, self.tid, ctx.job)
             self.result.relay = RelayRecord(start_sec=round(relay.started_sec, 4))
@@ -195,7 +193,7 @@ class Trial:
             self.secrets.extend(relay.secrets())
         lead = ctx.manifest.orchestrator
         if lead.endpoint and ctx.upstreams is not None:
-            from orchestrator.services.proxy import ModelProxy
+            from orchestrator.services import ModelProxy
 
             upstream = ctx.upstreams.by_name[lead.endpoint]
             timeout = ctx.timeout_override or task.config.agent.timeout_sec

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.archive import tar_files
-from orchestrator.host.cleanup import owner_labels
-from orchestrator.host.netpool import NetworkPool
+from orchestrator.host import NetworkPool, owner_labels
 from orchestrator.log import get_logger
 from orchestrator.models import AppliedLimits, CollectedPath, Healthcheck
 from orchestrator.paths import (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from orchestrator.agents.base import under_timeout
 from orchestrator.archive import safe_extract, spool_directories, tar_directory, tar_files
-from orchestrator.host.watchdog import DiskWatchdog
+from orchestrator.host import DiskWatchdog
 from orchestrator.log import get_logger
 from orchestrator.models import FailureMode, TrialResult
 from orchestrator.paths import ARTIFACTS, LOGS, TESTS, VERIFIER_LOGS, TrialDir

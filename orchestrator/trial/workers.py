@@ -13,7 +13,7 @@ from orchestrator import scrub
 from orchestrator.agents import agent_for
 from orchestrator.agents.base import render_command, under_timeout
 from orchestrator.archive import safe_extract, tar_files
-from orchestrator.host.watchdog import DiskWatchdog
+from orchestrator.host import DiskWatchdog
 from orchestrator.log import get_logger
 from orchestrator.models import WorkerRecord, flag_env
 from orchestrator.paths import (
