@@ -40,7 +40,7 @@ from orchestrator.models import JobSource
 if TYPE_CHECKING:
     from orchestrator.job.options import JobOptions
     from orchestrator.models import JobResult, Manifest, Observers, TrialResult
-    from orchestrator.report.gate import Gate
+    from orchestrator.report import Gate
     from orchestrator.tasks import Task
 
 # The outcome's exit codes (the CLI's; its bad input, 2, and infrastructure, 3, are raised)
@@ -445,8 +445,7 @@ def _read_baseline(a: RunRequest, options: JobOptions, tasks: list[Task],
     if a.baseline is None:
         return None
     from orchestrator.job.durations import measured
-    from orchestrator.report.gate import TaskKey, check_comparable, check_options
-    from orchestrator.report.load import load_trials
+    from orchestrator.report import TaskKey, check_comparable, check_options, load_trials
 
     baseline_trials = load_trials(a.baseline)
     check_options(a.flaky, a.alpha)
@@ -469,7 +468,7 @@ def _auto_k(baseline_trials: list[TrialResult], drop: float, alpha: float, gate_
     """-k auto: attempts enough to tell a drop of `drop` from chance against the baseline,
     said with what they cannot tell: tasks the baseline ran too few times for any k (run
     with the baseline's own attempts), and tasks left to the one-attempt rule at k=1."""
-    from orchestrator.report.gate import attempts_to_tell
+    from orchestrator.report import attempts_to_tell
 
     if gate_layer is not None:
         baseline_trials = [t for t in baseline_trials if t.layer == gate_layer]

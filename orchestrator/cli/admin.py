@@ -98,7 +98,7 @@ def tasks_doctor(
     healthy; 1 some task is not; 2 bad input; 3 the engine failed."""
     from collections import Counter
 
-    from orchestrator.job.doctor import diagnose, invalid
+    from orchestrator.job import diagnose, invalid
     from orchestrator.models import Observers, TrialFinished
     from orchestrator.runtime import open_runtime
     from orchestrator.tasks import load_tasks_lenient

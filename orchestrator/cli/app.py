@@ -120,7 +120,7 @@ def configure_logs(verbose: bool = False, json_file: Path | None = None) -> None
 
 
 def fail(exc: OrchestraError) -> None:
-    from orchestrator.report.summary import render_problems
+    from orchestrator.report import render_problems
 
     title = "bad input" if isinstance(exc, InputError) else "cannot run"
     render_problems(title, getattr(exc, "problems", None) or [str(exc)], err)

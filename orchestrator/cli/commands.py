@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from orchestrator.models import CompareReport, JobResult, TrialResult
-    from orchestrator.report.gate import Gate
+    from orchestrator.report import Gate
 
 
 # Enumerated options: --help lists the values; another is refused (exit 2) naming them.
@@ -160,7 +160,7 @@ def report(
 
     {exits}
     """
-    from orchestrator.report.load import load_job_result, load_trials
+    from orchestrator.report import load_job_result, load_trials
 
     imports_done()
 
@@ -179,7 +179,7 @@ def report(
         fail(exc)
     blocks = _write_report(job_dir, job, trials, human)
     if junit:
-        from orchestrator.report.junit import write_junit
+        from orchestrator.report import write_junit
 
         write_junit(job.job, job_dir, trials, junit, regression)
         human.print(f"wrote {junit}", soft_wrap=True)
@@ -208,7 +208,8 @@ report.__doc__ = (report.__doc__ or "").replace("{gate}", GATE_HELP).replace("{e
 
 def _write_report(job_dir: Path, job: "JobResult", trials: "list[TrialResult]", human: "Console") -> list[tuple[str, list[str], list[list[str]]]]:
     """The tables on the console, report.md and report.html into the job; the tables' blocks."""
-    from orchestrator.report.render import sections, to_html, to_markdown
+    from orchestrator.report import sections, to_html
+    from orchestrator.report.render import to_markdown
     from orchestrator.report.tables import tables
 
     aggregate = tables(trials)
@@ -226,7 +227,7 @@ def _write_report(job_dir: Path, job: "JobResult", trials: "list[TrialResult]", 
 
 def _write_atif(job_dir: Path, out: Path, human: "Console") -> None:
     """The job's ATIF files into `out`; what had to be built, and trials left out, said."""
-    from orchestrator.report.atif import export_atif
+    from orchestrator.report import export_atif
 
     export = export_atif(job_dir, out)
     for line in export.built + export.problems:
@@ -273,8 +274,8 @@ def compare_cmd(
 ) -> None:
     """Paired memory-on vs memory-off comparison of two jobs (either order): utility delta,
     helpful and harmful trials, per-class table, McNemar p-value and a bootstrap CI."""
+    from orchestrator.report import load_job_result
     from orchestrator.report.compare import compare, to_markdown
-    from orchestrator.report.load import load_job_result
     from orchestrator.util import write_output
 
     imports_done()

@@ -43,7 +43,7 @@ def parse(flags: dict[str, Any]) -> tuple[RunRequest, Shown]:
 
 def execute(request: RunRequest, shown: Shown) -> None:
     from orchestrator.api import run
-    from orchestrator.report.progress import Progress
+    from orchestrator.report import Progress
 
     progress = Progress(err, live=False if shown.quiet or shown.verbose or shown.progress_json else None,
                         json_lines=shown.progress_json)
@@ -78,7 +78,7 @@ def _render_and_gate(outcome: RunOutcome, shown: Shown) -> None:
     """The results table, --json, then the exits that judge the job: an answer leak (4),
     a gate with nothing to judge (2), the regression gate (1 with --fail-on-regression)."""
     from orchestrator.api import ANSWER_LEAK
-    from orchestrator.report.summary import render_job
+    from orchestrator.report import render_job
     from orchestrator.util import write_output
 
     human = human_console(shown.json_out)

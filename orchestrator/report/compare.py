@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from orchestrator.errors import InputError
-from orchestrator.job.shadow import memory_shadow
+from orchestrator.job import memory_shadow
 from orchestrator.models import (
     VOID,
     ArmShadow,

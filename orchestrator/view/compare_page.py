@@ -10,7 +10,8 @@ from typing import Any
 
 from orchestrator.errors import InputError
 from orchestrator.models import CompareReport, JobResult, TrialSummary
-from orchestrator.report.compare import compare, verdict
+from orchestrator.report import verdict
+from orchestrator.report.compare import compare
 from orchestrator.view.pages import load_job, view_page
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.models import VOID, JobResult, TrialResult, TrialSummary
-from orchestrator.report.templating import esc, href, q, render, visible
+from orchestrator.report import esc, href, q, visible
+from orchestrator.report.templating import render
 
 __all__ = ["esc", "visible", "name", "href", "q", "page", "jobs_page", "load_job", "running_job",
            "job_page", "trial_page", "file_page"]
