@@ -176,8 +176,7 @@ def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON ins
     """The agents `orchestra run --agent NAME` takes: built-in ones and installed CLIs
     (kind, version, whether the host has installed it yet; an installed CLI is
     installed on first use, or now with --install)."""
-    from orchestrator.agents.install import ensure_installed
-    from orchestrator.agents.installed import INSTALLED, AgentRow, listing
+    from orchestrator.agents import INSTALLED, AgentRow, ensure_installed, listing
     from orchestrator.models import AGENT_NAMES
 
     imports_done()

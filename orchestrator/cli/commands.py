@@ -300,7 +300,7 @@ def view(
     """Browse jobs in a local web app: jobs, each trial's failure reason first, its
     trajectory, relay evidence, output and verifier output. Serves 127.0.0.1 only and
     opens nothing by itself; Ctrl-C stops it."""
-    from orchestrator.view.server import ViewServer
+    from orchestrator.view import ViewServer
 
     imports_done()
     roots = jobs or [Path("jobs")]

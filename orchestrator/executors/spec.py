@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.util import JsonObject
 
 if TYPE_CHECKING:
-    from orchestrator.agents.base import Agent
+    from orchestrator.agents import Agent
     from orchestrator.host import DiskWatchdog, NetworkPool
     from orchestrator.models import Observers
     from orchestrator.runtime.base import Runtime

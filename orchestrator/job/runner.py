@@ -16,8 +16,7 @@ from pydantic import ValidationError
 
 from orchestrator.agents import agent_for
 from orchestrator.errors import InfraError, InputError
-from orchestrator.executors import Executor, open_executor
-from orchestrator.executors.spec import Item, TrialSpec
+from orchestrator.executors import Executor, Item, TrialSpec, open_executor
 from orchestrator.host import DiskWatchdog, NetworkPool, own, reap, reap_orphans, remaining
 from orchestrator.job import durations
 from orchestrator.job.budget import DiskBudget, EngineDiskFull

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 from orchestrator.errors import InfraError
-from orchestrator.executors.spec import Item
+from orchestrator.executors import Item
 from orchestrator.job.enginewatch import EngineGone, EngineWatch
 from orchestrator.log import get_logger
 from orchestrator.models import FailureMode, TrialResult

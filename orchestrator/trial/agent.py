@@ -8,7 +8,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING
 
-from orchestrator.agents.base import (
+from orchestrator.agents import (
     EXIT_OUTCOMES,
     KILL_AFTER_SEC,
     AgentRun,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.agents.base import Agent
+from orchestrator.agents import Agent
 from orchestrator.errors import LaunchError
 from orchestrator.host import DiskWatchdog, NetworkPool
 from orchestrator.log import get_logger

@@ -12,7 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
-from orchestrator.agents.base import under_timeout
+from orchestrator.agents import under_timeout
 from orchestrator.archive import safe_extract, spool_directories, tar_directory, tar_files
 from orchestrator.host import DiskWatchdog
 from orchestrator.log import get_logger

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from orchestrator import scrub
-from orchestrator.agents import agent_for
-from orchestrator.agents.base import render_command, under_timeout
+from orchestrator.agents import agent_for, render_command, under_timeout
 from orchestrator.archive import safe_extract, tar_files
 from orchestrator.host import DiskWatchdog
 from orchestrator.log import get_logger
