@@ -38,7 +38,7 @@ from orchestrator.errors import InputError
 from orchestrator.models import JobSource
 
 if TYPE_CHECKING:
-    from orchestrator.job.options import JobOptions
+    from orchestrator.job import JobOptions
     from orchestrator.models import JobResult, Manifest, Observers, TrialResult
     from orchestrator.report import Gate
     from orchestrator.tasks import Task
@@ -140,8 +140,7 @@ def run(request: RunRequest, *, observers: Observers | None = None, notes: Say |
         InputError: a bad option, task, manifest, endpoint or baseline, named; nothing has run.
         InfraError: the engine or the host failed (the job folder keeps what finished).
     """
-    from orchestrator.job.joblock import hold_job
-    from orchestrator.job.runner import run_job
+    from orchestrator.job import hold_job, run_job
     from orchestrator.runtime import open_runtime
 
     said: list[str] = []
@@ -271,7 +270,7 @@ def _resumed_endpoints(a: RunRequest, recorded: list[Path], note: Say = _silent)
 def _check(a: RunRequest) -> tuple[str, int | None]:
     """Every option that can be checked before anything runs, named by its flag. Returns the
     job's name and the attempts (None: per layer, or -k auto against the baseline)."""
-    from orchestrator.job.preflight import REQUIRABLE
+    from orchestrator.job import REQUIRABLE
     from orchestrator.models import AGENT_NAMES, is_agent_kind
     from orchestrator.util import check_job_name, registry_problem
 
@@ -332,7 +331,7 @@ def _tasks(a: RunRequest, note: Say = _silent) -> list[Task]:
 
     assert a.path is not None
     if a.skip_broken:
-        from orchestrator.job.doctor import invalid, skipped_by_run
+        from orchestrator.job import invalid, skipped_by_run
         from orchestrator.tasks import load_tasks_lenient
 
         tasks, problems = load_tasks_lenient(a.path)
@@ -408,7 +407,7 @@ def _allow_task_env(a: RunRequest, lineup: Manifest) -> Manifest:
 
 
 def _job_options(a: RunRequest, name: str, attempts: int | None, resumed: JobSource) -> JobOptions:
-    from orchestrator.job.options import JobOptions
+    from orchestrator.job import JobOptions
     from orchestrator.models import default_endpoint_files, load_endpoints
 
     assert a.path is not None
@@ -444,7 +443,7 @@ def _read_baseline(a: RunRequest, options: JobOptions, tasks: list[Task],
     It also gives -k auto its attempts and the scheduler its durations (longest first)."""
     if a.baseline is None:
         return None
-    from orchestrator.job.durations import measured
+    from orchestrator.job import measured
     from orchestrator.report import TaskKey, check_comparable, check_options, load_trials
 
     baseline_trials = load_trials(a.baseline)

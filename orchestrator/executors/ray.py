@@ -83,7 +83,7 @@ def run_on_node(payload: JsonObject, task_tar: bytes) -> JsonObject:
     from orchestrator.executors.spec import TrialSpec
     from orchestrator.host import DiskWatchdog, NetworkPool
     from orchestrator.models import Manifest
-    from orchestrator.services.proxy import Upstreams
+    from orchestrator.services import Upstreams
     from orchestrator.tasks import load_task
     from orchestrator.trial import ImageCache, Published, run_trial, trial_dir
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from orchestrator.host import DiskWatchdog, NetworkPool
     from orchestrator.models import Observers
     from orchestrator.runtime.base import Runtime
-    from orchestrator.services.proxy import Upstreams
+    from orchestrator.services import Upstreams
     from orchestrator.tasks import Task
     from orchestrator.trial import TaskImages, TrialContext
 

@@ -55,7 +55,7 @@ from orchestrator.trial import (
 from orchestrator.util import write_json_atomic
 
 if TYPE_CHECKING:
-    from orchestrator.services.proxy import Upstreams
+    from orchestrator.services import Upstreams
 
 
 log = get_logger()
@@ -170,7 +170,7 @@ class Job:
         self.finished = load_finished(self.job_dir, self.tasks, options.retry_errors) if options.resume else {}
         self.upstreams: Upstreams | None = None
         if in_use:  # model endpoints: the proxy's module only then
-            from orchestrator.services.proxy import Upstreams
+            from orchestrator.services import Upstreams
 
             assert options.endpoints is not None  # preflight refused endpoints without a config
             self.upstreams = Upstreams.open(in_use, options.endpoints, options.replay_from)

@@ -34,7 +34,7 @@ from orchestrator.trial.trust import Trust
 from orchestrator.util import write_json_atomic
 
 if TYPE_CHECKING:
-    from orchestrator.services.proxy import Upstreams
+    from orchestrator.services import Upstreams
 
 log = get_logger()
 

@@ -47,7 +47,7 @@ from orchestrator.trial.sidecars import start_sidecars, volume_mounts, wait_for
 from orchestrator.trial.trust import APPEND, Trust
 
 if TYPE_CHECKING:
-    from orchestrator.services.egress import EgressProxy
+    from orchestrator.services import EgressProxy
 
 log = get_logger()
 SECRET_VARS = {"ORCHESTRA_PRIVATE_KEY", "ORCHESTRA_AUTH_TAG", "ORCHESTRA_MODEL_TOKEN", "OPENAI_API_KEY"}

@@ -29,8 +29,7 @@ from orchestrator.tasks import StateRoots, Task, file_seed_archive
 from orchestrator.trial.sandbox import Sandbox, require_runtime
 
 if TYPE_CHECKING:
-    from orchestrator.services.proxy import ModelProxy
-    from orchestrator.services.relay.session import TrialRelay
+    from orchestrator.services import ModelProxy, TrialRelay
     from orchestrator.trial.context import TrialContext
 
 log = get_logger()
@@ -88,7 +87,7 @@ def start_workers(ctx: TrialContext, task: Task, box: Sandbox, relay: TrialRelay
                                              ARTIFACTS, roots.state_home, roots.tmpdir])
             secrets = relay.env_for(relay.store.by_name(name)) if relay is not None else {}
             if member.endpoint and ctx.upstreams is not None:
-                from orchestrator.services.proxy import ModelProxy
+                from orchestrator.services import ModelProxy
 
                 upstream = ctx.upstreams.by_name[member.endpoint]
                 worker.proxy = ModelProxy.for_upstream(box.network.gateway, upstream, member.budget,

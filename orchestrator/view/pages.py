@@ -77,8 +77,7 @@ def running_job(folder: Path) -> tuple[JobResult, str] | None:
     text. None without a config.json."""
     import time
 
-    from orchestrator.job.options import JobOptions
-    from orchestrator.job.summary import summarize
+    from orchestrator.job import JobOptions, summarize
     from orchestrator.models import JobConfig, Manifest
 
     try:
