@@ -19,8 +19,7 @@ from orchestrator.log import get_logger
 from orchestrator.models import FailureMode, TrialResult
 from orchestrator.paths import ARTIFACTS, LOGS, TESTS, VERIFIER_LOGS, TrialDir
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, ContainerSpec, Runtime
-from orchestrator.tasks import HostEnv, Task
-from orchestrator.tasks.compose import is_wiring
+from orchestrator.tasks import HostEnv, Task, is_wiring
 from orchestrator.trial import verifier_tools
 from orchestrator.trial.collect import copy_out
 from orchestrator.trial.hostcopy import stage_tree
