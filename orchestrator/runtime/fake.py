@@ -336,7 +336,7 @@ class FakeRuntime(Runtime):
     def put_archive(self, container: str, path: str, tar_bytes: bytes | BinaryIO) -> None:
         self._call("put_archive")
         found = self._container(container)
-        root = posixpath.normpath("/" + path)
+        root = _absolute(path)
         if root not in found.dirs:
             raise RuntimeFault(f"copy into {path} failed: no such directory")
         data = tar_bytes if isinstance(tar_bytes, bytes) else tar_bytes.read()
@@ -360,7 +360,7 @@ class FakeRuntime(Runtime):
         self._call("get_archive")
         found = self.containers.get(container) or next(
             (c for c in self.containers.values() if c.spec.name == container), None)
-        source = posixpath.normpath("/" + path)
+        source = _absolute(path)
         if found is None or (source not in found.files and source not in found.dirs):
             return None
         name = posixpath.basename(source) or "."
@@ -459,6 +459,10 @@ def _carries(labels: dict[str, str], wanted: list[str]) -> bool:
         if key not in labels or (sep and labels[key] != value):
             return False
     return True
+
+
+def _absolute(path: str) -> str:
+    return posixpath.normpath("/" + path.lstrip("/"))
 
 
 def _parents(path: str) -> list[str]:

@@ -1,0 +1,40 @@
+"""The runtime contract (tests/contract/runtime_contract.py) on DockerRuntime, against the
+real engine: the same cases FakeRuntime passes (tests/unit/test_runtime_contract_fake.py).
+Runs under the suite's shared engine hold (tests/engineshare.py, taken for every file in
+tests/integration); every object a case makes carries its own job label and is removed."""
+
+from __future__ import annotations
+
+import pytest
+from contract.runtime_contract import RuntimeContract, Script
+
+from orchestrator.runtime.base import Part
+from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.tasks.standins import base_image
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def rt(runtime: DockerRuntime) -> DockerRuntime:
+    return runtime
+
+
+@pytest.fixture(scope="module")
+def image(runtime: DockerRuntime) -> str:
+    ref = base_image("bookworm")
+    assert runtime.image_exists(ref), f"{ref} is missing: `orchestra images bootstrap` (make test does it)"
+    return ref
+
+
+@pytest.fixture
+def script() -> Script:
+    return lambda match, ran: None  # the engine runs the real command
+
+
+class TestDockerRuntimeContract(RuntimeContract):
+    pass
+
+
+def test_docker_declares_every_optional_part(runtime: DockerRuntime) -> None:
+    assert runtime.capabilities().parts == frozenset(Part)
