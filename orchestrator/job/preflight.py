@@ -12,6 +12,7 @@ from orchestrator.job.scheduler import Admission
 from orchestrator.log import get_logger
 from orchestrator.models import EndpointConfig, Manifest
 from orchestrator.runtime.base import Capabilities, EngineFacts, Runtime
+from orchestrator.scrub import refusal, too_short
 from orchestrator.tasks import Task
 from orchestrator.trial import EnvTemplateError, resolve_env
 
@@ -35,8 +36,13 @@ def preflight(tasks: list[Task], manifest: Manifest, endpoints: EndpointConfig |
         for name in sorted(in_use):
             try:
                 endpoints.resolve(name)
+                key = endpoints.api_key(name)
             except InputError as exc:
                 problems.extend(exc.problems)
+                continue
+            if too_short(key):  # the proxy and every file would have to scrub it: it cannot
+                problems.append(f"endpoint {name!r}: the API key in ${endpoints.resolve(name).api_key_env}: "
+                                f"{refusal(key or '')}")
     for t in tasks:  # Harbor's ${VAR} templates in verifier.env must resolve on this host
         try:
             resolve_env(t.config.verifier.env)

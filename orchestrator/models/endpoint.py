@@ -15,13 +15,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from orchestrator.errors import InputError, validation_problems
+from orchestrator.models.wiring import is_wiring
 
-# Variables orchestra itself sets in the agent container; an endpoint may not override them.
-WIRING_PREFIXES = ("ORCHESTRA_",)
-WIRING_NAMES = {"TMPDIR", "OPENAI_BASE_URL", "OPENAI_API_KEY", "PATH", "HOME",
-                # the other APIs' wiring: installed agents are pointed at the proxy with these
-                "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN",
-                "GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY"}
 ApiName = Literal["chat", "responses", "messages", "gemini"]
 
 
@@ -41,7 +36,8 @@ class Endpoint(BaseModel):
     @field_validator("env")
     @classmethod
     def _no_wiring(cls, env: dict[str, str]) -> dict[str, str]:
-        bad = sorted(k for k in env if k.startswith(WIRING_PREFIXES) or k in WIRING_NAMES)
+        # orchestra's wiring (models/wiring.py), and PATH and HOME: an endpoint may not override them
+        bad = sorted(k for k in env if is_wiring(k) or k in ("PATH", "HOME"))
         if bad:
             raise ValueError(f"may not override orchestra's wiring variables: {', '.join(bad)}")
         return env

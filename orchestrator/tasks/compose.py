@@ -19,10 +19,13 @@ A dataset is untrusted (DESIGN 4): it reads a host variable only when the user l
 name (`orchestra run --task-env NAME`, the manifest's `sandbox.task_env`; `allow_host_env`
 sets the list for this process before tasks load). Any other `${VAR}` reads as its default
 or empty, and the compose file's `notes` say so; the values it did read are kept in
-`host_values` (never serialised) so the trial scrubs them from every file it writes.
-orchestra's wiring variables (ORCHESTRA_*, OPENAI_BASE_URL, OPENAI_API_KEY, TMPDIR) are
-dropped from every service's `environment`, with a note: the proxy, its budget and its
-record are orchestra's, never the dataset's.
+`host_values` (never serialised) so the trial scrubs them from every file it writes (a value
+too short to scrub, under 8 characters, is refused: exit 2 naming the file and field).
+orchestra's wiring variables (every variable orchestra sets in an agent's or verifier's
+container: ORCHESTRA_*, each model API's base URL and key, the egress proxy's, the CA
+bundle's, TMPDIR, the agent CLIs' own; models/wiring.py holds the one list) are dropped from
+every service's `environment`, with a note: the proxy, its budget and its record are
+orchestra's, never the dataset's.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from orchestrator.errors import InputError, validation_problems
 from orchestrator.models import MAX_HEALTH_RETRIES, MAX_HEALTH_STEP_SEC, MAX_HEALTH_WAIT_SEC
+from orchestrator.models.wiring import is_wiring
+from orchestrator.scrub import refusal, too_short
 from orchestrator.tasks.inputs import MAX_YAML_BYTES, load_yaml, read_capped
 
 # Harbor's docker backend reads exactly environment/docker-compose.yaml; a task's own data
@@ -46,9 +51,6 @@ SERVICE_KEYS = {"image", "build", "command", "entrypoint", "environment", "worki
                 "depends_on", "healthcheck", "container_name", "networks"}
 MAIN_KEYS = {"environment", "volumes", "depends_on", "build", "image", "command", "networks"}
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-# orchestra's own wiring: a dataset's environment never sets these (DESIGN 3.3)
-DATASET_FORBIDDEN_PREFIXES = ("ORCHESTRA_",)
-DATASET_FORBIDDEN_NAMES = frozenset({"OPENAI_BASE_URL", "OPENAI_API_KEY", "TMPDIR"})
 _allowed_host_env: frozenset[str] = frozenset()
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s|us))+$")
 _VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # Docker's rule for a volume's name
@@ -166,11 +168,6 @@ class Compose(BaseModel):
         return order
 
 
-def is_wiring(name: str) -> bool:
-    """A variable orchestra sets itself, which no dataset environment may set."""
-    return name.startswith(DATASET_FORBIDDEN_PREFIXES) or name in DATASET_FORBIDDEN_NAMES
-
-
 def allow_host_env(names: Iterable[str]) -> None:
     """The host variables datasets may read in this process (`--task-env`), set before
     tasks load; nothing by default."""
@@ -201,6 +198,8 @@ class HostEnv:
                 self.notes.append(note)
             return None
         value = os.environ.get(name)
+        if too_short(value):  # it would land unscrubbed in the trial's files
+            raise InputError(f"{self.where}field '{field}': ${{{name}}} (--task-env): {refusal(value or '')}")
         if value:
             self.values[name] = value
         return value
