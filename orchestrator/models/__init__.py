@@ -93,6 +93,7 @@ if TYPE_CHECKING:
         name_problem,
     )
     from orchestrator.models.trajectory import event_of, tool_of
+    from orchestrator.models.wiring import is_wiring
 
 __all__ = [
     "AGENT_NAMES", "ERRORED", "MAX_HEALTH_RETRIES", "MAX_HEALTH_STEP_SEC", "MAX_HEALTH_WAIT_SEC",
@@ -104,7 +105,7 @@ __all__ = [
     "PhaseStarted", "Planned", "ProxyCounts", "RelayEvidence", "RelayMessage", "RelayRecord",
     "RosterMember", "StandInRecord", "StepResult", "StepSection", "TaskConfig", "TaskRef",
     "TrialFinished", "TrialResult", "TrialSummary", "WorkerRecord", "default_endpoint_files",
-    "default_manifest", "event_of", "flag_env", "headline_of", "ignored_fields", "is_agent_kind",
+    "default_manifest", "event_of", "flag_env", "headline_of", "ignored_fields", "is_agent_kind", "is_wiring",
     "load_endpoints", "load_manifest", "name_problem", "pass_at_k", "pass_hat_k", "passes",
     "tool_of", "trial_folder_name",
 ]
@@ -175,4 +176,5 @@ __getattr__, __dir__ = public_face(__name__, {
     "name_problem": "task",
     "event_of": "trajectory",
     "tool_of": "trajectory",
+    "is_wiring": "wiring",
 })

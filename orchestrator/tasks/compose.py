@@ -39,8 +39,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from orchestrator.errors import InputError, validation_problems
-from orchestrator.models import MAX_HEALTH_RETRIES, MAX_HEALTH_STEP_SEC, MAX_HEALTH_WAIT_SEC
-from orchestrator.models.wiring import is_wiring
+from orchestrator.models import (
+    MAX_HEALTH_RETRIES,
+    MAX_HEALTH_STEP_SEC,
+    MAX_HEALTH_WAIT_SEC,
+    is_wiring,
+)
 from orchestrator.scrub import refusal, too_short
 from orchestrator.tasks.inputs import MAX_YAML_BYTES, load_yaml, read_capped
 

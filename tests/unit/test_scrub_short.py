@@ -1,0 +1,83 @@
+"""Short secrets (issue 45): a value orchestra hands a trial is scrubbed whatever its length,
+a short one (8 to 11 characters) as a whole token so ordinary text is untouched, and one too
+short to scrub at all is refused where it is given (exit 2 naming the field)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator import scrub
+from orchestrator.errors import InputError
+from orchestrator.job.preflight import preflight
+from orchestrator.models.endpoint import load_endpoints
+from orchestrator.models.manifest import Manifest
+from orchestrator.tasks.compose import HostEnv, load_compose
+
+SHORT = "k3y-8chr"  # 8 characters: a judge key, a local model key, an allowed host variable
+
+
+def test_a_short_secret_is_scrubbed_as_a_token_and_ordinary_text_kept(tmp_path):
+    text = f"KEY={SHORT}\n[{SHORT}] '{SHORT[::-1]}' x{SHORT} {SHORT}y {SHORT}_2 {SHORT}-end"
+    out = scrub.scrub_text(text, [SHORT])
+    assert out.count(scrub.REDACTED) == 4  # KEY=, [..], reversed, and before "-end"
+    assert f"x{SHORT}" in out and f"{SHORT}y" in out and f"{SHORT}_2" in out  # inside words: kept
+    assert scrub.found_in(f"echo {SHORT}", [SHORT]) == [SHORT]
+    assert scrub.found_in(f"echo x{SHORT}y", [SHORT]) == []
+    (tmp_path / "stdout.txt").write_text(f"judge={SHORT}\nnot x{SHORT}\n")
+    (tmp_path / "traj.jsonl").write_text(json.dumps({"said": f"the key is {SHORT}."}) + "\n")
+    assert scrub.scrub_tree(tmp_path, [SHORT]) == ["stdout.txt", "traj.jsonl"]
+    assert (tmp_path / "stdout.txt").read_text() == f"judge={scrub.REDACTED}\nnot x{SHORT}\n"
+    assert json.loads((tmp_path / "traj.jsonl").read_text()) == {"said": f"the key is {scrub.REDACTED}."}
+
+
+def test_a_long_secret_is_still_scrubbed_anywhere():
+    secret = "0123456789abcdef"
+    assert scrub.scrub_text(f"x{secret}y", [secret]) == f"x{scrub.REDACTED}y"
+
+
+def test_registering_short_values_scrubs_them_from_log_events_and_refuses_shorter_ones():
+    scrub.register(SHORT)
+    try:
+        assert SHORT in scrub.current()
+        event = scrub.structlog_processor(None, "info", {"event": "x", "line": f"token {SHORT}"})
+        assert event["line"] == f"token {scrub.REDACTED}"
+    finally:
+        scrub.unregister(SHORT)
+    assert SHORT not in scrub.current()
+    with pytest.raises(ValueError, match="7 characters"):
+        scrub.register("abc1234")
+    scrub.register(None, "")  # nothing given: nothing to scrub, no error
+
+
+def test_an_allowed_host_variable_too_short_to_scrub_is_refused_naming_the_field(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATASET_TOKEN", "abc12")
+    path = tmp_path / "task/environment/docker-compose.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text('services:\n  main:\n    environment:\n      TOKEN: "${DATASET_TOKEN}"\n')
+    host = HostEnv(allowed=["DATASET_TOKEN"], where="environment/docker-compose.yaml: ")
+    with pytest.raises(InputError, match=r"services.main.environment.TOKEN.*DATASET_TOKEN.*5 characters"):
+        host.get("DATASET_TOKEN", "services.main.environment.TOKEN")
+    from orchestrator.tasks import compose
+    monkeypatch.setattr(compose, "_allowed_host_env", frozenset({"DATASET_TOKEN"}))
+    with pytest.raises(InputError, match="docker-compose.yaml.*DATASET_TOKEN"):
+        load_compose(path)
+    monkeypatch.setenv("DATASET_TOKEN", SHORT)  # 8 characters: given, and kept to be scrubbed
+    assert load_compose(path).host_values == {"DATASET_TOKEN": SHORT}
+
+
+def test_an_endpoint_key_too_short_to_scrub_is_refused_at_preflight(tmp_path, monkeypatch):
+    config = tmp_path / "endpoints.json"
+    config.write_text(json.dumps({"local": {"base_url": "http://127.0.0.1:9/v1", "model": "m",
+                                            "api_key_env": "H3_LOCAL_KEY"}}))
+    manifest = Manifest.model_validate({"roster": [{"id": "lead", "kind": "orchestrator", "agent": "reference", "endpoint": "local"}]})
+    monkeypatch.setenv("H3_LOCAL_KEY", "EMPTY")
+    with pytest.raises(InputError) as refused:
+        preflight([], manifest, load_endpoints([config]))
+    assert any("'local'" in p and "$H3_LOCAL_KEY" in p and "5 characters" in p for p in refused.value.problems)
+    monkeypatch.setenv("H3_LOCAL_KEY", SHORT)
+    assert preflight([], manifest, load_endpoints([config])) == {"local"}
+    assert os.environ["H3_LOCAL_KEY"] == SHORT and Path(config).is_file()
