@@ -288,7 +288,15 @@ class FakeRuntime(Runtime):
                                         found.spec.user, None))
         found.state, found.exit_code = "running", None
         if found.main.seconds == 0:  # it ended as it started
-            found.state, found.exit_code = "exited", found.main.exit_code
+            self._end_main(found)
+
+    def _end_main(self, found: FakeContainer) -> None:
+        """Its own command ended: what it wrote stays, its exit code is the container's."""
+        assert found.main is not None
+        self._write(found, found.main.writes)
+        found.state, found.exit_code = "exited", found.main.exit_code
+        if found.main.oom:
+            found.oom_kills, found.exit_code = found.oom_kills + 1, 137
 
     def exec(self, container: str, command: list[str], *, deadline: float | None = None,
              env: dict[str, str] | None = None, workdir: str | None = None,
@@ -327,10 +335,7 @@ class FakeRuntime(Runtime):
         self._call("wait")
         found = self._container(container)
         if found.state == "running" and found.main is not None and found.main.seconds <= timeout_sec:
-            self._write(found, found.main.writes)
-            found.state, found.exit_code = "exited", found.main.exit_code
-            if found.main.oom:
-                found.oom_kills, found.exit_code = found.oom_kills + 1, 137
+            self._end_main(found)
         return found.exit_code if found.state == "exited" else None
 
     def put_archive(self, container: str, path: str, tar_bytes: bytes | BinaryIO) -> None:
