@@ -15,7 +15,6 @@ if TYPE_CHECKING:
         Service,
         allow_host_env,
         allowed_host_env,
-        is_wiring,
     )
     from orchestrator.tasks.defects import task_defects
     from orchestrator.tasks.dockerfile import for_classic_builder, joined_lines
@@ -36,7 +35,7 @@ __all__ = [
     "MAX_VALUE_BYTES", "RELEASES", "Compose", "ComposeHealthcheck", "FactFile", "HostEnv",
     "Service", "SlugError", "StandIn", "StateRoots", "Task", "allow_host_env", "allowed_host_env",
     "base_image", "choose", "file_seed_archive", "find_task_dirs", "for_classic_builder",
-    "hash_tree", "image_repository", "is_wiring", "joined_lines", "load_task", "load_tasks",
+    "hash_tree", "image_repository", "joined_lines", "load_task", "load_tasks",
     "load_tasks_lenient", "normalise", "parse_reference", "seed_engrams", "task_defects",
 ]
 __getattr__, __dir__ = public_face(__name__, {
@@ -46,7 +45,6 @@ __getattr__, __dir__ = public_face(__name__, {
     "Service": "compose",
     "allow_host_env": "compose",
     "allowed_host_env": "compose",
-    "is_wiring": "compose",
     "task_defects": "defects",
     "for_classic_builder": "dockerfile",
     "joined_lines": "dockerfile",

@@ -16,10 +16,10 @@ from orchestrator.agents import under_timeout
 from orchestrator.archive import safe_extract, spool_directories, tar_directory, tar_files
 from orchestrator.host import DiskWatchdog
 from orchestrator.log import get_logger
-from orchestrator.models import FailureMode, TrialResult
+from orchestrator.models import FailureMode, TrialResult, is_wiring
 from orchestrator.paths import ARTIFACTS, LOGS, TESTS, VERIFIER_LOGS, TrialDir
 from orchestrator.runtime.base import LABEL_IMAGE_KIND, ContainerSpec, Runtime
-from orchestrator.tasks import HostEnv, Task, is_wiring
+from orchestrator.tasks import HostEnv, Task
 from orchestrator.trial import verifier_tools
 from orchestrator.trial.collect import copy_out
 from orchestrator.trial.hostcopy import stage_tree
