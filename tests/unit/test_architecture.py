@@ -314,3 +314,35 @@ def test_the_face_check_fails_on_a_planted_reach_into_a_module(tmp_path):
     assert [hit.split(": ", 1)[1] for hit in found] == [
         "orchestrator.trial.lifecycle Trial", "orchestrator.trial.lifecycle run_trial",
         "orchestrator.trial.images"]
+
+
+def test_the_runtime_core_is_at_most_20_abstract_methods_each_with_its_contract():
+    """The seam stays narrow (issue 47): at most 20 abstract methods on Runtime, each with a
+    docstring that says what it raises; every other public method is an optional part
+    (PART_METHODS, NotSupported unless a runtime has it) or has a documented default."""
+    import inspect
+
+    from orchestrator.errors import NotSupported
+    from orchestrator.runtime.base import PART_METHODS, Runtime
+    from orchestrator.runtime.fake import FakeRuntime
+
+    core = sorted(Runtime.__abstractmethods__)
+    assert 0 < len(core) <= 20, core
+    for name in core:
+        doc = inspect.getdoc(getattr(Runtime, name)) or ""
+        assert "Raise" in doc or "raise" in doc, f"Runtime.{name}: no contract (what it raises)"
+    optional = {m for methods in PART_METHODS.values() for m in methods}
+    public = {n for n, v in vars(Runtime).items() if callable(v) and not n.startswith("_")}
+    defaults = public - set(core) - optional
+    assert defaults == {"unanswered", "data_root_space", "loop_disks", "open_host_ports",
+                        "adopt_network", "remove_volume"}, "a new method: core, a part, or a default?"
+    for name in optional | defaults:
+        assert inspect.getdoc(getattr(Runtime, name)), f"Runtime.{name}: no docstring"
+    bare = type("Bare", (FakeRuntime,), {m: getattr(Runtime, m) for m in optional})()
+    for part, methods in PART_METHODS.items():  # the check sees what it checks
+        try:
+            getattr(bare, methods[0])(*(["x"] * (len(inspect.signature(getattr(Runtime, methods[0])).parameters) - 1)))
+        except NotSupported as exc:
+            assert exc.part == part
+        else:
+            raise AssertionError(f"{part}: the base's {methods[0]} did not raise NotSupported")
