@@ -2,7 +2,8 @@
 run_trial: every phase, the sandbox, the verifier) against FakeRuntime: the agent and
 test.sh are scripted commands, engine faults are injected. What each failure makes of the
 trial (failure_mode, whether the scheduler retries it) and that nothing is left in the
-runtime afterwards. No engine, no threads, no sleeping: the file runs in well under a second."""
+runtime afterwards; then whole jobs (run_job) on the fake, for the scheduler's retries.
+No engine and no sleeping (retries back off 0 s): the file runs in well under a second."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from orchestrator.agents.base import Plain
 from orchestrator.errors import RuntimeFault
 from orchestrator.host.netpool import NetworkPool
 from orchestrator.host.watchdog import DiskWatchdog
+from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.job.scheduler import RETRYABLE
 from orchestrator.models.manifest import default_manifest
-from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.models.result import FailureMode, JobResult, TrialResult
 from orchestrator.runtime.fake import FakeExec, FakeRuntime, Ran
-from orchestrator.tasks.load import Task, load_task
+from orchestrator.tasks.load import Task, load_task, load_tasks
 from orchestrator.trial.context import TrialContext
 from orchestrator.trial.images import TaskImages
 from orchestrator.trial.lifecycle import run_trial
@@ -184,3 +186,49 @@ def test_a_separate_verifier_runs_in_its_own_container_and_both_are_removed(rt, 
     assert result.failure_mode == FailureMode.NONE and result.reward == {"reward": 1.0}
     assert [name.rsplit("-", 1)[-1] for name in seen] == ["verifier"]
     assert rt.calls.count("create") == 2
+
+
+# ---- a whole job on the fake: the scheduler's retries, for real -------------------------------
+@pytest.fixture
+def job_rt(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRuntime]:
+    monkeypatch.setenv("ORCHESTRA_NETWORK_POOL", "0")  # the host's pool of real networks: untouched
+    fake = FakeRuntime()
+    fake.add_image("python:3.12-slim-bookworm", workdir="/app")  # make_task's FROM
+    fake.on_exec(TEST_SH, graded())
+    threads = threading.active_count()
+    yield fake
+    assert fake.containers == {} and fake.networks == {} and fake.volumes == {}
+    assert threading.active_count() == threads  # the job's threads ended with it
+
+
+def run_job_on(rt: FakeRuntime, tmp_path: Path, toml: str = "") -> tuple[JobResult, TrialResult]:
+    make_task(tmp_path / "tasks", "t", toml=toml)
+    options = JobOptions(job_name="fake-job", jobs_dir=tmp_path / "jobs", n_concurrent=1,
+                         backoff_multiplier=0.0)
+    job = run_job(rt, load_tasks(tmp_path / "tasks"), default_manifest("nop"), options)
+    [path] = (tmp_path / "jobs" / "fake-job" / "trials").glob("*/result.json")
+    return job, TrialResult.model_validate_json(path.read_text())
+
+
+def test_a_job_retries_a_trial_the_engine_failed_and_keeps_the_good_attempt(job_rt, tmp_path):
+    job_rt.fail("exec")  # the first command of the first attempt (the verifier's: nop runs nothing)
+    job, trial = run_job_on(job_rt, tmp_path)
+    assert (job.retried, job.counts, job.mean_reward) == (1, {"none": 1}, 1.0)
+    assert trial.failure_mode == FailureMode.NONE and len(trial.retries) == 1
+    assert "injected into exec" in trial.retries[0]
+    assert job_rt.calls.count("create") == 2  # one sandbox per attempt, both removed
+
+
+def test_a_job_gives_up_after_max_retries(job_rt, tmp_path):
+    job_rt.fail("create", times=3)
+    job, trial = run_job_on(job_rt, tmp_path)
+    assert (job.retried, job.counts) == (1, {"launch_error": 1})  # trials retried: 1
+    assert trial.failure_mode == FailureMode.LAUNCH_ERROR and len(trial.retries) == 2  # max_retries
+    assert job_rt.calls.count("create") == 3
+
+
+def test_a_job_does_not_retry_what_the_runtime_cannot_do(job_rt, tmp_path):
+    job, trial = run_job_on(job_rt, tmp_path, toml="[verifier]\nenvironment_mode = \"snapshot\"\n")
+    assert (job.retried, job.counts) == (0, {"launch_error": 1})
+    assert "NotSupported" in (trial.not_retried or "") and "commit" in (trial.error or "")
+    assert trial.retries == [] and job_rt.calls.count("create") == 1
