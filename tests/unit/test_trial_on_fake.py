@@ -195,10 +195,10 @@ def job_rt(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRuntime]:
     fake = FakeRuntime()
     fake.add_image("python:3.12-slim-bookworm", workdir="/app")  # make_task's FROM
     fake.on_exec(TEST_SH, graded())
-    threads = threading.active_count()
+    before = set(threading.enumerate())
     yield fake
     assert fake.containers == {} and fake.networks == {} and fake.volumes == {}
-    assert threading.active_count() == threads  # the job's threads ended with it
+    assert [t.name for t in set(threading.enumerate()) - before] == []  # the job's threads ended with it
 
 
 def run_job_on(rt: FakeRuntime, tmp_path: Path, toml: str = "") -> tuple[JobResult, TrialResult]:
