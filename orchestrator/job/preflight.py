@@ -11,7 +11,7 @@ from orchestrator.job.options import JobOptions
 from orchestrator.job.scheduler import Admission
 from orchestrator.log import get_logger
 from orchestrator.models import EndpointConfig, Manifest
-from orchestrator.runtime.base import Capabilities, EngineFacts, Runtime
+from orchestrator.runtime import Capabilities, EngineFacts, Runtime
 from orchestrator.scrub import refusal, too_short
 from orchestrator.tasks import Task
 from orchestrator.trial import EnvTemplateError, resolve_env
@@ -54,6 +54,18 @@ def preflight(tasks: list[Task], manifest: Manifest, endpoints: EndpointConfig |
 
 REQUIRABLE = {"disk-quota": "disk_quota", "host-isolation": "host_isolation"}
 
+def unbounded_volumes(tasks: list[Task], caps: Capabilities) -> list[str]:
+    """A compose named volume is a folder of the trial's loop disk, held to storage_mb; an
+    engine without loop disks would make it an engine volume bounded by nothing (301 MB
+    written past a 256 MB limit, graded 1.0): such a task is refused, not run unbounded."""
+    if "disk_quota" not in caps.why:
+        return []
+    return [f"{t.path / 'environment/docker-compose.yaml'}: field 'volumes.{volume}': a named volume "
+            f"is held to storage_mb ({t.config.environment.storage_mb} MB) only on a loop disk, and "
+            f"this engine has none ({caps.why['disk_quota']}): refused rather than run unbounded"
+            for t in tasks if t.compose is not None for volume in t.compose.volumes]
+
+
 def with_sandbox_policy(options: JobOptions, manifest: Manifest) -> JobOptions:
     """The manifest's `sandbox` joins the command line's: its OCI runtime is the default
     (a different --oci-runtime would weaken what the suite requires: refused), its `require`
@@ -65,13 +77,13 @@ def with_sandbox_policy(options: JobOptions, manifest: Manifest) -> JobOptions:
     return replace(options, oci_runtime=options.oci_runtime or policy.oci_runtime,
                    require=sorted(set(options.require) | set(policy.require)))
 
-def check_capabilities(runtime: Runtime, options: JobOptions,
-                       engine: EngineFacts | None = None) -> Capabilities:
+def check_capabilities(runtime: Runtime, options: JobOptions, engine: EngineFacts | None = None,
+                       tasks: list[Task] | None = None) -> Capabilities:
     """Pre-flight on what the runtime declares, before any spend: what the job asks for and
     the engine lacks is exit 2 (every such problem at once); what it will enforce more
     weakly than it could elsewhere is said once, here, and recorded in the job's result."""
     caps = runtime.capabilities(engine)
-    problems = []
+    problems = unbounded_volumes(tasks or [], caps)
     if options.oci_runtime and options.oci_runtime not in caps.oci_runtimes:
         problems.append(f"--oci-runtime {options.oci_runtime}: the engine has no such runtime "
                         f"(it has: {', '.join(caps.oci_runtimes)}); install it "

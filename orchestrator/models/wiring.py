@@ -9,7 +9,7 @@ HOME: models/endpoint.py). tests/unit/test_wiring.py reads every variable the
 agent adapters, the trial's phases and the per-trial services set and fails when one is
 missing here: a newly wired variable is forbidden to datasets from the commit that wires it.
 
-PATH, HOME and PYTHONPATH are the exception: an adapter's script extends or relocates them
+PATH, HOME, PYTHONPATH and USER are the exception: an adapter's script extends or relocates them
 for its own process (which overrides whatever the container holds), and a task's image and
 compose file legitimately set them for its own tools and test.sh.
 """
@@ -24,6 +24,7 @@ MODEL_API = frozenset({
     "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
     "GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY", "GEMINI_MODEL", "GOOGLE_API_KEY",
     "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_USE_GCA", "GOOGLE_APPLICATION_CREDENTIALS",
+    "LLM_BASE_URL", "LLM_API_KEY", "LLM_MODEL",  # OpenHands (LiteLLM)
 })
 # Egress: the egress proxy on the gateway (services/egress.py), both cases
 EGRESS = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"})
@@ -46,10 +47,16 @@ AGENT_CLIS = frozenset({
     "AIDER_ANALYTICS_DISABLE", "AIDER_CHECK_UPDATE", "LITELLM_LOCAL_MODEL_COST_MAP",
     "MSWEA_CONFIGURED", "MSWEA_COST_TRACKING", "MSWEA_GLOBAL_CONFIG_DIR",
     "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT", "MSWEA_SILENT_STARTUP",
+    "LLM_NATIVE_TOOL_CALLING", "LLM_NUM_RETRIES", "LLM_DROP_PARAMS", "LLM_CACHING_PROMPT",
+    "LLM_LOG_COMPLETIONS", "RUNTIME", "SKIP_DEPENDENCY_CHECK", "RUN_AS_OPENHANDS", "SU_TO_USER",
+    "SANDBOX_VOLUMES", "AGENT_ENABLE_BROWSING", "ENABLE_BROWSER", "AGENT_ENABLE_JUPYTER",
+    "AGENT_ENABLE_PROMPT_EXTENSIONS", "AGENT_ENABLE_MCP", "MAX_ITERATIONS", "FILE_STORE",
+    "FILE_STORE_PATH", "SAVE_TRAJECTORY_PATH", "OPENHANDS_SUPPRESS_BANNER", "DO_NOT_TRACK",
+    "PYTHONPYCACHEPREFIX",
 })
 WIRING_NAMES = MODEL_API | EGRESS | TRUST | SCRATCH | AGENT_CLIS
 # set by adapters for their own process only; a task's own (see above)
-PROCESS_NAMES = frozenset({"PATH", "HOME", "PYTHONPATH"})
+PROCESS_NAMES = frozenset({"PATH", "HOME", "PYTHONPATH", "USER"})
 
 
 def is_wiring(name: str) -> bool:

@@ -31,6 +31,16 @@ as the egress proxy refuses them for `allowlist` trials. Builds run on a network
 (`orchestra-build`, see runtime/docker/networks.py), isolated like a trial's, so a Dockerfile's
 RUN reaches neither the host's services nor its neighbourhood either.
 
+Both are read back for every trial a network is handed to (`recheck`: the jump by
+`iptables -C`, the chains by `-S`, ~4 calls) and written again when another process or an
+`iptables -F` removed or changed them: a flushed chain mid-job leaves no later trial
+unprotected (tests/hostile/test_firewall_recheck.py).
+
+IPv4 only, because a trial has no IPv6: orchestra never creates an IPv6 network (no
+`--ipv6`; a dataset's compose asking for `enable_ipv6` is refused at load), and Docker sets
+`disable_ipv6 = 1` inside a container on an IPv4-only network (read back by the test), so
+the host's link-local fe80:: address on a trial bridge is not reachable from the trial.
+
 Needs root and iptables; without them the result says `host_isolation: none` and
 authentication (relay signatures, proxy tokens) is what holds.
 """
@@ -51,7 +61,7 @@ log = get_logger()
 FORWARD_CHAIN = "ORC-FORWARD"
 LINK_LOCAL = "169.254.0.0/16"
 _forward_lock = threading.Lock()
-_forward_done = False  # once per process: the chain is rewritten whole on its first trial network
+_forward_rules = 0  # how many rules this process last wrote into ORC-FORWARD (0: none yet)
 
 
 def available() -> bool:
@@ -130,16 +140,30 @@ def _forward_jump() -> list[str]:
             "orchestra:forward", "-j", FORWARD_CHAIN]
 
 
+def _forward_intact() -> bool:
+    """ORC-FORWARD as this process wrote it (its rule count, the link-local refusal among
+    them) and DOCKER-USER's jump to it, read back from the kernel."""
+    if not _forward_rules or _iptables("-C", *_forward_jump()).returncode != 0:
+        return False
+    listed = _iptables("-S", FORWARD_CHAIN)
+    rules = [line for line in listed.stdout.splitlines() if line.startswith("-A ")]
+    return listed.returncode == 0 and len(rules) == _forward_rules and any(LINK_LOCAL in r for r in rules)
+
+
 def guard_forward() -> bool:
-    """ORC-FORWARD written whole (atomically) and jumped to from DOCKER-USER, once per process
-    (the host's attached networks as they are now; orchestra's own bridges are left out, the
-    jump does not apply between them and Docker's isolation chains already drop that)."""
-    global _forward_done
+    """ORC-FORWARD written whole (atomically) and jumped to from DOCKER-USER: read back on
+    every call (each trial's network), written again when absent or changed (the host's
+    attached networks as they are now; orchestra's own bridges are left out, the jump does
+    not apply between them and Docker's isolation chains already drop that)."""
+    global _forward_rules
     with _forward_lock:
-        if _forward_done:
+        if _forward_intact():
             return True
+        if _forward_rules:  # it was written, and someone removed or changed it since
+            log.warning("firewall.forward_rewritten", chain=FORWARD_CHAIN)
         routes = [cidr for iface, cidr in attached_routes() if not iface.startswith("orc")]
-        lines = ["*filter", *forward_rules(routes, _resolvers()), "COMMIT", ""]
+        rules = forward_rules(routes, _resolvers())
+        lines = ["*filter", *rules, "COMMIT", ""]
         result = subprocess.run(["iptables-restore", "-w", "10", "--noflush"], input="\n".join(lines),
                                 capture_output=True, text=True, timeout=30)
         if result.returncode != 0:
@@ -150,7 +174,7 @@ def guard_forward() -> bool:
             if jumped.returncode != 0:  # no DOCKER-USER (an engine that is not Docker's)
                 log.warning("firewall.forward_jump_failed", error=jumped.stderr.strip()[:300])
                 return False
-        _forward_done = True
+        _forward_rules = sum(1 for line in rules if line.startswith("-A "))
         return True
 
 
@@ -191,6 +215,21 @@ def _closed(chain: str) -> bool:
         and rules[0].endswith("-j ACCEPT") and rules[1].startswith("-j REJECT")
 
 
+def recheck(network: str, gateway: str) -> bool:
+    """A network about to be handed to a trial, its chain closed as this process left it:
+    read back (ORC-FORWARD and its jump, the network's jump, its chain; ~5 ms) and written
+    again where another process or an `iptables -F` removed or changed any of them."""
+    if not available():
+        return False
+    if not guard_forward():
+        return False
+    bridge, chain = bridge_name(network), chain_name(network)
+    if _iptables("-C", *_jump(bridge, chain)).returncode == 0 and _closed(chain):
+        return True
+    log.warning("firewall.rewritten", bridge=bridge, network=network[:64])
+    return isolate(network, gateway)
+
+
 def ensure(network: str, gateway: str) -> bool:
     """isolate() again for a network kept from an earlier job (a host reboot or an iptables
     flush would have dropped its rules; a port a killed job left open is closed)."""
@@ -198,10 +237,17 @@ def ensure(network: str, gateway: str) -> bool:
 
 
 def open_ports(network: str, gateway: str, ports: list[int]) -> bool:
-    """Exactly `ports` of the gateway open to the network's containers (TCP)."""
-    if not available():
+    """Exactly `ports` of the gateway open to the network's containers (TCP); the chain's
+    jump and ORC-FORWARD put back too if someone removed them."""
+    if not available() or not guard_forward():
         return False
-    return _fill(chain_name(network), gateway, ports)
+    bridge, chain = bridge_name(network), chain_name(network)
+    if not _fill(chain, gateway, ports):
+        return False
+    if _iptables("-C", *_jump(bridge, chain)).returncode != 0:
+        log.warning("firewall.rewritten", bridge=bridge, network=network[:64])
+        return _iptables("-I", *_jump(bridge, chain)).returncode == 0
+    return True
 
 
 def opened(network: str) -> list[int] | None:

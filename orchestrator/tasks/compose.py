@@ -10,7 +10,8 @@ Supported per service: `image` or `build` (a context folder under environment/, 
 `dockerfile`), `command`, `entrypoint`, `environment` (map or list), `working_dir`,
 `volumes` (named volumes only), `depends_on` (list, or map with `service_started` /
 `service_healthy`), `healthcheck` (Docker's: test, interval, timeout, retries,
-start_period). Top level: `services`, `volumes` (named, no options). `${VAR}`,
+start_period). Top level: `services`, `volumes` (named, no options), `networks` (every
+service is on the trial's one IPv4 network: `enable_ipv6` and `ipv6_address` are refused). `${VAR}`,
 `${VAR:-default}` and `$$` are interpolated, plus Harbor's CONTEXT_DIR (the environment
 folder) and MAIN_IMAGE_NAME. Anything else is refused by name: "orchestra cannot honour
 `services.db.ports`", never ignored.
@@ -233,6 +234,15 @@ def load_compose(path: Path, main_image: str = "") -> Compose:
             if source.startswith((".", "/", "~", "$")):
                 problems.append(f"{path}: orchestra cannot honour `services.{name}.volumes` with a "
                                 f"host path ({source}): only named volumes")
+    networks = raw.get("networks") or {}  # every service is on the trial's one IPv4 network
+    problems += [f"{path}: orchestra cannot honour `networks.{name}.{key}`: a trial's network is IPv4 "
+                 "only (its firewall is)" for name, options in (networks.items() if isinstance(networks, dict) else [])
+                 if isinstance(options, dict) for key in options if key == "enable_ipv6"]
+    for name, body in raw["services"].items():
+        attached = (body or {}).get("networks")
+        problems += [f"{path}: orchestra cannot honour `services.{name}.networks.{net}.{key}`: a trial's "
+                     "network is IPv4 only" for net, options in (attached.items() if isinstance(attached, dict) else [])
+                     if isinstance(options, dict) for key in options if key == "ipv6_address"]
     volumes = raw.get("volumes") or {}
     problems += [f"{path}: orchestra cannot honour options of `volumes.{name}` (named volumes only)"
                  for name, options in volumes.items() if options]

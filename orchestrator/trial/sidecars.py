@@ -13,9 +13,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from orchestrator.errors import LaunchError
 from orchestrator.log import get_logger
 from orchestrator.models import BaseImage
-from orchestrator.runtime.base import (
+from orchestrator.runtime import (
     LABEL_IMAGE_KIND,
     BuildFailed,
     ContainerSpec,
@@ -78,6 +79,12 @@ def sidecar_image(runtime: Runtime, task: Task, name: str, service: Service, job
     return tag, [r.record for r in resolved]
 
 
+class UnboundedVolume(LaunchError):
+    """A named volume with nothing to bound it: every attempt would be the same (not retried)."""
+
+    retryable = False
+
+
 def start_sidecars(runtime: Runtime, task: Task, box: Sandbox, name: str) -> dict[str, str]:
     """Volumes, then every sidecar in dependency order; returns service -> container id."""
     from orchestrator.trial.sandbox import require_runtime  # sandbox starts sidecars: not at import
@@ -112,9 +119,12 @@ def start_sidecars(runtime: Runtime, task: Task, box: Sandbox, name: str) -> dic
 def _named_volume(runtime: Runtime, box: Sandbox, name: str, volume: str) -> str:
     """A compose named volume on the trial's own disk where it has one, so what any service
     writes there counts against storage_mb (an engine volume is the engine's disk: 301 MB
-    were written past a 256 MB limit and graded 1.0); else the engine's, bounded by nothing."""
+    were written past a 256 MB limit and graded 1.0). Without a loop disk the job's
+    pre-flight refused the task (job/preflight.py unbounded_volumes); a trial that still gets
+    here (a node whose engine has none) is refused, never given an unbounded volume."""
     if box.loop_disk is None:
-        return runtime.create_volume(name, box.labels("volume"))
+        raise UnboundedVolume(f"compose volume {volume!r}: this trial has no loop disk to hold it to "
+                              "storage_mb; refused rather than run unbounded")
     folder = box.loop_disk.mountpoint / f"volume-{volume}"  # the name is Docker's [A-Za-z0-9_.-]
     folder.mkdir(exist_ok=True)
     return runtime.create_bind_volume(name, str(folder), box.labels("volume"))

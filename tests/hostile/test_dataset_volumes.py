@@ -50,3 +50,37 @@ def test_a_named_compose_volume_is_held_to_storage_mb(runtime, tmp_path):
     # outcome: the trial's own disk stopped it, well short of four times storage_mb
     assert filled["stopped_by"] == "ENOSPC" and filled["written_mb"] <= STORAGE_MB, filled
     assert result["reward"] is None or result["reward"]["reward"] == 0.0, result
+
+
+# orchestra with loop disks forced off, as on an engine without root, mkfs.ext4 or
+# /dev/loop-control (the Docker runtime reads loop_disks_available when it is made)
+NO_LOOP_DISKS = ("import sys, orchestrator.runtime.disk as disk\n"
+                 "disk.loop_disks_available = lambda: False\n"
+                 "from orchestrator.cli.commands import main\n"
+                 "sys.argv[0] = 'orchestra'\n"
+                 "sys.exit(main())\n")
+
+
+def test_a_named_volume_where_no_loop_disk_can_hold_it_is_refused_before_any_spend(runtime, tmp_path):
+    make_task(tmp_path / "ds", "volume-fill", solve=FILL, test=ESCAPED,
+              toml=f"[environment]\ncpus = 0.5\nmemory_mb = 256\nstorage_mb = {STORAGE_MB}\n",
+              files={"environment/docker-compose.yaml": COMPOSE})
+    args = ["run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q", "--jobs-dir",
+            str(tmp_path / "jobs"), "--job-name", "unbounded"]
+    # the case is real: orchestra runs without loop disks (--require disk-quota says so)
+    doctor = subprocess.run([sys.executable, "-c", NO_LOOP_DISKS, *args, "--require", "disk-quota"],
+                            capture_output=True, text=True, timeout=300)
+    assert doctor.returncode == 2 and "loop disks need root" in doctor.stderr, doctor.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-c", NO_LOOP_DISKS, *args], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "volume-fill/environment/docker-compose.yaml: field 'volumes.data'" in proc.stderr
+    assert f"storage_mb ({STORAGE_MB} MB)" in proc.stderr and "refused rather than run unbounded" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    # nothing started: no trial folder, no volume, no container of this job
+    trials = tmp_path / "jobs/unbounded/trials"
+    assert not trials.exists() or not any(trials.iterdir())
+    for kind in (["volume", "ls"], ["ps", "-a"]):
+        listed = subprocess.run(["docker", *kind, "-q", "--filter", "label=orchestra.job=unbounded"],
+                                capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0 and listed.stdout.strip() == "", kind

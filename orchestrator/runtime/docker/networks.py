@@ -133,15 +133,16 @@ class NetworksMixin(DockerState):
     def open_host_ports(self, network: Network, ports: list[int]) -> list[int] | None:
         """Read back from the kernel after each change. A network whose chain this process
         filled closed (made, adopted, or closed after its last trial) and that is asked for
-        no ports is left as it is: most trials open none, and each iptables commit costs
-        12-16 ms (iptables-nft, measured) on the trial's path."""
+        no ports is only read back (firewall.recheck: rewritten if someone flushed it since):
+        most trials open none, and each iptables commit costs 12-16 ms (iptables-nft,
+        measured) on the trial's path."""
         if network.host_isolation != "iptables":
             return None
         wanted = sorted(set(ports))
         with self._lock:
             unchanged = not wanted and self._ports_open.get(network.name) == []
         if unchanged:
-            return []
+            return [] if firewall.recheck(network.name, network.gateway) else None
         opened = firewall.open_ports(network.name, network.gateway, wanted)
         with self._lock:
             if opened:
