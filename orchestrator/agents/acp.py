@@ -41,7 +41,7 @@ from orchestrator.errors import InputError
 from orchestrator.log import get_logger
 from orchestrator.models import RosterMember
 from orchestrator.paths import AGENT_LOGS
-from orchestrator.runtime.base import Attached, ExecResult, Runtime
+from orchestrator.runtime import Attached, ExecResult, Runtime
 from orchestrator.tasks import Task
 
 log = get_logger()

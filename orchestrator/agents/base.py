@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from orchestrator.paths import INSTRUCTION
-from orchestrator.runtime.base import ExecResult, Runtime
+from orchestrator.runtime import ExecResult, Runtime
 from orchestrator.tasks import Task
 
 # Exit codes of the agents orchestra ships (the reference agent, the installed agents' run

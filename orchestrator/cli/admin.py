@@ -144,8 +144,7 @@ def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if p
     python3, pip, venv and ca-certificates, made to behave like the official python images.
     A FROM this engine lacks is built on the nearest one (python 3.13+ trixie, 3.11-3.12
     bookworm, older bullseye; debian and ubuntu by release), said in the run's output."""
-    from orchestrator.runtime import open_runtime
-    from orchestrator.runtime.base import BuildFailed
+    from orchestrator.runtime import BuildFailed, open_runtime
     from orchestrator.tasks import RELEASES
     from orchestrator.trial import BOOTSTRAP_RELEASES, bootstrap_base
 
@@ -217,8 +216,7 @@ def cleanup(
     Objects orchestra did not create (e.g. someone's container from an image orchestra
     built) are never touched."""
     from orchestrator.host import LABEL_JOB, plan, prune_images, reap, reap_orphans, remove_idle
-    from orchestrator.runtime import open_runtime
-    from orchestrator.runtime.base import LABEL_KIND
+    from orchestrator.runtime import LABEL_KIND, open_runtime
 
     configure_logs()
     if job is not None and everything:

@@ -364,7 +364,7 @@ def main() -> None:
         err.print("cancelled")
         sys.exit(130)
     except Exception as exc:
-        from orchestrator.runtime.base import RuntimeFault
+        from orchestrator.runtime import RuntimeFault
 
         if isinstance(exc, RuntimeFault):
             err.print(f"[red]the Docker engine failed[/]: {exc}")

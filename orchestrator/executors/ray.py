@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ray import ObjectRef
 
     from orchestrator.executors.spec import Item, TrialSpec
-    from orchestrator.runtime.base import Runtime
+    from orchestrator.runtime import Runtime
     from orchestrator.trial import TrialContext
 
 log = get_logger()
@@ -192,7 +192,7 @@ class RayExecutor:
             return None
         from dataclasses import asdict
 
-        from orchestrator.runtime.base import BuildFailed, RuntimeFault
+        from orchestrator.runtime import BuildFailed, RuntimeFault
         from orchestrator.trial import ImageCache
 
         images = ctx.images_for

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from orchestrator.agents import Agent
     from orchestrator.host import DiskWatchdog, NetworkPool
     from orchestrator.models import Observers
-    from orchestrator.runtime.base import Runtime
+    from orchestrator.runtime import Runtime
     from orchestrator.services import Upstreams
     from orchestrator.tasks import Task
     from orchestrator.trial import TaskImages, TrialContext

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from orchestrator.log import get_logger
 from orchestrator.paths import LOCK_DIR
-from orchestrator.runtime.base import (
+from orchestrator.runtime import (
     LABEL_IMAGE_KIND,
     LABEL_JOB,
     LABEL_KIND,

@@ -32,7 +32,7 @@ import uuid
 from orchestrator.host.cleanup import owner_labels, try_remove
 from orchestrator.log import get_logger
 from orchestrator.paths import LOCK_DIR
-from orchestrator.runtime.base import LABEL_KIND, Network, Runtime
+from orchestrator.runtime import LABEL_KIND, Network, Runtime
 
 log = get_logger()
 LABEL_POOL = "orchestra.pool"

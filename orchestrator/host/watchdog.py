@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from orchestrator.log import get_logger
-from orchestrator.runtime.base import Runtime
+from orchestrator.runtime import Runtime
 
 log = get_logger()
 

@@ -23,7 +23,7 @@ from collections import Counter
 from orchestrator.errors import InfraError
 from orchestrator.host import prune_images
 from orchestrator.log import get_logger
-from orchestrator.runtime.base import EngineFacts, Runtime
+from orchestrator.runtime import EngineFacts, Runtime
 from orchestrator.trial import ImageCache
 
 log = get_logger()

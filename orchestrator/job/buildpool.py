@@ -40,7 +40,7 @@ from pathlib import Path
 from orchestrator.job.host_needs import FETCHES
 from orchestrator.log import get_logger
 from orchestrator.models import ImageBuild
-from orchestrator.runtime.base import BuildFailed
+from orchestrator.runtime import BuildFailed
 from orchestrator.tasks import Task, joined_lines
 from orchestrator.trial import base_references
 

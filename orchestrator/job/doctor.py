@@ -44,7 +44,7 @@ from orchestrator.job.runner import run_job
 from orchestrator.log import get_logger
 from orchestrator.models import ERRORED, FailureMode, Observers, TrialResult, default_manifest
 from orchestrator.paths import cache_root
-from orchestrator.runtime.base import ContainerSpec, ExecResult, Runtime
+from orchestrator.runtime import ContainerSpec, ExecResult, Runtime
 from orchestrator.tasks import Task, task_defects
 from orchestrator.trial import BASE_VERSION, ensure_task_images
 from orchestrator.util import JsonObject, write_json_atomic

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from orchestrator.runtime.base import BuildFailed, EngineFacts, Runtime
+from orchestrator.runtime import BuildFailed, EngineFacts, Runtime
 from orchestrator.tasks import Task
 from orchestrator.trial import base_references, stand_in_for
 

@@ -40,7 +40,7 @@ from http.server import BaseHTTPRequestHandler
 
 from orchestrator.log import get_logger
 from orchestrator.models import EgressRecord
-from orchestrator.runtime.subnets import DEFAULT_RANGE, host_routes
+from orchestrator.runtime import DEFAULT_RANGE, host_routes
 from orchestrator.services.httpserve import BackgroundServer, HttpError, OnOneServer
 
 log = get_logger()

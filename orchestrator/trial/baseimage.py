@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from orchestrator.log import get_logger
-from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
+from orchestrator.runtime import LABEL_IMAGE_KIND, BuildFailed, Runtime
 from orchestrator.tasks import RELEASES, base_image
 from orchestrator.trial.images import facts_if_present, image_lock
 

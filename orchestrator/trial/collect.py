@@ -13,7 +13,7 @@ from orchestrator.archive import DEFAULT_CAP_FILES, safe_extract
 from orchestrator.log import get_logger
 from orchestrator.models import CollectedPath, RelayRecord, TrialResult
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, LOGS, TrialDir
-from orchestrator.runtime.base import Runtime
+from orchestrator.runtime import Runtime
 from orchestrator.scrub import scrub_json
 from orchestrator.tasks import Task
 from orchestrator.trial.hostcopy import host_tar

@@ -27,7 +27,7 @@ from orchestrator.models import (
     trial_folder_name,
 )
 from orchestrator.paths import TrialDir
-from orchestrator.runtime.base import Runtime
+from orchestrator.runtime import Runtime
 from orchestrator.tasks import Task
 from orchestrator.trial.images import TaskImages
 from orchestrator.trial.trust import Trust

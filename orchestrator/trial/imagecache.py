@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from orchestrator.host import touch_images
 from orchestrator.log import get_logger
-from orchestrator.runtime.base import LABEL_IMAGE_KIND, BuildFailed, Runtime
+from orchestrator.runtime import LABEL_IMAGE_KIND, BuildFailed, Runtime
 from orchestrator.tasks import StandIn, Task, hash_tree, image_repository
 from orchestrator.trial.images import TaskImages, ensure_task_images, verifier_image
 from orchestrator.trial.trust import Trust

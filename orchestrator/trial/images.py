@@ -28,7 +28,7 @@ from orchestrator.archive import spool_tree, tar_directory, tar_files
 from orchestrator.log import get_logger
 from orchestrator.models import BaseImage, BuildFailure
 from orchestrator.paths import AGENT_STACK_SOURCE, LOCK_DIR
-from orchestrator.runtime.base import (
+from orchestrator.runtime import (
     LABEL_IMAGE_KIND,
     BuildFailed,
     ImageFacts,

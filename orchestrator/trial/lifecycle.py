@@ -19,7 +19,7 @@ from orchestrator.errors import LaunchError
 from orchestrator.log import get_logger
 from orchestrator.models import FailureMode, RelayRecord, TrialResult
 from orchestrator.paths import AGENT_LOGS, TrialDir
-from orchestrator.runtime.base import BuildFailed, Network
+from orchestrator.runtime import BuildFailed, Network
 from orchestrator.scrub import scrub_tree
 from orchestrator.services import RECORD, replay_key
 from orchestrator.tasks import (

@@ -29,7 +29,7 @@ from orchestrator.paths import (
     LOGS,
     VERIFIER_LOGS,
 )
-from orchestrator.runtime.base import (
+from orchestrator.runtime import (
     LABEL_JOB,
     LABEL_KIND,
     LABEL_TRIAL,

@@ -14,7 +14,7 @@ from orchestrator.archive import tar_directory
 from orchestrator.log import get_logger
 from orchestrator.models import FailureMode, StepResult, StepSection, TrialResult
 from orchestrator.paths import AGENT_LOGS, TrialDir
-from orchestrator.runtime.base import Runtime
+from orchestrator.runtime import Runtime
 from orchestrator.tasks import Task
 from orchestrator.trial.sandbox import Sandbox, Unhealthy, wait_healthy
 

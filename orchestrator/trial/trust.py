@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from orchestrator.runtime.base import ContainerSpec
+    from orchestrator.runtime import ContainerSpec
 
 CA_PATH = "/etc/orchestra/ca-bundle.pem"
 CA_VARIABLES = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",

@@ -18,7 +18,7 @@ from orchestrator.host import DiskWatchdog
 from orchestrator.log import get_logger
 from orchestrator.models import FailureMode, TrialResult, is_wiring
 from orchestrator.paths import ARTIFACTS, LOGS, TESTS, VERIFIER_LOGS, TrialDir
-from orchestrator.runtime.base import LABEL_IMAGE_KIND, ContainerSpec, Runtime
+from orchestrator.runtime import LABEL_IMAGE_KIND, ContainerSpec, Runtime
 from orchestrator.tasks import HostEnv, Task
 from orchestrator.trial import verifier_tools
 from orchestrator.trial.collect import copy_out

@@ -24,7 +24,7 @@ from orchestrator.paths import (
     LOGS,
     TrialDir,
 )
-from orchestrator.runtime.base import ContainerSpec, Runtime
+from orchestrator.runtime import ContainerSpec, Runtime
 from orchestrator.tasks import StateRoots, Task, file_seed_archive
 from orchestrator.trial.sandbox import Sandbox, require_runtime
 

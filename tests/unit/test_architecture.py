@@ -246,8 +246,6 @@ def test_no_package_imports_another_packages_private_names():
 # mypy sees each name's type through the face (tests/unit/test_faces.py). The exceptions, each
 # with its reason; a key is a module (every name from it) or "module:name" (that name only).
 FACE_EXCEPTIONS = {
-    "orchestrator.runtime.base": "the runtime's face is redrawn with its narrowed seam (issue 47, item 1)",
-    "orchestrator.runtime.subnets": "the runtime's face is redrawn with its narrowed seam (issue 47, item 1)",
     "orchestrator.models.atif": "Harbor's ATIF schema: its names (Agent, Step, Trajectory, Metrics) "
                                 "would read as orchestra's own through the models face",
     "orchestrator.models.trajectory": "plain functions read as trajectory.records(...); records is also "
