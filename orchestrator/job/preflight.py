@@ -11,7 +11,7 @@ from orchestrator.job.options import JobOptions
 from orchestrator.job.scheduler import Admission
 from orchestrator.log import get_logger
 from orchestrator.models import EndpointConfig, Manifest
-from orchestrator.runtime import Capabilities, EngineFacts, Runtime
+from orchestrator.runtime import Capabilities, EngineFacts, Part, Runtime
 from orchestrator.scrub import refusal, too_short
 from orchestrator.tasks import Task
 from orchestrator.trial import EnvTemplateError, resolve_env
@@ -66,6 +66,32 @@ def unbounded_volumes(tasks: list[Task], caps: Capabilities) -> list[str]:
             for t in tasks if t.compose is not None for volume in t.compose.volumes]
 
 
+def parts_needed(tasks: list[Task], options: JobOptions,
+                 manifest: Manifest | None = None) -> dict[Part, str]:
+    """The runtime's optional parts (runtime.base.Part) this job will call, each with the
+    first reason: every job reaps orphans (listing) and runs the disk watchdog (layer
+    sizes); the rest follow from the options, the roster and the tasks (a step's own
+    network policy is not looked at)."""
+    needs = {Part.LISTING: "the job's reaper", Part.LAYER_SIZES: "the job's disk watchdog"}
+    if options.registry:
+        needs[Part.REGISTRY] = f"--registry {options.registry}"
+    if manifest is not None:
+        if any(m.kind != "orchestrator" and m.agent != "nop" for m in manifest.roster):
+            needs[Part.SPAWN] = "the manifest's workers"
+        if manifest.orchestrator.agent.startswith("acp"):
+            needs[Part.ATTACH] = f"agent {manifest.orchestrator.agent} (spoken to over its stdio)"
+    for task in tasks:
+        config, where = task.config, task.path / "task.toml"
+        modes = {config.verifier.environment_mode, *(s.verifier.environment_mode for s in config.steps or [])}
+        if "snapshot" in modes:
+            needs.setdefault(Part.COMMIT, f"{where}: verifier environment_mode = snapshot")
+        if "shared" in modes and config.network_for("verifier") != config.network_for("agent"):
+            needs.setdefault(Part.NETWORK_SWITCH, f"{where}: the verifier's network differs from the agent's")
+        if task.compose is not None and any(s.depends_on for s in task.compose.services.values()):
+            needs.setdefault(Part.HEALTH, f"{where}: compose depends_on")
+    return needs
+
+
 def with_sandbox_policy(options: JobOptions, manifest: Manifest) -> JobOptions:
     """The manifest's `sandbox` joins the command line's: its OCI runtime is the default
     (a different --oci-runtime would weaken what the suite requires: refused), its `require`
@@ -78,12 +104,16 @@ def with_sandbox_policy(options: JobOptions, manifest: Manifest) -> JobOptions:
                    require=sorted(set(options.require) | set(policy.require)))
 
 def check_capabilities(runtime: Runtime, options: JobOptions, engine: EngineFacts | None = None,
-                       tasks: list[Task] | None = None) -> Capabilities:
+                       tasks: list[Task] | None = None, manifest: Manifest | None = None) -> Capabilities:
     """Pre-flight on what the runtime declares, before any spend: what the job asks for and
-    the engine lacks is exit 2 (every such problem at once); what it will enforce more
-    weakly than it could elsewhere is said once, here, and recorded in the job's result."""
+    the engine lacks (an optional part, an OCI runtime, a --require) is exit 2 (every such
+    problem at once); what it will enforce more weakly than it could elsewhere is said
+    once, here, and recorded in the job's result."""
     caps = runtime.capabilities(engine)
     problems = unbounded_volumes(tasks or [], caps)
+    problems += [f"{why}: needs the runtime's '{part}' part, which {type(runtime).__name__} does not "
+                 "have (Capabilities.parts)"
+                 for part, why in parts_needed(tasks or [], options, manifest).items() if part not in caps.parts]
     if options.oci_runtime and options.oci_runtime not in caps.oci_runtimes:
         problems.append(f"--oci-runtime {options.oci_runtime}: the engine has no such runtime "
                         f"(it has: {', '.join(caps.oci_runtimes)}); install it "
@@ -93,7 +123,8 @@ def check_capabilities(runtime: Runtime, options: JobOptions, engine: EngineFact
         held = REQUIRABLE[need]
         if held in caps.why:
             problems.append(f"--require {need}: this engine cannot enforce it ({caps.why[held]})")
-    if options.registry and (refused := runtime.registry_refusal(options.registry)):
+    if options.registry and Part.REGISTRY in caps.parts and \
+            (refused := runtime.registry_refusal(options.registry)):
         problems.append(f"--registry {options.registry}: the registry refused the Docker config's "
                         f"credentials ({refused}); `docker login {options.registry.split('/')[0]}` "
                         "or set DOCKER_CONFIG")

@@ -163,7 +163,7 @@ class Job:
                                    options.max_memory_mb or capacity_mb, self.cancel,
                                    options.admission or manifest.sandbox.admission or "reserve")
         in_use = preflight(self.tasks, manifest, options.endpoints, self.admission)
-        self.capabilities = check_capabilities(runtime, options, engine, self.tasks)
+        self.capabilities = check_capabilities(runtime, options, engine, self.tasks, manifest)
         self.lead = lead = manifest.orchestrator
         self.agent = agent = agent_for(lead, options.manifest_dir, options.ca_bundle)  # re-hashes the prompt
         agent.binds()  # an installed CLI is installed on this host now, not in a trial's phases

@@ -15,7 +15,7 @@ import pytest
 from conftest import make_task
 
 from orchestrator.agents.base import Plain
-from orchestrator.errors import RuntimeFault
+from orchestrator.errors import InputError, RuntimeFault
 from orchestrator.host.netpool import NetworkPool
 from orchestrator.host.watchdog import DiskWatchdog
 from orchestrator.job.runner import JobOptions, run_job
@@ -227,8 +227,8 @@ def test_a_job_gives_up_after_max_retries(job_rt, tmp_path):
     assert job_rt.calls.count("create") == 3
 
 
-def test_a_job_does_not_retry_what_the_runtime_cannot_do(job_rt, tmp_path):
-    job, trial = run_job_on(job_rt, tmp_path, toml="[verifier]\nenvironment_mode = \"snapshot\"\n")
-    assert (job.retried, job.counts) == (0, {"launch_error": 1})
-    assert "NotSupported" in (trial.not_retried or "") and "commit" in (trial.error or "")
-    assert trial.retries == [] and job_rt.calls.count("create") == 1
+def test_a_job_needing_a_part_the_runtime_lacks_stops_before_any_spend(job_rt, tmp_path):
+    """Pre-flight (job/preflight.py parts_needed): snapshot mode needs Part.COMMIT."""
+    with pytest.raises(InputError, match="verifier environment_mode = snapshot: needs the runtime's 'commit' part"):
+        run_job_on(job_rt, tmp_path, toml="[verifier]\nenvironment_mode = \"snapshot\"\n")
+    assert not {"build_image", "create", "create_network"} & set(job_rt.calls)
