@@ -20,7 +20,9 @@ architecture test holds this):
     errors log paths archive scrub util   the kernel every layer may use
 
 Each package's `__init__` is its public face: the names other layers use, loaded lazily
-(`public_face`) so importing a package costs nothing until a name is used.
+(`public_face`) so importing a package costs nothing until a name is used, and declared
+under `if TYPE_CHECKING:` so mypy sees their real types. Other packages import only the
+face (the architecture test holds this, with its exceptions named).
 """
 
 from __future__ import annotations
