@@ -127,7 +127,7 @@ def tasks_doctor(
         return "-" if value is None else f"{value:g}"
 
     if json_out:
-        typer.echo(json.dumps([d.as_dict() for d in found], indent=2))
+        typer.echo(json.dumps([d.model_dump(mode="json") for d in found], indent=2))
     else:
         print_table(console, "orchestra tasks doctor", ["task", "verdict", "oracle", "nop", "reason"],
                     [[d.task, d.verdict, score(d.oracle), score(d.nop), d.reason] for d in found])

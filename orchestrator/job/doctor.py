@@ -33,16 +33,25 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 import orchestrator
 from orchestrator.errors import BuildFailed, InfraError
 from orchestrator.job.options import JobOptions
 from orchestrator.job.runner import run_job
 from orchestrator.log import get_logger
-from orchestrator.models import ERRORED, FailureMode, Observers, TrialResult, default_manifest
+from orchestrator.models import (
+    ERRORED,
+    FailureMode,
+    Observers,
+    StandInRecord,
+    TrialResult,
+    default_manifest,
+)
 from orchestrator.paths import cache_root
 from orchestrator.runtime import ContainerSpec, ExecResult, Runtime
 from orchestrator.tasks import Task, task_defects
@@ -68,8 +77,11 @@ NO_MODULE = re.compile(r"No module named '?([\w.]+)")
 FETCHES = re.compile(r"\b(pip3?|uv|uvx|curl|wget|npm|apt-get|git\s+clone)\b")
 
 
-@dataclass
-class Diagnosis:
+class Diagnosis(BaseModel):
+    """One task's verdict, as `tasks doctor --json` prints it and its cache file holds it."""
+
+    model_config = ConfigDict(extra="forbid")  # a cache entry of another shape is redone
+
     task: str
     path: str
     content_hash: str
@@ -77,13 +89,15 @@ class Diagnosis:
     reason: str
     oracle: float | None = None  # the oracle's headline reward (None: not graded / not run)
     nop: float | None = None
-    stand_ins: list[JsonObject] = field(default_factory=list)
-    leaks: list[str] = field(default_factory=list)
+    stand_ins: list[StandInRecord] = Field(default_factory=list)  # the oracle's trial's
+    leaks: list[str] = Field(default_factory=list)
     leak_scan: str = ""  # clean | leaky | not scanned: <why> | "" (not scanned: nothing to scan)
     checked_at: float = 0.0
 
-    def as_dict(self) -> JsonObject:
-        return asdict(self)
+    @field_serializer("stand_ins")
+    def _stand_ins_as_before(self, stand_ins: list[StandInRecord]) -> list[JsonObject]:
+        """Written without their empty fields (no `warning: null`), as the doctor always did."""
+        return [s.model_dump(exclude_none=True) for s in stand_ins]
 
 
 RULES_VERSION = "3"  # bump when classify()'s reasons change: cached verdicts are then redone
@@ -105,8 +119,8 @@ def cache_dir() -> Path:
 def cached(task: Task, ca_bundle: Path | None = None) -> Diagnosis | None:
     path = cache_dir() / f"{cache_key(task, ca_bundle)}.json"
     try:
-        return Diagnosis(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+        return Diagnosis.model_validate_json(path.read_text())
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
         return None
 
 
@@ -180,7 +194,7 @@ def diagnose(runtime: Runtime, tasks: list[Task], jobs_dir: Path, *, n_concurren
             if diagnosis.verdict in ("healthy", "weak-test", "no-solution"):
                 judge_leaks(diagnosis, leak_preflight(runtime, task, ca_bundle))
             diagnosis.checked_at = time.time()
-            write_json_atomic(cache_dir() / f"{cache_key(task, ca_bundle)}.json", diagnosis.as_dict())
+            write_json_atomic(cache_dir() / f"{cache_key(task, ca_bundle)}.json", diagnosis)
             found[task.name] = diagnosis
     return [found[t.name] for t in tasks]  # type: ignore[misc]
 
@@ -216,7 +230,7 @@ def classify(task: Task, oracle: TrialResult | None, nop: TrialResult | None,
     d = Diagnosis(task=task.name, path=str(task.path), content_hash=task.content_hash,
                   verdict="healthy", reason="oracle 1, nop 0")
     if oracle is not None:
-        d.stand_ins = [s.model_dump(exclude_none=True) for s in oracle.stand_ins]  # doctor's JSON, as before
+        d.stand_ins = list(oracle.stand_ins)
         d.oracle = None if oracle.reward is None else oracle.headline
     if nop is not None:
         d.nop = None if nop.reward is None else nop.headline

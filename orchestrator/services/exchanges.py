@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from orchestrator.util import JsonObject
 
 RECORD = Path("model") / "exchanges.jsonl"
@@ -75,9 +77,20 @@ class ExchangeLog:
     def written(self) -> int:
         return self.count - self.dropped
 
-    def summary(self) -> JsonObject:
-        return {"exchanges_written": self.written, "exchanges_dropped": self.dropped,
-                "exchanges_dropped_bytes": self.dropped_bytes}
+    def summary(self) -> ExchangeCounts:
+        """What the record kept and what its cap dropped (ModelUsage's exchanges_* fields)."""
+        return ExchangeCounts(exchanges_written=self.written, exchanges_dropped=self.dropped,
+                              exchanges_dropped_bytes=self.dropped_bytes)
+
+
+class ExchangeCounts(BaseModel):
+    """An exchanges record's counts, named as the trial result's ModelUsage names them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    exchanges_written: int  # lines written to exchanges.jsonl
+    exchanges_dropped: int  # calls past the file's cap: counted, never written
+    exchanges_dropped_bytes: int  # the size of those lines
 
 
 def _json_or_text(data: bytes) -> bytes:

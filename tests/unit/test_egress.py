@@ -90,8 +90,8 @@ def test_exchanges_past_the_total_cap_are_counted_not_written(tmp_path):
         log.write(b'{"m": "' + b"a" * 200 + b'"}', 200, b"{}", 0.0, 1, False)
     summary = log.summary()
     assert (tmp_path / "x.jsonl").stat().st_size <= 1000
-    assert summary["exchanges_written"] == len((tmp_path / "x.jsonl").read_text().splitlines()) >= 1
-    assert summary["exchanges_written"] + summary["exchanges_dropped"] == 10 and summary["exchanges_dropped_bytes"] > 0
+    assert summary.exchanges_written == len((tmp_path / "x.jsonl").read_text().splitlines()) >= 1
+    assert summary.exchanges_written + summary.exchanges_dropped == 10 and summary.exchanges_dropped_bytes > 0
 
 
 def test_the_firewall_opens_the_ports_of_the_urls_a_trial_is_given_on_its_gateway():
