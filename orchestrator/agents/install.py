@@ -10,8 +10,16 @@ cannot change its own install.
 
 - pypi: `pip install --target lib PACKAGE==VERSION` with the host's Python, which must be
   the minor version the task images run (3.11, Debian bookworm's), then compiled to .pyc
-  (the mount is read-only, so the agent could not cache them itself).
+  (the mount is read-only, so the agent could not cache them itself). A recipe naming
+  another `python` (OpenHands: 3.13) is installed for that version from wheels only
+  (`pip download --python-version --platform manylinux...`, then `pip install --no-deps`
+  of those wheels), its sdist-only dependencies (`sdists`, pure Python) first built into
+  wheels by the host's pip, with any `extra` requirements it needs there; not compiled (the agent's run script points its .pyc cache at
+  a writable folder).
 - npm: `npm pack PACKAGE@VERSION`, unpacked; the recipe names the binary inside.
+- deb: `apt-get download` of the packages (`package` is a space-separated list, for the
+  host's Debian/Ubuntu release), each unpacked with `dpkg-deb -x` (a program and its
+  libraries, mounted beside the agent: OpenHands' tmux).
 """
 
 from __future__ import annotations
@@ -37,10 +45,13 @@ PYTHON = (3, 11)  # what the offline base (Debian bookworm) and most task images
 @dataclass(frozen=True)
 class Recipe:
     name: str  # the agent's name: `orchestra run --agent NAME`
-    kind: str  # pypi | npm
+    kind: str  # pypi | npm | deb
     package: str
     version: str
     binary: str = ""  # npm: the executable inside the package
+    python: str = ""  # pypi: the task images' python3 ("3.13") when not the host's minor version
+    sdists: tuple[str, ...] = ()  # pypi with python: pure-Python sdist-only requirements
+    extra: tuple[str, ...] = ()  # pypi with python: installed with it (backports it needs there)
 
 
 def warm_binary(recipe: Recipe) -> None:
@@ -88,7 +99,7 @@ def ensure_installed(recipe: Recipe, ca_bundle: Path | None = None) -> Path:
                     message=f"installing {recipe.name} {recipe.version} once (pip/npm on this "
                             "host, a few minutes); later runs reuse it")
         try:
-            (_pypi if recipe.kind == "pypi" else _npm)(recipe, work, _client_env(ca_bundle))
+            {"pypi": _pypi, "npm": _npm, "deb": _deb}[recipe.kind](recipe, work, _client_env(ca_bundle))
         except (subprocess.CalledProcessError, OSError, tarfile.TarError) as exc:
             shutil.rmtree(work, ignore_errors=True)
             out = getattr(exc, "stderr", b"") or b""
@@ -121,6 +132,9 @@ def _download(url: str, target: Path, ca_bundle: str | None) -> None:
 
 
 def _pypi(recipe: Recipe, work: Path, env: dict[str, str]) -> None:
+    if recipe.python and recipe.python != f"{sys.version_info[0]}.{sys.version_info[1]}":
+        _pypi_for(recipe, work, env)
+        return
     if sys.version_info[:2] != PYTHON:
         raise OSError(f"the host's Python is {sys.version_info[0]}.{sys.version_info[1]}; agents "
                       f"from PyPI are installed for the task images' Python "
@@ -131,6 +145,46 @@ def _pypi(recipe: Recipe, work: Path, env: dict[str, str]) -> None:
                    env=env, check=True, capture_output=True, timeout=1800)
     subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", str(work / "lib")],
                    env=env, check=False, capture_output=True, timeout=1800)
+
+
+# wheels for the task images' x86-64 glibc (Debian 11+, Ubuntu 20.04+ have glibc >= 2.31)
+_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+
+
+def _pypi_for(recipe: Recipe, work: Path, env: dict[str, str]) -> None:
+    """The recipe installed for another Python (recipe.python) than the host's: pip resolves
+    for that version and platform from wheels only, then installs those wheels as they are."""
+    pip = [sys.executable, "-m", "pip"]
+    quiet = ["--quiet", "--disable-pip-version-check"]
+    built, wheels = work / "sdists", work / "wheels"
+    for requirement in recipe.sdists:  # pure Python: the host's pip builds a py3-none-any wheel
+        subprocess.run([*pip, "wheel", *quiet, "--no-deps", "-w", str(built), requirement],
+                       env=env, check=True, capture_output=True, timeout=1800)
+    target = ["--python-version", recipe.python, "--implementation", "cp", "--only-binary=:all:",
+              *(f"--platform={p}" for p in _PLATFORMS)]
+    subprocess.run([*pip, "download", *quiet, "-d", str(wheels), "--find-links", str(built), *target,
+                    f"{recipe.package}=={recipe.version}", *recipe.extra],
+                   env=env, check=True, capture_output=True, timeout=3600)
+    subprocess.run([*pip, "install", *quiet, "--no-warn-script-location", "--no-deps", "--no-index",
+                    "--ignore-requires-python", "--target", str(work / "lib"), *target,
+                    *sorted(str(w) for w in wheels.glob("*.whl"))],
+                   env=env, check=True, capture_output=True, timeout=1800)
+    shutil.rmtree(built, ignore_errors=True)
+    shutil.rmtree(wheels)
+
+
+def _deb(recipe: Recipe, work: Path, env: dict[str, str]) -> None:
+    """Debian packages for the host's release, unpacked (not installed) under work/root."""
+    debs = work / "debs"
+    debs.mkdir()
+    subprocess.run(["apt-get", "download", *recipe.package.split()], cwd=debs, env=env,
+                   check=True, capture_output=True, timeout=1800)
+    for deb in sorted(debs.glob("*.deb")):
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(work / "root")], env=env, check=True,
+                       capture_output=True, timeout=600)
+    shutil.rmtree(debs)
+    if recipe.binary and not (work / "root" / recipe.binary).is_file():
+        raise OSError(f"apt-get download {recipe.package}: no {recipe.binary} in the packages")
 
 
 def _npm(recipe: Recipe, work: Path, env: dict[str, str]) -> None:

@@ -6,13 +6,15 @@ Each adapter gives the run script (copied in with the instruction), the proxy wi
 its retry settings (the proxy retries the provider; the agent must not retry a budget
 refusal ten times), its exit codes mapped to outcomes (0 done, 5 stopped on its own step
 limit, else crashed) and its trajectory: converted from its own log where it writes one
-(mini-swe-agent, Claude Code, Codex, Gemini CLI, Qwen Code), otherwise built from the
+(mini-swe-agent, Claude Code, Codex, Gemini CLI, Qwen Code, OpenHands), otherwise built from the
 proxy's record of the exchanges, and then the audit says `incomplete` (what the agent did
 after its last model call is not seen). The seam itself is agents/cli.py; each CLI added
-since has its own module (claude_code, codex, gemini).
+since has its own module (claude_code, codex, gemini, openhands).
 
 Python agents need the task image's python3 to be 3.11 (Debian bookworm's, the offline
-base's); the run script says so and exits 127 otherwise.
+base's); the run script says so and exits 127 otherwise. OpenHands (>= 3.12 only) is
+installed for 3.13 (Debian trixie's, python:3.13 images) from wheels, with Debian's tmux
+mounted beside it, and refuses other images the same way.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from orchestrator.agents.cli import (
 from orchestrator.agents.codex import Codex
 from orchestrator.agents.gemini import GeminiCli, QwenCode
 from orchestrator.agents.install import PYTHON, Recipe, install_dir
+from orchestrator.agents.openhands import OpenHands
 from orchestrator.paths import AGENT_LOGS
 from orchestrator.services import dispatch_event
 from orchestrator.tasks import Task
@@ -162,7 +165,7 @@ exec {self.home}/pkg/package/{self.recipe.binary} run --model orchestra/{MODEL} 
 
 INSTALLED: dict[str, type[InstalledAgent]] = {
     cls.recipe.name: cls for cls in (MiniSweAgent, Aider, OpenCode, ClaudeCode, Codex, GeminiCli,
-                                     QwenCode)}
+                                     QwenCode, OpenHands)}
 
 
 class AgentRow(TypedDict, total=False):

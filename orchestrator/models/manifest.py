@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 # Built in, then the installed agent CLIs (orchestrator.agents.installed.INSTALLED).
 AgentKind = Literal["oracle", "nop", "reference", "command", "acp", "acp-opencode", "acp-qwen-code",
                     "mini-swe-agent", "aider", "opencode", "claude-code", "codex", "gemini-cli",
-                    "qwen-code"]
+                    "qwen-code", "openhands"]
 AGENT_NAMES: tuple[str, ...] = get_args(AgentKind)
 
 

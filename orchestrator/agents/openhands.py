@@ -1,0 +1,159 @@
+"""OpenHands (PyPI `openhands-ai`): its headless CLI (`python3 -m openhands.core.main -f
+TASK`, CodeActAgent) with its local runtime, so the commands it runs run in the trial's
+container itself (no Docker in Docker), speaking Chat Completions (through litellm) to the
+trial's proxy.
+
+1.6.0 is the last release that ships this CLI (from 1.7.0 the package is its web server
+only). It needs Python >= 3.12 and is installed for one minor version, 3.13 (Debian trixie's
+python3 and the python:3.13 images), from wheels only (agents.install, a cross-version pip
+install, with the PEP 594 backports of aifc and audioop, which it imports although 3.13
+dropped them: about 1.8 GB, several minutes cold, so `orchestra agents --install openhands` or
+its first use, not part of `--install all`). Its bash tool drives tmux, which task images
+rarely have: Debian's tmux (with libevent and libutempter) is mounted beside it. An image
+whose python3 is not 3.13 is refused with the reason (exit 127) before any model call.
+
+The model is `openai/orchestra-model` at the proxy's address with the per-trial token as
+its key, native tool calling forced on (litellm knows no such model), one retry (the proxy
+retries the provider), litellm's cost map read locally, browsing and Jupyter off. OpenHands
+exits 0 however its run ended, so the run script reads its saved trajectory: a `finish` is
+0, "maximum iteration" is the step limit, anything else 1. That trajectory (its event list)
+is its log, converted by `openhands_events`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.agents.base import EXIT_STEP_LIMIT
+from orchestrator.agents.cli import MODEL, Events, InstalledAgent
+from orchestrator.agents.install import Recipe
+from orchestrator.paths import AGENT_LOGS
+
+PYTHON = "3.13"
+TMUX = Recipe("tmux", "deb", "tmux libevent-core-2.1-7 libutempter0", "bookworm", binary="usr/bin/tmux")
+# generation settings OpenHands reads from its environment (LLM_*)
+_GENERATION = {"temperature": "LLM_TEMPERATURE", "top_p": "LLM_TOP_P",
+               "max_output_tokens": "LLM_MAX_OUTPUT_TOKENS", "max_tokens": "LLM_MAX_OUTPUT_TOKENS"}
+# how the run ended, from its saved trajectory (python3 is the image's, already checked)
+_OUTCOME = """import json, sys
+try:
+    events = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    sys.exit(1)
+text = json.dumps(events)
+if any(isinstance(e, dict) and e.get("action") == "finish" for e in events):
+    sys.exit(0)
+sys.exit(2 if "maximum iteration" in text else 1)
+"""
+
+
+class OpenHands(InstalledAgent):
+    recipe = Recipe("openhands", "pypi", "openhands-ai", "1.6.0", python=PYTHON,
+                    sdists=("func-timeout==4.3.5",),
+                    # it imports aifc (gone from 3.13's stdlib): the PEP 594 backports
+                    extra=("standard-aifc==3.13.0", "standard-chunk==3.13.0", "audioop-lts==0.2.1"))
+    runtime = TMUX
+    needs = (f"python3 {PYTHON} (Debian trixie, python:{PYTHON} images; installed for it, ~1.8 GB) "
+             "and glibc >= 2.36; tmux is mounted")
+    own_log = "openhands.trajectory.json"
+
+    def script(self) -> str:
+        tmux = f"{self.home.rsplit('/', 1)[0]}/{TMUX.name}/root"
+        generation = "".join(f" {_GENERATION[k]}={json.dumps(v)}" for k, v in sorted(self.member.generation.items())
+                             if k in _GENERATION and isinstance(v, (int, float)) and not isinstance(v, bool))
+        log = f"{AGENT_LOGS}/{self.own_log}"
+        return f"""\
+if ! python3 -c "import sys; sys.exit(sys.version_info[:2] != ({PYTHON.replace('.', ', ')}))" 2>/dev/null; then
+  echo "orchestra: openhands cannot run in this task image: it needs python3 {PYTHON} (installed for \\
+{PYTHON}: Debian trixie, python:{PYTHON} images); this image's python3 is \\
+$(python3 -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || echo missing)" >&2
+  exit 127
+fi
+state=/tmp/orchestra-openhands
+mkdir -p "$state/bin"
+# Debian's tmux, mounted; its libraries only for it (a wrapper, not the agent's whole env)
+printf '#!/bin/sh\\nLD_LIBRARY_PATH={tmux}/usr/lib/x86_64-linux-gnu exec {tmux}/usr/bin/tmux "$@"\\n' >"$state/bin/tmux"
+chmod +x "$state/bin/tmux"
+export PATH="$state/bin:$PATH" PYTHONPATH={self.home}/lib PYTHONPYCACHEPREFIX="$state/pyc" \\
+  LLM_MODEL=openai/{MODEL} LLM_BASE_URL="$ORCHESTRA_MODEL_URL" LLM_API_KEY="$ORCHESTRA_MODEL_TOKEN" \\
+  LLM_NATIVE_TOOL_CALLING=true LLM_NUM_RETRIES=1 LLM_DROP_PARAMS=true LLM_CACHING_PROMPT=false \\
+  LLM_LOG_COMPLETIONS=false LITELLM_LOCAL_MODEL_COST_MAP=True{generation} \\
+  RUNTIME=local SKIP_DEPENDENCY_CHECK=1 RUN_AS_OPENHANDS=false SU_TO_USER=false USER="$(id -un)" \\
+  SANDBOX_VOLUMES="$PWD:/workspace:rw" AGENT_ENABLE_BROWSING=false ENABLE_BROWSER=false \\
+  AGENT_ENABLE_JUPYTER=false AGENT_ENABLE_PROMPT_EXTENSIONS=false AGENT_ENABLE_MCP=false \\
+  MAX_ITERATIONS={self.max_turns() or 100} FILE_STORE=local FILE_STORE_PATH="$state/store" \\
+  SAVE_TRAJECTORY_PATH={log} OPENHANDS_SUPPRESS_BANNER=1 DO_NOT_TRACK=1
+unset OPENAI_API_KEY ANTHROPIC_API_KEY
+python3 -m openhands.core.main -f "$1" </dev/null
+code=$?
+python3 -c '{_OUTCOME}' {log}
+case $? in
+  0) exit 0 ;;
+  2) exit {EXIT_STEP_LIMIT} ;;
+esac
+[ "$code" = 0 ] && exit 1  # it stopped without finishing
+exit "$code"
+"""
+
+    def convert(self, log: object) -> list[dict[str, Any]]:
+        return openhands_events(log)
+
+
+def openhands_events(log: object) -> list[dict[str, Any]]:
+    """DESIGN 3.6 records from OpenHands' saved trajectory (its event list): the agent's
+    thoughts and messages, each tool call (the function and the arguments the model gave,
+    from the event's tool-call metadata, else the action's own args) and its observation
+    (the output, the exit code, an error), and its `finish` as the closing message. The
+    system prompt, the user's task, recalls and state changes are skipped."""
+    out = Events()
+    for event in log if isinstance(log, list) else []:
+        if not isinstance(event, dict) or event.get("source") not in ("agent", "environment"):
+            continue
+        action, observation = event.get("action"), event.get("observation")
+        args, meta = _dict(event.get("args")), _dict(event.get("tool_call_metadata"))
+        call_id = meta.get("tool_call_id") if isinstance(meta.get("tool_call_id"), str) else None
+        if isinstance(action, str) and action not in ("system", "recall", "change_agent_state"):
+            out.message(args.get("thought"))
+            if action == "message":
+                out.message(args.get("content"))
+            elif action == "finish":
+                out.message(args.get("final_thought") or event.get("message"))
+            elif call_id is not None:
+                out.dispatch(call_id, meta.get("function_name") or action, _arguments(meta, call_id, args))
+            elif action != "think":
+                out.dispatch(f"openhands-{event.get('id')}", action, args)
+        elif isinstance(observation, str) and observation not in ("recall", "agent_state_changed", "null"):
+            exit_code = _dict(_dict(event.get("extras")).get("metadata")).get("exit_code")
+            content = event.get("content")
+            text = content if isinstance(content, str) else ""
+            if call_id is None and event.get("cause") is not None:
+                call_id = f"openhands-{event.get('cause')}"
+            if call_id is None or call_id not in out.calls:
+                out.message(text, kind="text")  # an error or an observation of no call
+                continue
+            failed = observation == "error" or (isinstance(exit_code, int) and exit_code not in (0, -1)
+                                                and not isinstance(exit_code, bool))
+            out.result(call_id, text, err=(text or observation) if failed else None, exit_code=exit_code)
+    return out.records()
+
+
+def _arguments(meta: dict[str, Any], call_id: str, args: dict[str, Any]) -> object:
+    """The arguments the model gave this call, from the model response OpenHands kept."""
+    choices = _dict(meta.get("model_response")).get("choices")
+    for choice in choices if isinstance(choices, list) else []:
+        calls = _dict(_dict(choice).get("message")).get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            function = _dict(call).get("function")
+            if _dict(call).get("id") == call_id and isinstance(function, dict):
+                raw = function.get("arguments")
+                try:
+                    return json.loads(raw) if isinstance(raw, str) else raw
+                except ValueError:
+                    return raw
+    return {k: v for k, v in args.items() if k not in ("thought", "security_risk")}
+
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,153 @@
+"""OpenHands (PyPI openhands-ai 1.6.0, its headless CLI with the local runtime) in real trials
+on the real engine, through the trial's model proxy in Chat Completions, against the
+scripted endpoint of tests/integration/scripted_apis.py, whose script here is OpenHands'
+own tools: `execute_bash` with the command that writes the file, then `finish`.
+
+OpenHands needs python3 >= 3.12 and is installed for 3.13, so it solves hello-file as a
+copy whose image is `python:3.13-slim-trixie` (on a machine without Docker Hub: the trixie
+stand-in, python3 3.13), with the memory and time OpenHands needs (2 GB, 600 s: its agent
+server, tmux and a Python importing ~700 packages from a read-only mount); the task as it
+is (python:3.12-slim-bookworm, or the bookworm stand-in's 3.11) is refused with the reason
+before any model call.
+
+Its install is ~1.8 GB and minutes cold (pip, wheels for 3.13), so it is not part of
+`orchestra agents --install all`: the first test here installs it (the fixture), once per
+machine, into ~/.cache/orchestra/agents."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from scripted_apis import DONE_TEXT, Scripted
+from test_api_agents import FAKE_KEY, EnvWatch
+
+ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
+HELLO = ROOT / "tasks/examples/hello-file"
+COMMAND = "printf 'Hello, world!\\n' > /app/hello.txt; env > /logs/agent/env-seen.txt"
+
+pytestmark = pytest.mark.part("network-host")
+
+
+class OpenHandsScript(Scripted):
+    """The scripted model, speaking to OpenHands' tools: the bash call, then `finish`."""
+
+    def next_call(self, tools: list, done: bool) -> dict | None:  # type: ignore[type-arg]
+        if not done and "execute_bash" in tools:
+            return {"id": uuid.uuid4().hex[:12], "name": "execute_bash",
+                    "args": {"command": COMMAND, "security_risk": "LOW"}}
+        if done and "finish" in tools:
+            return {"id": uuid.uuid4().hex[:12], "name": "finish", "args": {"message": DONE_TEXT}}
+        return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _installed(host_network: bool) -> None:
+    """OpenHands installed on this host (the test's own install, timed; once per machine)."""
+    from orchestrator.agents.installed import INSTALLED
+
+    agent = INSTALLED["openhands"]
+    if not agent.is_installed():
+        if not host_network:
+            pytest.skip("needs PyPI from the host to install OpenHands (network-host)")
+        started = time.monotonic()
+        proc = subprocess.run([ORCHESTRA, "agents", "--install", "openhands"], capture_output=True,
+                              text=True, timeout=3600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        print(f"openhands installed in {time.monotonic() - started:.0f} s")
+    assert agent.is_installed()
+
+
+def hello_file(tmp_path: Path, base: str) -> str:
+    """hello-file with its image FROM `base`, 2 GB of memory and 600 s for the agent."""
+    task = tmp_path / "tasks/hello-file"
+    shutil.copytree(HELLO, task)
+    (task / "environment/Dockerfile").write_text(f"FROM {base}\nWORKDIR /app\n")
+    toml = task / "task.toml"
+    text = toml.read_text().replace("memory_mb = 512", "memory_mb = 2048", 1)
+    toml.write_text(text.replace("[agent]\ntimeout_sec = 60.0", "[agent]\ntimeout_sec = 600.0", 1))
+    return str(task)
+
+
+def run_openhands(tmp_path: Path, task: str) -> tuple[dict, Path, Scripted, EnvWatch]:  # type: ignore[type-arg]
+    with OpenHandsScript(COMMAND, key=FAKE_KEY) as upstream, EnvWatch() as watch:
+        config = tmp_path / "endpoints.json"
+        config.write_text(json.dumps({"scripted": {
+            "base_url": upstream.url + "/v1", "model": "scripted-model", "apis": ["chat"],
+            "api_key_env": "SCRIPTED_KEY", "env": {}}}))
+        started = time.monotonic()
+        proc = subprocess.run(
+            [ORCHESTRA, "run", "--path", task, "--agent", "openhands", "--endpoint-config", str(config),
+             "-m", "scripted", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j", "-q"],
+            capture_output=True, text=True, timeout=1200, env={**os.environ, "SCRIPTED_KEY": FAKE_KEY})
+        assert proc.returncode == 0, proc.stderr
+        print(f"openhands: {time.monotonic() - started:.1f} s")
+    (folder,) = (tmp_path / "jobs/j/trials").iterdir()
+    return json.loads((folder / "result.json").read_text()), folder, upstream, watch
+
+
+def test_openhands_solves_hello_file_through_the_proxy_and_never_sees_the_key(tmp_path: Path) -> None:
+    result, folder, upstream, watch = run_openhands(tmp_path, hello_file(tmp_path, "python:3.13-slim-trixie"))
+    stderr = (folder / "agent/stderr.txt").read_text(errors="replace")[-3000:]
+    # the scripted endpoint answers 401 without the key: reward 1 shows the proxy added it
+    assert result["reward"] == {"reward": 1.0}, (result.get("error"), stderr)
+    assert result["agent_outcome"] == "ok" and result["agent_exit_code"] == 0, stderr
+    # two calls: the bash call, then finish; each asked in Chat Completions for the proxy's
+    # model name and relayed as the endpoint's own
+    posts = [r for r in upstream.requests if r["method"] == "POST"]
+    assert result["model"]["calls"] == len(posts) == 2 and result["model"]["upstream_refusals"] == 0
+    assert {r["path"] for r in posts} == {"/v1/chat/completions"}
+    assert {r["body"]["model"] for r in posts} == {"scripted-model"}
+    # its own trajectory, converted: the bash call with its command, its result (exit 0),
+    # finish's message as the closing text
+    events = [json.loads(x)["event"] for x in (folder / "agent/trajectory.jsonl").read_text().splitlines()]
+    calls = [e for e in events if e["kind"] == "tool_dispatch"]
+    assert [c["tool"]["name"] for c in calls] == ["execute_bash"], events
+    assert calls[0]["tool"]["args"]["command"] == COMMAND
+    results = [e for e in events if e["kind"] == "tool_result"]
+    assert len(results) == 1 and results[0]["tool"]["id"] == calls[0]["tool"]["id"]
+    assert results[0]["tool"]["name"] == "execute_bash" and results[0]["tool"].get("exit_code") == 0
+    assert not results[0]["tool"].get("err")
+    assert events[-1] == {"kind": "message", "text": DONE_TEXT}
+    assert result["memory"]["complete"] is True, result["memory"]
+    # ATIF: written from the same trajectory, the call and its observation in it
+    atif = json.loads((folder / "agent/trajectory.atif.json").read_text())
+    assert atif["schema_version"].startswith("ATIF") and atif["agent"]["name"] == "openhands"
+    assert any(call["function_name"] == "execute_bash" for step in atif["steps"]
+               for call in step.get("tool_calls") or []), atif
+    # the key: in no container's configured environment, not in what OpenHands' shell had,
+    # in no file of the job; the per-trial token went to the agent's process only
+    seen = (folder / "agent/env-seen.txt").read_text()
+    assert "ORCHESTRA_MODEL_TOKEN=" in seen and "LLM_API_KEY=" in seen and FAKE_KEY not in seen
+    assert any(e.startswith("ORCHESTRA_MODEL_URL=") for env in watch.envs.values() for e in env)
+    assert not any(FAKE_KEY in e for env in watch.envs.values() for e in env)
+    assert not any(e.startswith("ORCHESTRA_MODEL_TOKEN=") for env in watch.envs.values() for e in env)
+    holding = [str(p) for p in (tmp_path / "jobs").rglob("*") if p.is_file() and FAKE_KEY.encode() in p.read_bytes()]
+    assert holding == []
+
+
+def test_openhands_is_refused_with_the_reason_where_the_image_has_no_python_3_13(tmp_path: Path) -> None:
+    # hello-file as it is: python:3.12-slim-bookworm (3.12), or the bookworm stand-in (3.11)
+    result, folder, upstream, _ = run_openhands(tmp_path, str(HELLO))
+    stderr = (folder / "agent/stderr.txt").read_text()
+    assert result["agent_exit_code"] == 127 and result["agent_outcome"] == "crashed", stderr
+    assert "openhands cannot run in this task image: it needs python3 3.13" in stderr
+    assert "this image's python3 is 3.1" in stderr  # the version it found, said
+    assert upstream.requests == [] and result["model"]["calls"] == 0  # before any model call
+    assert result["reward"] == {"reward": 0.0}
+
+
+def test_orchestra_agents_lists_openhands_with_its_version_and_what_the_image_needs() -> None:
+    proc = subprocess.run([ORCHESTRA, "agents", "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = [a for a in json.loads(proc.stdout) if a["name"] == "openhands"]
+    assert row["version"] == "1.6.0" and row["api"] == "chat" and row["installed"] is True
+    assert "python3 3.13" in row["needs"] and "tmux is mounted" in row["needs"]
