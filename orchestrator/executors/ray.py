@@ -23,28 +23,40 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 from orchestrator.archive import safe_extract, tar_directory
+from orchestrator.executors.spec import NodeReply, NodeRequest
 from orchestrator.log import get_logger
 from orchestrator.models import FailureMode, TrialResult
 from orchestrator.paths import TrialDir
 from orchestrator.tasks import Task
-from orchestrator.util import JsonObject, write_json_atomic
+from orchestrator.util import write_json_atomic
 
 if TYPE_CHECKING:
     from ray import ObjectRef
 
     from orchestrator.executors.spec import Item, TrialSpec
     from orchestrator.runtime import Runtime
-    from orchestrator.trial import TrialContext
+    from orchestrator.trial import ImageCache, Published, TrialContext
 
 log = get_logger()
 NODE_CACHE = Path(os.environ.get("ORCHESTRA_RAY_CACHE", "/var/tmp/orchestra-ray"))
 
+
 # ---- on the node ---------------------------------------------------------------------------
-_node_state: dict[str | tuple[str, str], Any] = {}  # "runtime": Runtime, ("images", job): ImageCache
+@dataclass
+class _NodeState:
+    """What a Ray worker process keeps between the trials it runs: one runtime, and one
+    image cache per job (a job's images are built once per node)."""
+
+    runtime: Runtime | None = None
+    images: dict[str, ImageCache] = field(default_factory=dict)  # by job name
+
+
+_node = _NodeState()
 _node_lock = threading.Lock()
 
 
@@ -52,15 +64,15 @@ def _node_runtime() -> Runtime:
     from orchestrator.runtime import open_runtime
 
     with _node_lock:
-        if "runtime" not in _node_state:
-            _node_state["runtime"] = open_runtime(max_pool_size=32)
-        return _node_state["runtime"]
+        if _node.runtime is None:
+            _node.runtime = open_runtime(max_pool_size=32)
+        return _node.runtime
 
 
-def _unpack_task(payload: JsonObject, task_tar: bytes) -> Path:
+def _unpack_task(request: NodeRequest, task_tar: bytes) -> Path:
     """The task folder on this node, keyed by content hash (unpacked once per node)."""
-    dataset, _, name = payload["task_name"].rpartition("/")
-    root = NODE_CACHE / "tasks" / payload["content_hash"]
+    dataset, _, name = request.task_name.rpartition("/")
+    root = NODE_CACHE / "tasks" / request.content_hash
     target = root / (dataset or "tasks") / name
     if not (target / "task.toml").is_file():
         tmp = Path(tempfile.mkdtemp(dir=NODE_CACHE, prefix="unpack-"))
@@ -75,30 +87,31 @@ def _unpack_task(payload: JsonObject, task_tar: bytes) -> Path:
     return target
 
 
-def run_on_node(payload: JsonObject, task_tar: bytes) -> JsonObject:
+def run_on_node(wire: NodeRequest, task_tar: bytes) -> NodeReply:
     """One whole trial on this node; returns its result and its folder as a tar. The task
     folder arrives as a top-level argument, so Ray resolves it from the object store."""
     import ray
 
-    from orchestrator.executors.spec import TrialSpec
     from orchestrator.host import DiskWatchdog, NetworkPool
     from orchestrator.models import Manifest
     from orchestrator.services import Upstreams
     from orchestrator.tasks import load_task
-    from orchestrator.trial import ImageCache, Published, run_trial, trial_dir
+    from orchestrator.trial import ImageCache, run_trial, trial_dir
 
+    request = NodeRequest.received(wire)
     NODE_CACHE.mkdir(parents=True, exist_ok=True)
-    task = load_task(_unpack_task(payload, task_tar))
+    task = load_task(_unpack_task(request, task_tar))
     runtime = _node_runtime()
-    spec = TrialSpec.from_payload(payload)
+    spec = request.spec
     lead = Manifest.model_validate(spec.manifest).orchestrator
     job = spec.job
     with _node_lock:
-        images = _node_state.setdefault(("images", job), ImageCache(
-            runtime, job, lead.install if lead.agent == "command" else None,
-            spec.ca_bundle, spec.build_policy))
-    if payload.get("images"):  # --registry: the driver built and pushed them; pulled here
-        images.offer(task.name, Published(**payload["images"]))
+        if job not in _node.images:
+            _node.images[job] = ImageCache(runtime, job, lead.install if lead.agent == "command" else None,
+                                           spec.ca_bundle, spec.build_policy)
+        images = _node.images[job]
+    if request.images is not None:  # --registry: the driver built and pushed them; pulled here
+        images.offer(task.name, request.images)
     upstreams = Upstreams.resolved(spec.upstreams) if spec.upstreams else None
     ca_file = None
     if spec.ca_bundle:  # this node's containers and installed agents trust it too
@@ -113,18 +126,18 @@ def run_on_node(payload: JsonObject, task_tar: bytes) -> JsonObject:
         ctx = spec.context(runtime=runtime, job_dir=work, images_for=images, watchdog=watchdog,
                            networks=networks, cancel=threading.Event(), upstreams=upstreams,
                            ca_file=ca_file)
-        result = run_trial(ctx, task, payload["attempt"], payload["retries"])
+        result = run_trial(ctx, task, request.attempt, list(request.retries))
         result.node = ray.get_runtime_context().get_node_id()
         folder = trial_dir(ctx, task, result.trial_id).root
-        return {"result": result.model_dump_json(), "folder": folder.name,
-                "tar": tar_directory(folder, ".")}
+        return NodeReply(result=result, folder=folder.name, tar=tar_directory(folder, "."))
     finally:
         watchdog.stop()
         networks.close()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def reap_on_node(label: str) -> JsonObject:
+def reap_on_node(label: str) -> dict[str, int]:
+    """Remove a job's leftovers on this node's engine; what was removed, by kind."""
     from orchestrator.host import reap
 
     return reap(_node_runtime(), label)
@@ -171,9 +184,9 @@ class RayExecutor:
             if published is False:  # the push failed: infrastructure, retried
                 result = fallback
             else:
-                result = self.run(item.task, item.attempt, item.retries,
-                                  {**spec.model_dump(), "images": published}, ctx.job_dir, ctx.cancel,
-                                  fallback)
+                request = NodeRequest(spec=spec, task_name=item.task.name, content_hash=item.task.content_hash,
+                                      attempt=item.attempt, retries=list(item.retries), images=published)
+                result = self.run(item.task, request, ctx.job_dir, ctx.cancel, fallback)
             if result is fallback:  # lost on its node: the driver writes what it knows
                 fallback.finished_at = time.time()
                 write_json_atomic(trial_dir(ctx, item.task, tid).result, fallback)
@@ -183,22 +196,20 @@ class RayExecutor:
 
     @staticmethod
     def _publish(ctx: TrialContext, task: Task, registry: str | None,
-                 fallback: TrialResult) -> JsonObject | None | bool:
+                 fallback: TrialResult) -> Published | None | Literal[False]:
         """With --registry, the driver builds the task's images once and pushes them; the
         node is told where they are (and pulls them instead of building). A task that does
         not build here is left to the node, which reports the build error as its result.
         False: the push failed (the trial is an infrastructure error, retried)."""
         if not registry:
             return None
-        from dataclasses import asdict
-
         from orchestrator.runtime import BuildFailed, RuntimeFault
         from orchestrator.trial import ImageCache
 
         images = ctx.images_for
         assert isinstance(images, ImageCache)  # the driver's context has one (run_job)
         try:
-            return asdict(images.publish(task))
+            return images.publish(task)
         except BuildFailed:
             return None
         except RuntimeFault as exc:
@@ -207,13 +218,12 @@ class RayExecutor:
             log.warning("ray.publish_failed", task=task.name, error=fallback.error)
             return False
 
-    def run(self, task: Task, attempt: int, retries: list[str], base: JsonObject, job_dir: Path,
-            cancel: threading.Event, fallback: TrialResult) -> TrialResult:
+    def run(self, task: Task, request: NodeRequest, job_dir: Path, cancel: threading.Event,
+            fallback: TrialResult) -> TrialResult:
         env = task.config.environment
-        payload = {**base, "task_name": task.name, "content_hash": task.content_hash,
-                   "attempt": attempt, "retries": list(retries)}
+        attempt = request.attempt
         ref = self._remote.options(num_cpus=env.cpus, memory=env.memory_mb * 2**20).remote(
-            payload, self._task_ref(task))
+            request, self._task_ref(task))
         while True:
             ready, _ = self.ray.wait([ref], timeout=0.5)
             if ready:
@@ -233,11 +243,12 @@ class RayExecutor:
             return self._lost(task, attempt, exc, fallback)
         except Exception as exc:  # node died, worker crashed, object lost: infrastructure
             return self._lost(task, attempt, exc, fallback)
-        result = TrialResult.model_validate_json(out["result"])
+        reply = NodeReply.received(out)
+        result = reply.result
         result.task_path = str(task.path)
-        folder = job_dir / "trials" / out["folder"]
+        folder = job_dir / "trials" / reply.folder
         TrialDir(folder).set_aside_earlier_try()  # an earlier try is kept, never mixed in
-        safe_extract([out["tar"]], folder)
+        safe_extract([reply.tar], folder)
         write_json_atomic(folder / "result.json", result)
         return result
 

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.util import JsonObject
+from orchestrator.models import TrialResult
+from orchestrator.trial import Published
 
 if TYPE_CHECKING:
     from orchestrator.agents import Agent
@@ -80,7 +81,46 @@ class TrialSpec(BaseModel):
             timeout_override=manifest.trial_budget.timeout_seconds, oci_runtime=self.oci_runtime,
             manifest_dir=manifest_dir, trust=trust_for(ca_file))
 
+
+
+class NodeRequest(BaseModel):
+    """One trial as the Ray driver sends it to a node (executors/ray.py `run_on_node`): the
+    job's spec and what is this trial's own. The task's folder travels beside it, as a tar
+    in Ray's object store (put once per task).
+
+    Wire form: this object, pickled by Ray; every field is plain data (str, int, bytes,
+    lists and the JSON of the manifest and upstreams), so no process-bound object (a
+    runtime, a lock, an event) can ride along. The node validates it again on receipt
+    (`received`), so a request of the wrong shape fails there, naming the field."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, revalidate_instances="always")
+
+    spec: TrialSpec
+    task_name: str  # dataset/task, as the driver loaded it
+    content_hash: str  # the task folder's: the node unpacks it once under this key
+    attempt: int = Field(ge=0)
+    retries: list[str] = []  # the tries before this one (failure modes)
+    images: Published | None = None  # --registry: the images the driver built and pushed
+
     @classmethod
-    def from_payload(cls, payload: JsonObject) -> TrialSpec:
-        """The spec inside an executor's payload (which carries per-trial keys too)."""
-        return cls.model_validate({k: payload[k] for k in cls.model_fields if k in payload})
+    def received(cls, wire: object) -> NodeRequest:
+        """The request as it arrived on the node, validated (ValidationError otherwise)."""
+        return cls.model_validate(wire)
+
+
+class NodeReply(BaseModel):
+    """What a node sends back for one trial: its result and its folder as a tar (the driver
+    alone writes the job directory). Wire form: this object, pickled by Ray; the driver
+    validates it on receipt (`received`), so a reply of the wrong shape is an error in
+    orchestra, raised, never a silently wrong result."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, revalidate_instances="always")
+
+    result: TrialResult
+    folder: str = Field(pattern=r"^[^/]+$")  # the trial folder's name under the job's trials/
+    tar: bytes  # that folder, tarred (orchestrator.archive: extracted with safe_extract)
+
+    @classmethod
+    def received(cls, wire: object) -> NodeReply:
+        """The reply as it arrived on the driver, validated (ValidationError otherwise)."""
+        return cls.model_validate(wire)

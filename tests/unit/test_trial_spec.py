@@ -37,10 +37,13 @@ def _context(spec: TrialSpec, ca_file: Path):
 
 
 def test_the_ray_payload_carries_the_whole_spec_and_both_sides_make_the_same_context(tmp_path):
+    import pickle
+
+    from orchestrator.executors.spec import NodeRequest
+
     spec = _spec(tmp_path)
-    payload = {**spec.model_dump(), "images": None, "task_name": "ds/t", "content_hash": "h",
-               "attempt": 0, "retries": []}  # as RayExecutor.run sends it
-    on_node = TrialSpec.from_payload(payload)
+    request = NodeRequest(spec=spec, task_name="ds/t", content_hash="h", attempt=0)  # as RayExecutor sends it
+    on_node = NodeRequest.received(pickle.loads(pickle.dumps(request))).spec  # as run_on_node reads it
     assert on_node == spec
     ca = tmp_path / "ca.pem"
     here, there = _context(spec, ca), _context(on_node, ca)

@@ -1,0 +1,54 @@
+"""The Ray executor's request and reply are typed (executors/spec.py NodeRequest, NodeReply):
+pickled as Ray pickles them, they arrive equal, and each side validates what it received, so
+a request or reply of the wrong shape fails where it crosses, naming the field."""
+
+import pickle
+
+import pytest
+from pydantic import ValidationError
+
+from orchestrator.executors.spec import NodeReply, NodeRequest, TrialSpec
+from orchestrator.models import FailureMode, TrialResult, default_manifest
+from orchestrator.trial import Published
+
+
+def _request(**changes: object) -> NodeRequest:
+    spec = TrialSpec(job="j", manifest=default_manifest("oracle").model_dump(mode="json"))
+    published = Published(images={"task_image": "orchestra/task/t:1", "agent_image": "orchestra/agent/t:1",
+                                  "stand_ins": []}, refs={"orchestra/agent/t:1": "127.0.0.1:5000/p/a:1"})
+    values: dict[str, object] = dict(spec=spec, task_name="ds/t", content_hash="abc", attempt=1,
+                                     retries=["infra_error"], images=published)
+    return NodeRequest(**{**values, **changes})
+
+
+def test_a_request_crosses_pickled_and_arrives_equal_and_typed():
+    request = _request()
+    arrived = NodeRequest.received(pickle.loads(pickle.dumps(request)))
+    assert arrived == request
+    assert isinstance(arrived.images, Published) and arrived.images.task_images().agent_image == "orchestra/agent/t:1"
+    assert arrived.spec.job == "j" and arrived.retries == ["infra_error"]
+    assert NodeRequest.received(_request(images=None)).images is None
+
+
+def test_a_request_of_the_wrong_shape_fails_on_receipt_naming_the_field():
+    with pytest.raises(ValidationError, match="attempt"):
+        NodeRequest.received({**dict(_request()), "attempt": -1})
+    with pytest.raises(ValidationError, match="task_name"):
+        NodeRequest.received({k: v for k, v in dict(_request()).items() if k != "task_name"})
+    with pytest.raises(ValidationError, match="surprise"):
+        NodeRequest.received({**dict(_request()), "surprise": 1})
+    with pytest.raises(ValidationError):  # the old untyped payload is refused, not half-read
+        NodeRequest.received({"job": "j", "manifest": {}, "task_name": "ds/t", "attempt": 0})
+
+
+def test_a_reply_crosses_pickled_and_a_wrong_one_is_refused():
+    result = TrialResult(trial_id="t__1", job="j", task="ds/t", task_path="/x", content_hash="h",
+                         condition="c", condition_hash="c", agent="oracle", attempt=1,
+                         failure_mode=FailureMode.NONE, reward={"reward": 1.0})
+    reply = NodeReply(result=result, folder="t__1", tar=b"\x00" * 10)
+    arrived = NodeReply.received(pickle.loads(pickle.dumps(reply)))
+    assert arrived.result == result and arrived.tar == b"\x00" * 10
+    with pytest.raises(ValidationError, match="folder"):  # a folder name, never a path
+        NodeReply.received({"result": result, "folder": "../escape", "tar": b""})
+    with pytest.raises(ValidationError, match="result"):
+        NodeReply.received({"result": {"reward": "lots"}, "folder": "t__1", "tar": b""})
