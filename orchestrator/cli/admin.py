@@ -22,7 +22,7 @@ from orchestrator.cli.app import (
     print_table,
     tasks_app,
 )
-from orchestrator.errors import InfraError, InputError
+from orchestrator.errors import BuildFailed, InfraError, InputError
 
 
 @tasks_app.command("check")
@@ -32,48 +32,36 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
     task.toml keys orchestra (like Harbor) ignores, and what each task needs that this host
     lacks (images, a registry, cpus, the network).
     Exit codes: 0 every task valid, 2 a problem (each named by file and field)."""
-    from orchestrator.job.host_needs import host_needs
-    from orchestrator.tasks import load_tasks
+    from orchestrator.api import check_tasks
 
     imports_done()
     human = err if json_out else console
     try:
-        tasks = load_tasks(path)
+        checked = check_tasks(path)
     except InputError as exc:
         fail(exc)
-    runtime = info = None
-    try:
-        from orchestrator.runtime import open_runtime
-
-        runtime = open_runtime()
-        info = runtime.engine_facts()
-    except InfraError:
+        return
+    if not checked.engine_answered:
         human.print("note: no Docker engine answers; images and capacity are not checked")
-    rows = []
-    for task in tasks:
-        needs = host_needs(task, runtime, info)
-        rows.append({"task": task.name, "path": str(task.path), "content_hash": task.content_hash,
-                     "ignored_fields": task.ignored_fields, "schema_warning": task.schema_warning,
-                     "needs": needs})
-        if not json_out:
-            console.print(f"ok  {task.name}  ({task.path})  hash {task.content_hash}", soft_wrap=True)
-            if task.schema_warning:
-                console.print(f"    warning: {task.schema_warning}", markup=False, soft_wrap=True)
-            if task.ignored_fields:
-                console.print(f"    ignored (Harbor ignores them too): {', '.join(task.ignored_fields)}",
-                              markup=False, soft_wrap=True)
-            for need in needs:
-                console.print(f"    needs: {need}", markup=False, soft_wrap=True)
-    if info is not None and "runsc" not in info.oci_runtimes:
+    for task in checked.tasks if not json_out else []:
+        console.print(f"ok  {task.task}  ({task.path})  hash {task.content_hash}", soft_wrap=True)
+        if task.schema_warning:
+            console.print(f"    warning: {task.schema_warning}", markup=False, soft_wrap=True)
+        if task.ignored_fields:
+            console.print(f"    ignored (Harbor ignores them too): {', '.join(task.ignored_fields)}",
+                          markup=False, soft_wrap=True)
+        for need in task.needs:
+            console.print(f"    needs: {need}", markup=False, soft_wrap=True)
+    if checked.engine_answered and "runsc" not in checked.oci_runtimes:
         human.print("note: gVisor is not available on this engine (`--oci-runtime runsc` would be refused). "
                     "To add it: apt-get install runsc, put these lines in /etc/docker/daemon.json "
                     '(merged with what is there): {"runtimes": {"runsc": {"path": "/usr/bin/runsc", '
                     '"runtimeArgs": ["--platform=ptrace", "--network=host"]}}}, then `kill -HUP $(pidof dockerd)`',
                     markup=False, soft_wrap=True)
     if json_out:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps([t.model_dump(mode="json") for t in checked.tasks], indent=2))
     else:
-        console.print(f"{len(tasks)} task(s) valid")
+        console.print(f"{len(checked.tasks)} task(s) valid")
 
 
 @tasks_app.command("doctor")
@@ -98,30 +86,24 @@ def tasks_doctor(
     healthy; 1 some task is not; 2 bad input; 3 the engine failed."""
     from collections import Counter
 
-    from orchestrator.job import diagnose, invalid
+    from orchestrator.api import doctor_tasks
     from orchestrator.models import Observers, TrialFinished
-    from orchestrator.runtime import open_runtime
-    from orchestrator.tasks import load_tasks_lenient
 
     imports_done()
     human = err if json_out else console
+
+    def progress(event: TrialFinished) -> None:
+        result = event.result
+        err.print(f"  [{event.done}/{event.total}] {result.agent} {result.task}: {result.failure_mode.value}",
+                  markup=False, highlight=False, soft_wrap=True)
+
     try:
-        if ca_bundle is not None and not ca_bundle.is_file():
-            raise InputError(f"--ca-bundle: {ca_bundle}: no such file")
-        tasks, problems = load_tasks_lenient(path)
         configure_logs(verbose, None)
-        runtime = open_runtime(max_pool_size=n_concurrent * 3 + 8)
-
-        def progress(event: TrialFinished) -> None:
-            result = event.result
-            err.print(f"  [{event.done}/{event.total}] {result.agent} {result.task}: {result.failure_mode.value}",
-                      markup=False, highlight=False, soft_wrap=True)
-
-        found = diagnose(runtime, tasks, jobs_dir, n_concurrent=n_concurrent, ca_bundle=ca_bundle,
-                         refresh=refresh, observers=Observers().on(TrialFinished, progress)) if tasks else []
-        found += invalid(problems)
+        found = doctor_tasks(path, jobs_dir=jobs_dir, n_concurrent=n_concurrent, ca_bundle=ca_bundle,
+                             refresh=refresh, observers=Observers().on(TrialFinished, progress))
     except (InputError, InfraError) as exc:
         fail(exc)
+        return
 
     def score(value: float | None) -> str:
         return "-" if value is None else f"{value:g}"
@@ -144,28 +126,19 @@ def images_bootstrap(force: Annotated[bool, typer.Option(help="Rebuild even if p
     python3, pip, venv and ca-certificates, made to behave like the official python images.
     A FROM this engine lacks is built on the nearest one (python 3.13+ trixie, 3.11-3.12
     bookworm, older bullseye; debian and ubuntu by release), said in the run's output."""
-    from orchestrator.runtime import BuildFailed, open_runtime
-    from orchestrator.tasks import RELEASES
-    from orchestrator.trial import BOOTSTRAP_RELEASES, bootstrap_base
+    from orchestrator.api import bootstrap_bases
 
     configure_logs(verbose=True)
-    releases = list(release or BOOTSTRAP_RELEASES)
-    for name in releases:
-        if name not in RELEASES:
-            fail(InputError(f"--release: {name!r} is not one of {', '.join(RELEASES)}"))
     try:
-        runtime = open_runtime()
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(len(releases)) as pool:  # debootstrap waits on the mirror
-            images = list(pool.map(lambda r: bootstrap_base(runtime, r, force=force), releases))
-    except InfraError as exc:
+        ready = bootstrap_bases(release, force=force)
+    except (InputError, InfraError) as exc:
         fail(exc)
+        return
     except BuildFailed as exc:
         err.print(f"[red]bootstrap failed:[/] {exc}")
         raise typer.Exit(3) from exc
-    for name, image in zip(releases, images, strict=True):
-        console.print(f"{image} ready (Debian {name}, python {RELEASES[name]})")
+    for base in ready:
+        console.print(f"{base.image} ready (Debian {base.release}, python {base.python})")
 
 
 @app.command()
@@ -175,24 +148,14 @@ def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON ins
     """The agents `orchestra run --agent NAME` takes: built-in ones and installed CLIs
     (kind, version, whether the host has installed it yet; an installed CLI is
     installed on first use, or now with --install)."""
-    from orchestrator.agents import INSTALLED, AgentRow, ensure_installed, listing
-    from orchestrator.models import AGENT_NAMES
+    from orchestrator.api import install_agents, list_agents
 
     imports_done()
-
     try:
-        for name in (list(INSTALLED) if install == ["all"] else install or []):
-            if name not in INSTALLED:
-                raise InputError(f"--install: {name!r} is not one of {', '.join(INSTALLED)}")
-            for recipe in INSTALLED[name].recipes():  # the CLI and what it runs on (Node)
-                ensure_installed(recipe, ca_bundle)
+        install_agents(install or [], ca_bundle)
     except (InputError, InfraError) as exc:
         fail(exc)
-    import orchestrator
-
-    built_in: list[AgentRow] = [{"name": n, "kind": "built-in", "version": orchestrator.__version__,
-                                 "installed": True, "path": ""} for n in AGENT_NAMES if n not in INSTALLED]
-    rows = built_in + listing()
+    rows = list_agents()
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -215,43 +178,28 @@ def cleanup(
     and the idle networks kept between jobs; `--job NAME` one job's, `--all` all of them.
     Objects orchestra did not create (e.g. someone's container from an image orchestra
     built) are never touched."""
-    from orchestrator.host import LABEL_JOB, plan, prune_images, reap, reap_orphans, remove_idle
-    from orchestrator.runtime import LABEL_KIND, open_runtime
+    from orchestrator.api import clean_up, cleanup_plan
 
     configure_logs()
-    if job is not None and everything:
-        fail(InputError("--job and --all: choose one"))
     try:
-        runtime = open_runtime()
-    except InfraError as exc:
+        if dry_run:
+            shown = cleanup_plan(job, everything)
+        else:
+            done = clean_up(job, everything, images, keep_gb)
+    except (InputError, InfraError) as exc:
         fail(exc)
-    scope = "every orchestra object" if everything else (
-        f"job {job}" if job else "jobs whose orchestrator is gone")
+        return
     if dry_run:
-        rows = plan(runtime, job, everything)
-        if job is None and not everything:
-            rows += [{"kind": "network", "name": n, "labels": {LABEL_JOB: "(idle, kept between jobs)"}}
-                     for n in remove_idle(runtime, dry_run=True)]
         if json_out:
-            typer.echo(json.dumps([{"kind": r["kind"], "name": r["name"], "job": r["labels"].get(LABEL_JOB)}
-                                   for r in rows], indent=2))
+            typer.echo(json.dumps([o.model_dump(mode="json") for o in shown.objects], indent=2))
             return
-        for row in rows:
-            console.print(f"would remove {row['kind']} {row['name'][:64]}  "
-                          f"(job {row['labels'].get(LABEL_JOB, '?')})", markup=False)
-        console.print(f"{len(rows)} object(s) in scope ({scope}); nothing removed (--dry-run)",
+        for row in shown.objects:
+            console.print(f"would remove {row.kind} {row.name[:64]}  (job {row.job or '?'})", markup=False)
+        console.print(f"{len(shown.objects)} object(s) in scope ({shown.scope}); nothing removed (--dry-run)",
                       soft_wrap=True)
         return
-    if everything:
-        removed = reap(runtime, LABEL_KIND)
-    elif job is not None:
-        removed = reap(runtime, f"{LABEL_JOB}={job}")
-    else:
-        removed = reap_orphans(runtime)
-        removed["networks"] += len(remove_idle(runtime))
-    if images:
-        removed["images"] = len(prune_images(runtime, keep_gb))
+    removed = done.removed.model_dump(exclude_none=True)
     if json_out:
-        typer.echo(json.dumps({"scope": scope, "removed": removed}, indent=2))
+        typer.echo(json.dumps({"scope": done.scope, "removed": removed}, indent=2))
         return
-    console.print(", ".join(f"{n} {what}" for what, n in removed.items()) + f" removed ({scope})")
+    console.print(", ".join(f"{n} {what}" for what, n in removed.items()) + f" removed ({done.scope})")

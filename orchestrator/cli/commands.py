@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from orchestrator.models import CompareReport, JobResult, TrialResult
+    from orchestrator.api import JobReport
     from orchestrator.report import Gate
 
 
@@ -160,24 +160,19 @@ def report(
 
     {exits}
     """
-    from orchestrator.report import load_job_result, load_trials
+    from orchestrator.api import open_report
 
     imports_done()
 
-    regression = None
     human = human_console(json_out)
     try:
-        job = load_job_result(job_dir)
-        trials = load_trials(job_dir)
-        if fail_on_regression and baseline is None:
-            raise InputError("--fail-on-regression: needs --baseline JOB_DIR")
-        if baseline is not None:
-            from orchestrator.report.gate import gate
-
-            regression = gate(trials, load_trials(baseline), allow_changed, gate_layer, flaky, alpha)
+        opened = open_report(job_dir, baseline=baseline, fail_on_regression=fail_on_regression,
+                             gate_layer=gate_layer, flaky=flaky, alpha=alpha, allow_changed=allow_changed)
     except InputError as exc:
         fail(exc)
-    blocks = _write_report(job_dir, job, trials, human)
+        return
+    job, trials, regression = opened.job, opened.trials, opened.gate
+    blocks = _write_report(opened, human)
     if junit:
         from orchestrator.report import write_junit
 
@@ -194,10 +189,7 @@ def report(
     failing = fail_under is not None and job.mean_reward < fail_under
     if failing:
         err.print(f"mean reward {job.mean_reward:.3f} is below --fail-under {fail_under}")
-    if regression is not None and baseline is not None:  # a gate is made against a baseline
-        from orchestrator.util import write_json_atomic
-
-        write_json_atomic(job_dir / "regressions.json", regression.as_dict())
+    if regression is not None and baseline is not None:  # the API wrote regressions.json
         _report_gate(regression, baseline, fail_on_regression, human)
     if failing:
         raise typer.Exit(1)
@@ -206,21 +198,23 @@ def report(
 report.__doc__ = (report.__doc__ or "").replace("{gate}", GATE_HELP).replace("{exits}", REPORT_EXITS)
 
 
-def _write_report(job_dir: Path, job: "JobResult", trials: "list[TrialResult]", human: "Console") -> list[tuple[str, list[str], list[list[str]]]]:
+def _write_report(opened: "JobReport", human: "Console") -> list[tuple[str, list[str], list[list[str]]]]:
     """The tables on the console, report.md and report.html into the job; the tables' blocks."""
     from orchestrator.report import sections, to_html
     from orchestrator.report.render import to_markdown
     from orchestrator.report.tables import tables
 
-    aggregate = tables(trials)
-    compare = _compare_in(job_dir)
+    job, job_dir = opened.job, opened.job_dir
+    aggregate = tables(opened.trials)
+    for problem in opened.left_out:
+        err.print(f"left out of the report: {problem}", markup=False)
     human.print(f"[bold]job {job.job}[/]: {job.n_trials} trials, mean reward {job.mean_reward:.3f}, "
                 f"tokens {aggregate.tokens}, cost {aggregate.cost:.4f}")
     blocks = sections(job, aggregate)
     for title, header, rows in blocks:
         print_table(human, title, header, rows)
-    (job_dir / "report.md").write_text(to_markdown(job, aggregate, compare))
-    (job_dir / "report.html").write_text(to_html(job, aggregate, compare, trials))
+    (job_dir / "report.md").write_text(to_markdown(job, aggregate, opened.compare))
+    (job_dir / "report.html").write_text(to_html(job, aggregate, opened.compare, opened.trials))
     human.print(f"wrote {job_dir / 'report.md'} and {job_dir / 'report.html'}", soft_wrap=True)
     return blocks
 
@@ -234,22 +228,6 @@ def _write_atif(job_dir: Path, out: Path, human: "Console") -> None:
         human.print(line, markup=False, highlight=False, soft_wrap=True)
     human.print(f"wrote {export.written} ATIF trajectories to {out} ({len(export.copied)} as collected, "
                 f"{len(export.built)} built now)", soft_wrap=True)
-
-
-def _compare_in(job_dir: Path) -> "CompareReport | None":
-    """The job's compare*.json (`orchestra compare --json` into it), for the report's on/off
-    section; a damaged one is named and left out."""
-    from pydantic import ValidationError
-
-    from orchestrator.errors import validation_problems
-    from orchestrator.models import CompareReport
-
-    for path in sorted(job_dir.glob("compare*.json")):
-        try:
-            return CompareReport.model_validate_json(path.read_text())
-        except ValidationError as exc:
-            err.print(f"left out of the report: {validation_problems(path, exc)[0]}", markup=False)
-    return None
 
 
 def _report_gate(regression: "Gate", baseline: Path, fail_on_regression: bool, human: "Console") -> None:
@@ -274,16 +252,17 @@ def compare_cmd(
 ) -> None:
     """Paired memory-on vs memory-off comparison of two jobs (either order): utility delta,
     helpful and harmful trials, per-class table, McNemar p-value and a bootstrap CI."""
-    from orchestrator.report import load_job_result
-    from orchestrator.report.compare import compare, to_markdown
+    from orchestrator.api import compare_jobs
+    from orchestrator.report.compare import to_markdown
     from orchestrator.util import write_output
 
     imports_done()
 
     try:
-        report = compare(load_job_result(first), load_job_result(second))
+        report = compare_jobs(first, second)
     except InputError as exc:
         fail(exc)
+        return
     text = to_markdown(report)
     human_console(json_out, markdown).print(text, markup=False, highlight=False)
     if json_out:
@@ -300,19 +279,20 @@ def view(
     """Browse jobs in a local web app: jobs, each trial's failure reason first, its
     trajectory, relay evidence, output and verifier output. Serves 127.0.0.1 only and
     opens nothing by itself; Ctrl-C stops it."""
-    from orchestrator.view import ViewServer
+    from orchestrator.api import serve_view
 
     imports_done()
     roots = jobs or [Path("jobs")]
-    missing = [str(p) for p in roots if not p.exists()]
-    if missing:
-        fail(InputError([f"{p}: no such folder" for p in missing]))
     # Ctrl-C and SIGTERM stop it, set here: a process started in the background of a script
     # inherits SIGINT ignored, and Python then leaves it so (`orchestra view &` could not be
     # stopped by the signal `kill -INT` sends; a test suite run in the background never could)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    server = ViewServer(roots, port=port).start()
+    try:
+        server = serve_view(roots, port)
+    except InputError as exc:
+        fail(exc)
+        return
     console.print(f"orchestra view: {server.url}  (Ctrl-C to stop)", soft_wrap=True)
     try:
         signal.pause()
@@ -364,7 +344,7 @@ def main() -> None:
         err.print("cancelled")
         sys.exit(130)
     except Exception as exc:
-        from orchestrator.runtime import RuntimeFault
+        from orchestrator.errors import RuntimeFault
 
         if isinstance(exc, RuntimeFault):
             err.print(f"[red]the Docker engine failed[/]: {exc}")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from orchestrator import public_face
 
 if TYPE_CHECKING:
-    from orchestrator.job.doctor import diagnose, invalid, skipped_by_run
+    from orchestrator.job.doctor import Diagnosis, diagnose, invalid, skipped_by_run
     from orchestrator.job.durations import measured
     from orchestrator.job.enginewatch import EngineGone, EngineWatch
     from orchestrator.job.joblock import hold_job
@@ -20,11 +20,12 @@ if TYPE_CHECKING:
     from orchestrator.job.summary import summarize
 
 __all__ = [
-    "REQUIRABLE", "Admission", "EngineGone", "EngineWatch", "JobOptions", "MemoryShadow",
+    "REQUIRABLE", "Admission", "Diagnosis", "EngineGone", "EngineWatch", "JobOptions", "MemoryShadow",
     "Scheduler", "diagnose", "hold_job", "invalid", "measured", "memory_shadow", "run_job",
     "skipped_by_run", "summarize",
 ]
 __getattr__, __dir__ = public_face(__name__, {
+    "Diagnosis": "doctor",
     "diagnose": "doctor",
     "invalid": "doctor",
     "skipped_by_run": "doctor",

@@ -163,7 +163,7 @@ def test_host_side_enforcement_is_reached_only_through_the_runtime():
 
 
 # DESIGN 1, top to bottom: a module may import its own layer and the layers below it.
-# api.py (the Python API the CLI calls) is a layer of its own, one flat module, under cli.
+# api/ (the Python API the CLI calls: runs, admin, results) is a layer of its own, under cli.
 LAYERS = ["cli", "api", "view", "report", "job", "executors", "trial", "agents", "services", "host",
           "runtime", "tasks", "models", "kernel"]
 KERNEL = {"archive", "errors", "log", "paths", "scrub", "util"}
@@ -215,18 +215,50 @@ def test_the_layer_check_fails_on_a_planted_upward_import(tmp_path):
 
 
 def test_the_kernel_is_at_most_six_modules_and_nothing_else_is_flat():
-    flat = sorted(p.stem for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "api.py"))
+    flat = sorted(p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
     assert flat == sorted(KERNEL) and len(flat) <= 6
 
 
-def test_the_cli_runs_a_job_only_through_the_api():
-    """`orchestra run` parses, calls orchestrator.api.run and renders: cli/run.py imports no
-    layer that makes a job (job, executors, trial, runtime, tasks), and neither does api.py's
-    caller need to."""
-    makers = {"job", "executors", "trial", "agents", "services", "host", "runtime", "tasks"}
-    reached = {layer_of(module) for _, module, _ in imports_by_line(MODULES["orchestrator.cli.run"])}
-    assert "api" in reached and reached & makers == set()
-    assert layer_of("orchestrator.api") == "api"
+# cli/ holds no job logic (issue 47): it parses, calls one function of the API and renders.
+# So its modules import only the API's face, the renderers (report), the models, the kernel
+# and cli/ itself: never a layer that makes a job or looks after the host.
+CLI_MAY_IMPORT = ("orchestrator.api", "orchestrator.report", "orchestrator.models", "orchestrator.cli")
+
+
+def cli_reaches(modules: dict[str, Path]) -> list[str]:
+    """Imports of cli/ modules (module level, in functions, under TYPE_CHECKING) outside
+    what the CLI may import; the API only through its face (orchestrator.api)."""
+    found = []
+    for name, path in sorted(modules.items()):
+        if layer_of(name) != "cli":
+            continue
+        for line, module, _ in imports_by_line(path):
+            allowed = layer_of(module) == "kernel" or module == "orchestrator.api" or any(
+                module == top or module.startswith(top + ".") for top in CLI_MAY_IMPORT[1:])
+            if not allowed:
+                found.append(f"{path.name}:{line}: {module}")
+    return found
+
+
+def test_the_cli_imports_only_the_api_the_renderers_the_models_and_the_kernel():
+    assert cli_reaches(MODULES) == []
+    cli = {name for name in MODULES if layer_of(name) == "cli"}
+    assert {"orchestrator.cli.admin", "orchestrator.cli.commands", "orchestrator.cli.run"} <= cli
+    reached = {module for name in cli for _, module, _ in imports_by_line(MODULES[name])}
+    assert "orchestrator.api" in reached  # the check sees the imports it allows, too
+
+
+def test_the_cli_check_fails_on_a_planted_reach_past_the_api(tmp_path):
+    planted = tmp_path / "orchestrator" / "cli" / "planted.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("from orchestrator.api import run\nfrom orchestrator.report import render_job\n"
+                       "from orchestrator.errors import InputError\n"
+                       "def f():\n    from orchestrator.runtime import open_runtime\n"
+                       "    from orchestrator.api.runs import _check\n"
+                       "    from orchestrator.host import reap\n")
+    found = cli_reaches({"orchestrator.cli.planted": planted})
+    assert [hit.split(": ", 1)[1] for hit in found] == [
+        "orchestrator.runtime", "orchestrator.api.runs", "orchestrator.host"]
 
 
 def test_no_package_imports_another_packages_private_names():
@@ -262,9 +294,9 @@ FACE_EXCEPTIONS = {
 
 
 def package_of(module: str) -> str | None:
-    """orchestrator.X for a module of package X; None for the kernel, api.py and the root."""
+    """orchestrator.X for a module of package X; None for the kernel and the root."""
     parts = module.split(".")
-    if len(parts) < 2 or parts[1] in KERNEL or parts[1] == "api":
+    if len(parts) < 2 or parts[1] in KERNEL:
         return None
     return ".".join(parts[:2])
 
@@ -344,3 +376,72 @@ def test_the_runtime_core_is_at_most_20_abstract_methods_each_with_its_contract(
             assert exc.part == part
         else:
             raise AssertionError(f"{part}: the base's {methods[0]} did not raise NotSupported")
+
+
+# No dicts at boundaries (issue 47): a public function (or a public class's method) of the
+# models, the API or the executors' spec returns typed objects, never a bare dict: no
+# `dict[...]`, `JsonObject` or `Mapping` anywhere in its return annotation (`list[dict]`
+# and `X | dict` count). A TypedDict with its keys declared is typed. The exceptions are
+# named, each with its reason; a key is "module:function" (Class.method for a method).
+RECORD_MODULES = ("orchestrator.models", "orchestrator.api", "orchestrator.executors.spec")
+BARE_DICT = ("dict", "Dict", "JsonObject", "Mapping", "MutableMapping")
+DICT_EXCEPTIONS = {
+    "orchestrator.models.trajectory:records": "an agent's own trajectory.jsonl lines: their shape "
+                                              "is the agent's (DESIGN 3.6), read as found",
+    "orchestrator.models.trajectory:event_of": "one of those lines' event, as the agent wrote it",
+    "orchestrator.models.trajectory:tool_of": "one of those lines' tool call, as the agent wrote it",
+    "orchestrator.models.manifest:flag_env": "environment variables (name -> value) for "
+                                                      "a container, not a record",
+}
+
+
+def dict_returns(modules: dict[str, Path]) -> tuple[list[str], set[str]]:
+    """Public functions of RECORD_MODULES whose return annotation holds a bare dict, and
+    the exceptions that were used."""
+    found, used = [], set()
+    for name, path in sorted(modules.items()):
+        if not any(name == m or name.startswith(m + ".") for m in RECORD_MODULES):
+            continue
+
+        def visit(body: list[ast.stmt], prefix: str, name: str = name) -> None:
+            for node in body:
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    visit(node.body, f"{prefix}{node.name}.", name)
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns \
+                        and not node.name.startswith("_"):
+                    names = {n.id for n in ast.walk(node.returns) if isinstance(n, ast.Name)} | \
+                        {n.attr for n in ast.walk(node.returns) if isinstance(n, ast.Attribute)}
+                    if isinstance(node.returns, ast.Constant) and isinstance(node.returns.value, str):
+                        names = {n.id for n in ast.walk(ast.parse(node.returns.value, mode="eval"))
+                                 if isinstance(n, ast.Name)}
+                    if names & set(BARE_DICT):
+                        key = f"{name}:{prefix}{node.name}"
+                        if key in DICT_EXCEPTIONS:
+                            used.add(key)
+                        else:
+                            found.append(f"{key} -> {ast.unparse(node.returns)}")
+
+        visit(ast.parse(path.read_text()).body, "")
+    return found, used
+
+
+def test_no_public_function_of_the_models_the_api_or_the_spec_returns_a_bare_dict():
+    found, used = dict_returns(MODULES)
+    assert found == []
+    assert sorted(set(DICT_EXCEPTIONS) - used) == [], "an exception no function needs any more"
+    checked = [name for name in MODULES if any(name.startswith(m) for m in RECORD_MODULES)]
+    assert "orchestrator.api.admin" in checked and "orchestrator.executors.spec" in checked
+
+
+def test_the_dict_check_fails_on_a_planted_dict_return(tmp_path):
+    planted = tmp_path / "orchestrator" / "api" / "planted.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("from orchestrator.util import JsonObject\n"
+                       "def fine() -> list[str]: ...\n"
+                       "def _private() -> dict[str, int]: ...\n"
+                       "def counts() -> dict[str, int]: ...\n"
+                       "class Outcome:\n"
+                       "    def rows(self) -> 'list[JsonObject] | None': ...\n")
+    found, _ = dict_returns({"orchestrator.api.planted": planted})
+    assert found == ["orchestrator.api.planted:counts -> dict[str, int]",
+                     "orchestrator.api.planted:Outcome.rows -> 'list[JsonObject] | None'"]

@@ -113,7 +113,7 @@ def _run_args(**over):
 
 
 def test_task_env_flag_refuses_orchestras_own_secrets(tmp_path):
-    from orchestrator.api import _allow_task_env
+    from orchestrator.api.runs import _allow_task_env
     from orchestrator.models.manifest import default_manifest
 
     endpoints = tmp_path / "e.json"
@@ -218,7 +218,7 @@ def test_one_writer_per_job_folder(tmp_path):
 
 
 def test_resume_never_takes_endpoints_from_the_job_folder_over_yours(tmp_path, monkeypatch):
-    from orchestrator.api import _resumed_endpoints
+    from orchestrator.api.runs import _resumed_endpoints
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "endpoints").mkdir()

@@ -1,4 +1,4 @@
-"""orchestra's Python API: what `orchestra run` does, without the command line.
+"""The API of `orchestra run` (the package orchestrator.api is its face): what it does, without the command line.
 
     from orchestrator.api import RunRequest, run
 
