@@ -3,8 +3,10 @@
 The package is laid out by layer; a layer imports only the layers below it (the
 architecture test holds this):
 
-    cli/          the typer app: parse, call one function, render
-    api.py        the Python API `orchestra run` calls: RunRequest -> run() -> RunOutcome
+    cli/          the typer app: parse, call one function of the API, render
+    api/          the Python API every command calls: runs (RunRequest -> run() ->
+                  RunOutcome), admin (tasks, images, agents, cleanup), results (report,
+                  compare, view)
     view/ report/ pages and reports over results already written
     job/          many trials: plan, scheduler, engine watch, pre-flight, summary, doctor
     executors/    where trials run: local threads, Ray
