@@ -104,7 +104,7 @@ def run(
     from orchestrator.cli.run import execute, parse
 
     flags["oci_runtime"] = oci_runtime_flag(oci_runtime, flags.pop("old_runtime"))
-    execute(*parse(flags))  # orchestrator/api.py runs it; cli/run.py shows it
+    execute(*parse(flags))  # orchestrator.api runs it; cli/run.py shows it
 
 
 def oci_runtime_flag(oci_runtime: str | None, old_runtime: str | None) -> str | None:

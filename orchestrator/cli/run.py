@@ -1,5 +1,5 @@
 """`orchestra run`, after typer has parsed it: the flags become the API's request
-(orchestrator/api.py, which checks them, runs the job and judges it) and the few that only
+(orchestrator/api/runs.py, which checks them, runs the job and judges it) and the few that only
 say how to show the job (Shown); this module shows it: notes and progress while it runs,
 then the results table, --json, an answer leak or the gate's verdict, and the exit code.
 A refusal raised by the API is printed naming the flag or file (exit 2, or 3 for the host)."""

@@ -1,4 +1,4 @@
-"""A whole job, with a gate, through the Python API alone (orchestrator/api.py): no
+"""A whole job, with a gate, through the Python API alone (orchestrator.api): no
 subprocess, no typer. A baseline release does both tasks; the next release does neither and
 the gate names both regressions, exit 1 in the outcome; the baseline's agent again holds the
 gate, exit 0. A malformed task is orchestra's InputError naming the file, before anything

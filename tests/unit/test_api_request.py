@@ -1,7 +1,7 @@
-"""The Python API's request (orchestrator/api.py RunRequest) and `orchestra run` cannot
+"""The Python API's request (orchestrator/api/runs.py RunRequest) and `orchestra run` cannot
 drift: every flag of the command is a field of the request or one of the CLI's own (Shown),
 each with the same default, and the CLI given no flags builds the request RunRequest() is.
-The request's defaults are not read from the typer signature (api.py sits below cli/ and
+The request's defaults are not read from the typer signature (api/ sits below cli/ and
 may not import it), nor the signature's from the request (`orchestra --help` would then
 build the pydantic model at start-up): this test holds them together instead."""
 
