@@ -38,3 +38,23 @@ class TestDockerRuntimeContract(RuntimeContract):
 
 def test_docker_declares_every_optional_part(runtime: DockerRuntime) -> None:
     assert runtime.capabilities().parts == frozenset(Part)
+
+
+def test_pre_flight_passes_a_job_needing_every_part_on_docker(runtime: DockerRuntime, tmp_path) -> None:
+    """The job FakeRuntime refuses (tests/unit/test_preflight_parts.py) passes pre-flight
+    here: Docker has every part, so what the job needs is all there."""
+    from conftest import make_task
+
+    from orchestrator.job.options import JobOptions
+    from orchestrator.job.preflight import check_capabilities, parts_needed
+    from orchestrator.models.manifest import Manifest, RosterMember
+    from orchestrator.tasks.load import load_task
+
+    snapshot = load_task(make_task(tmp_path, "snap", toml="[verifier]\nenvironment_mode = \"snapshot\"\n"))
+    manifest = Manifest(condition="acp", roster=[
+        RosterMember(id="lead", kind="orchestrator", agent="acp"),
+        RosterMember(id="helper", kind="worker", agent="oracle")])
+    options = JobOptions(job_name="parts", jobs_dir=tmp_path / "jobs")
+    assert {Part.COMMIT, Part.SPAWN, Part.ATTACH} <= set(parts_needed([snapshot], options, manifest))
+    caps = check_capabilities(runtime, options, tasks=[snapshot], manifest=manifest)
+    assert caps.parts == frozenset(Part)
