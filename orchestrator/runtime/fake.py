@@ -7,7 +7,7 @@ that shows the seam is a seam). No engine, no threads, no sleeping: deterministi
   get_archive read and write as tar, the networks it is on, and every command run in it.
 - `exec` runs a scripted handler (`on_exec`: the first registered whose match fits, newest
   first), else a small built-in vocabulary (true, false, exit N, sleep N, echo, cat, head
-  -c N /dev/zero, mkdir -p, sh -c of any of those), else succeeds silently (exit 0). A
+  -c N /dev/zero, mkdir -p, sh -c of any of those), else exits 127 (not found). A
   handler says what the command did (`Ran`): exit code, output, how long it ran (past the
   deadline: timed out, with no exit code, without waiting), an OOM kill, files written, or
   the container dying under it.
@@ -329,7 +329,7 @@ class FakeRuntime(Runtime):
         for test, handler in list(self.handlers):
             if test(call.command):
                 return handler(call)
-        return _builtin(call) or Ran()
+        return _builtin(call) or Ran(exit_code=127, output=f"{call.command[0]}: not found\n".encode())
 
     def wait(self, container: str, timeout_sec: float) -> int | None:
         self._call("wait")

@@ -168,6 +168,13 @@ class RuntimeContract:
         unkept = rt.exec(box, ["echo", "contract"])  # capture 0: output not kept
         assert (unkept.exit_code, unkept.output) == (0, b"")
 
+    def test_a_command_that_does_not_exist_is_an_exit_code_not_an_error(
+            self, rt: Runtime, made: Made) -> None:
+        box = made.container()
+        missing = rt.exec(box, ["orchestra-contract-no-such-command"], capture=1024)
+        assert missing.exit_code in (126, 127) and not missing.timed_out
+        assert rt.is_running(box)
+
     def test_exec_output_is_capped_at_capture_bytes(self, rt: Runtime, made: Made) -> None:
         box = made.container()
         flood = rt.exec(box, ["head", "-c", "200000", "/dev/zero"], capture=100)
