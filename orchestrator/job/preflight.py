@@ -48,6 +48,8 @@ def preflight(tasks: list[Task], manifest: Manifest, endpoints: EndpointConfig |
             resolve_env(t.config.verifier.env)
         except EnvTemplateError as exc:
             problems.append(f"{t.path / 'task.toml'}: field '{exc.field}': {exc.reason}")
+        except InputError as exc:  # an allowed value too short to scrub (names task.toml)
+            problems.extend(f"{t.path}/{problem}" for problem in exc.problems)
     if problems:
         raise InputError(problems)
     return in_use

@@ -81,3 +81,23 @@ def test_an_endpoint_key_too_short_to_scrub_is_refused_at_preflight(tmp_path, mo
     monkeypatch.setenv("H3_LOCAL_KEY", SHORT)
     assert preflight([], manifest, load_endpoints([config])) == {"local"}
     assert os.environ["H3_LOCAL_KEY"] == SHORT and Path(config).is_file()
+
+
+def test_a_verifier_env_value_too_short_to_scrub_is_refused_at_preflight_naming_the_task(tmp_path, monkeypatch):
+    from orchestrator.tasks import compose, load_tasks
+    task = tmp_path / "ds/vshort"
+    for folder in ("environment", "tests", "solution"):
+        (task / folder).mkdir(parents=True)
+    (task / "solution/solve.sh").write_text("#!/bin/bash\n")
+    (task / "task.toml").write_text('[verifier]\nenv = {J = "${JUDGE_KEY}"}\n')
+    (task / "instruction.md").write_text("x\n")
+    (task / "environment/Dockerfile").write_text("FROM debian:bookworm-slim\n")
+    (task / "tests/test.sh").write_text("#!/bin/bash\n")
+    monkeypatch.setattr(compose, "_allowed_host_env", frozenset({"JUDGE_KEY"}))
+    monkeypatch.setenv("JUDGE_KEY", "abc12")
+    manifest = Manifest.model_validate({"roster": [{"id": "lead", "kind": "orchestrator", "agent": "oracle"}]})
+    with pytest.raises(InputError) as refused:
+        preflight(load_tasks(tmp_path / "ds"), manifest)
+    (problem,) = [p for p in refused.value.problems if "verifier.env" in p]
+    assert problem.startswith(f"{task}/task.toml: field 'verifier.env.J'") and "5 characters" in problem
+    assert "abc12" not in problem
