@@ -1,23 +1,25 @@
-"""OpenHands (PyPI `openhands-ai`): its headless CLI (`python3 -m openhands.core.main -f
-TASK`, CodeActAgent) with its local runtime, so the commands it runs run in the trial's
-container itself (no Docker in Docker), speaking Chat Completions (through litellm) to the
-trial's proxy.
+"""OpenHands (PyPI `openhands-ai`): its headless CLI (`openhands.core.main -f TASK`,
+CodeActAgent) with its local runtime, so the commands it runs run in the trial's container
+itself (no Docker in Docker), speaking Chat Completions (through litellm) to the trial's
+proxy.
 
 1.6.0 is the last release that ships this CLI (from 1.7.0 the package is its web server
 only). It needs Python >= 3.12 and is installed for one minor version, 3.13 (Debian trixie's
 python3 and the python:3.13 images), from wheels only (agents.install, a cross-version pip
 install, with the PEP 594 backports of aifc and audioop, which it imports although 3.13
-dropped them: about 1.8 GB, several minutes cold, so `orchestra agents --install openhands` or
-its first use, not part of `--install all`). Its bash tool drives tmux, which task images
-rarely have: Debian's tmux (with libevent and libutempter) is mounted beside it. An image
-whose python3 is not 3.13 is refused with the reason (exit 127) before any model call.
+dropped them: 1.8 GB, 64-124 s cold on a 2-core host, part of `--install all`). Its bash
+tool drives tmux, which task images rarely have: Debian's tmux (with libevent and
+libutempter) is mounted beside it. An image whose python3 is not 3.13 is refused with the
+reason (exit 127) before any model call.
 
-The model is `openai/orchestra-model` at the proxy's address with the per-trial token as
-its key, native tool calling forced on (litellm knows no such model), one retry (the proxy
-retries the provider), litellm's cost map read locally, browsing and Jupyter off. OpenHands
-exits 0 however its run ended, so the run script reads its saved trajectory: a `finish` is
-0, "maximum iteration" is the step limit, anything else 1. That trajectory (its event list)
-is its log, converted by `openhands_events`.
+The CLI runs with one change made in its process: the Jupyter plugin is dropped from
+CodeActAgent's runtime plugins (its IPython tool is off; the kernel gateway fails from a
+mounted install). The model is `openai/orchestra-model` at the proxy's address with the
+per-trial token as its key, native tool calling forced on (litellm knows no such model),
+one retry (the proxy retries the provider), litellm's cost map read locally, browsing, MCP
+and prompt extensions off. OpenHands exits 0 however its run ended, so the run script reads
+its saved trajectory: a `finish` is 0, "maximum iteration" is the step limit, anything else
+1. That trajectory (its event list) is its log, converted by `openhands_events`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ TMUX = Recipe("tmux", "deb", "tmux libevent-core-2.1-7 libutempter0", "bookworm"
 # generation settings OpenHands reads from its environment (LLM_*)
 _GENERATION = {"temperature": "LLM_TEMPERATURE", "top_p": "LLM_TOP_P",
                "max_output_tokens": "LLM_MAX_OUTPUT_TOKENS", "max_tokens": "LLM_MAX_OUTPUT_TOKENS"}
+# its CLI, without the Jupyter plugin CodeActAgent always asks its runtime for: its IPython
+# tool is off (AGENT_ENABLE_JUPYTER=false), and the kernel gateway it would start fails to
+# connect from a mounted install (20 s of retries, then the runtime gives up)
+_MAIN = """import runpy
+from openhands.agenthub.codeact_agent.codeact_agent import CodeActAgent
+CodeActAgent.sandbox_plugins = [p for p in CodeActAgent.sandbox_plugins if p.name != "jupyter"]
+runpy.run_module("openhands.core.main", run_name="__main__", alter_sys=True)
+"""
 # how the run ended, from its saved trajectory (python3 is the image's, already checked)
 _OUTCOME = """import json, sys
 try:
@@ -85,7 +95,7 @@ export PATH="$state/bin:$PATH" PYTHONPATH={self.home}/lib PYTHONPYCACHEPREFIX="$
   MAX_ITERATIONS={self.max_turns() or 100} FILE_STORE=local FILE_STORE_PATH="$state/store" \\
   SAVE_TRAJECTORY_PATH={log} OPENHANDS_SUPPRESS_BANNER=1 DO_NOT_TRACK=1
 unset OPENAI_API_KEY ANTHROPIC_API_KEY
-python3 -m openhands.core.main -f "$1" </dev/null
+python3 -c '{_MAIN}' -f "$1" </dev/null
 code=$?
 python3 -c '{_OUTCOME}' {log}
 case $? in
