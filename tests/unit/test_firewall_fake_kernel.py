@@ -1,4 +1,4 @@
-"""firewall.recheck against a fake kernel (the real one: tests/hostile/test_firewall_recheck.py):
+"""firewall.recheck against a fake kernel (the real one: tests/hostile/test_firewall_recheck.py; this file is named apart from it):
 a network handed to a trial is only read back while its chains stand, and written again
 when another process or an `iptables -F` removed or emptied them (issue 45)."""
 
