@@ -224,6 +224,14 @@ class RuntimeContract:
         assert rt.get_archive(box, "/tmp/contract-absent") is None
         with pytest.raises(RuntimeFault):
             rt.put_archive(box, "/contract-absent/dir", tar_of({"x": b"1"}))
+        gone = f"orchestra-{made.job}-never-made"  # no such container: None, and RuntimeFault
+        assert rt.get_archive(gone, "/tmp") is None
+        with pytest.raises(RuntimeFault):
+            rt.put_archive(gone, "/tmp", tar_of({"x": b"1"}))
+        with pytest.raises(RuntimeFault):
+            rt.exec(gone, ["true"])
+        with pytest.raises(RuntimeFault):
+            rt.wait(gone, 1)
 
     def test_put_archive_works_on_a_container_not_started(self, rt: Runtime, made: Made) -> None:
         box = made.container(start=False)

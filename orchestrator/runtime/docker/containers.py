@@ -131,9 +131,13 @@ class ContainersMixin(DockerState):
             return False
 
     def wait(self, container: str, timeout_sec: float) -> int | None:
-        """The exit code, or None when the container outlived timeout_sec."""
+        """The exit code, or None when the container outlived timeout_sec. An engine answer
+        (no such container) is raised: docker-py's APIError is an OSError too, and was once
+        taken for a timeout here (a vanished verifier read as verifier_timeout)."""
         try:
             return self.api.wait(container, timeout=timeout_sec)["StatusCode"]
+        except APIError:
+            raise  # the seam makes it a RuntimeFault
         except OSError:  # the read timed out (TimeoutError), or the connection broke
             return None
 
