@@ -93,7 +93,6 @@ def run_on_node(wire: NodeRequest, task_tar: bytes) -> NodeReply:
     import ray
 
     from orchestrator.host import DiskWatchdog, NetworkPool
-    from orchestrator.models import Manifest
     from orchestrator.services import Upstreams
     from orchestrator.tasks import load_task
     from orchestrator.trial import ImageCache, run_trial, trial_dir
@@ -103,7 +102,7 @@ def run_on_node(wire: NodeRequest, task_tar: bytes) -> NodeReply:
     task = load_task(_unpack_task(request, task_tar))
     runtime = _node_runtime()
     spec = request.spec
-    lead = Manifest.model_validate(spec.manifest).orchestrator
+    lead = spec.manifest.orchestrator
     job = spec.job
     with _node_lock:
         if job not in _node.images:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.models import TrialResult
+from orchestrator.models import Manifest, TrialResult
 from orchestrator.trial import Published
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class TrialSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     job: str
-    manifest: dict[str, Any]  # Manifest, as model_dump(mode="json")
+    manifest: Manifest  # given as its JSON (model_dump exclude_unset): the condition hash it ran with
     manifest_dir: str | None = None  # where the manifest's prompt paths are relative to
     policy: str = "memory-on"
     upstreams: dict[str, Any] = {}  # Upstreams.by_name: the endpoints the model proxies reach
@@ -66,10 +66,9 @@ class TrialSpec(BaseModel):
         """The trial's context on this side; `ca_file` holds `ca_bundle` here, `agent` is
         the orchestrator's agent when the caller made it already."""
         from orchestrator.agents import agent_for
-        from orchestrator.models import Manifest
         from orchestrator.trial import TrialContext, trust_for
 
-        manifest = Manifest.model_validate(self.manifest)
+        manifest = self.manifest
         lead = manifest.orchestrator
         manifest_dir = Path(self.manifest_dir) if self.manifest_dir else None
         return TrialContext(

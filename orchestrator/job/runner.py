@@ -99,8 +99,7 @@ def trial_spec(options: JobOptions, manifest: Manifest, upstreams: Upstreams | N
     """Every option of this job a trial depends on, as executors carry it."""
     return TrialSpec(
         job=options.job_name,
-        # only what was set: read back, it gives the same condition hash, byte for byte
-        manifest=manifest.model_dump(mode="json", exclude_unset=True),
+        manifest=manifest,  # itself (its set fields too): the same condition hash, byte for byte
         manifest_dir=str(options.manifest_dir) if options.manifest_dir else None,
         policy=options.policy, upstreams=upstreams.by_name if upstreams else {},
         ca_bundle=ca_bundle, build_policy=options.build_policy, oci_runtime=options.oci_runtime,

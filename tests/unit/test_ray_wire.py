@@ -52,3 +52,13 @@ def test_a_reply_crosses_pickled_and_a_wrong_one_is_refused():
         NodeReply.received({"result": result, "folder": "../escape", "tar": b""})
     with pytest.raises(ValidationError, match="result"):
         NodeReply.received({"result": {"reward": "lots"}, "folder": "t__1", "tar": b""})
+
+
+def test_the_manifest_crosses_typed_and_keeps_the_condition_hash_it_ran_with():
+    manifest = default_manifest("nop").with_agent("oracle")  # a copy with a field updated
+    request = _request(spec=TrialSpec(job="j", manifest=manifest))
+    arrived = NodeRequest.received(pickle.loads(pickle.dumps(request)))
+    assert arrived.spec.manifest.condition_hash() == manifest.condition_hash()
+    assert arrived.spec.manifest.orchestrator.agent == "oracle"
+    from_json = TrialSpec(job="j", manifest=manifest.model_dump(mode="json", exclude_unset=True))
+    assert from_json.manifest.condition_hash() == manifest.condition_hash()  # its JSON form too
