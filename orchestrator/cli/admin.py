@@ -43,7 +43,7 @@ def tasks_check(path: Annotated[Path, typer.Argument(help="A task folder or a da
         return
     if not checked.engine_answered:
         human.print("note: no Docker engine answers; images and capacity are not checked")
-    for task in checked.tasks if not json_out else []:
+    for task in [] if json_out else checked.tasks:  # --json: the list alone, at the end
         console.print(f"ok  {task.task}  ({task.path})  hash {task.content_hash}", soft_wrap=True)
         if task.schema_warning:
             console.print(f"    warning: {task.schema_warning}", markup=False, soft_wrap=True)
