@@ -43,13 +43,15 @@ def preflight(tasks: list[Task], manifest: Manifest, endpoints: EndpointConfig |
             if too_short(key):  # the proxy and every file would have to scrub it: it cannot
                 problems.append(f"endpoint {name!r}: the API key in ${endpoints.resolve(name).api_key_env}: "
                                 f"{refusal(key or '')}")
-    for t in tasks:  # Harbor's ${VAR} templates in verifier.env must resolve on this host
-        try:
-            resolve_env(t.config.verifier.env)
-        except EnvTemplateError as exc:
-            problems.append(f"{t.path / 'task.toml'}: field '{exc.field}': {exc.reason}")
-        except InputError as exc:  # an allowed value too short to scrub (names task.toml)
-            problems.extend(f"{t.path}/{problem}" for problem in exc.problems)
+    for t in tasks:  # Harbor's ${VAR} templates in verifier.env (each step's too) must resolve here
+        for where, env in [("", t.config.verifier.env),
+                           *((f"steps[{i}].", s.verifier.env) for i, s in enumerate(t.config.steps or []))]:
+            try:
+                resolve_env(env)
+            except EnvTemplateError as exc:
+                problems.append(f"{t.path / 'task.toml'}: field '{where}{exc.field}': {exc.reason}")
+            except InputError as exc:  # an allowed value too short to scrub (names task.toml)
+                problems.extend(f"{t.path}/{problem}" for problem in exc.problems)
     if problems:
         raise InputError(problems)
     return in_use

@@ -101,3 +101,29 @@ def test_a_verifier_env_value_too_short_to_scrub_is_refused_at_preflight_naming_
     (problem,) = [p for p in refused.value.problems if "verifier.env" in p]
     assert problem.startswith(f"{task}/task.toml: field 'verifier.env.J'") and "5 characters" in problem
     assert "abc12" not in problem
+
+
+def test_a_step_s_verifier_env_is_checked_at_preflight_too(tmp_path, monkeypatch):
+    from orchestrator.tasks import compose, load_tasks
+    task = tmp_path / "ds/stepped"
+    for folder in ("environment", "tests", "solution", "steps/one", "steps/two"):
+        (task / folder).mkdir(parents=True)
+    (task / "task.toml").write_text('[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n'
+                                    '[steps.verifier]\nenv = {J = "${JUDGE_KEY}"}\n')
+    for path in ("instruction.md", "steps/one/instruction.md", "steps/two/instruction.md"):
+        (task / path).write_text("x\n")
+    (task / "environment/Dockerfile").write_text("FROM debian:bookworm-slim\n")
+    (task / "tests/test.sh").write_text("#!/bin/bash\n")
+    (task / "solution/solve.sh").write_text("#!/bin/bash\n")
+    (tasks,) = load_tasks(tmp_path / "ds")
+    assert tasks.config.steps is not None and tasks.config.steps[1].verifier.env == {"J": "${JUDGE_KEY}"}
+    monkeypatch.setattr(compose, "_allowed_host_env", frozenset({"JUDGE_KEY"}))
+    manifest = Manifest.model_validate({"roster": [{"id": "lead", "kind": "orchestrator", "agent": "nop"}]})
+    monkeypatch.delenv("JUDGE_KEY", raising=False)
+    with pytest.raises(InputError, match=r"stepped/task.toml: field 'steps\[1\].verifier.env.J'.*not set"):
+        preflight([tasks], manifest)
+    monkeypatch.setenv("JUDGE_KEY", "abc12")
+    with pytest.raises(InputError, match=r"stepped/task.toml: field 'verifier.env.J'.*5 characters"):
+        preflight([tasks], manifest)
+    monkeypatch.setenv("JUDGE_KEY", SHORT)
+    assert preflight([tasks], manifest) == set()
