@@ -202,10 +202,6 @@ class Capabilities:
     why: dict[str, str] = field(default_factory=dict)  # per capability not held: the reason
     parts: frozenset[Part] = frozenset(Part)  # the optional parts it has (Part)
 
-    def lacking(self, needed: set[Part] | frozenset[Part]) -> list[str]:
-        """The parts of `needed` this runtime does not have, by name (pre-flight's check)."""
-        return sorted(str(part) for part in needed - self.parts)
-
 
 @dataclass
 class ImageFacts:
