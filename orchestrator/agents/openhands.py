@@ -15,11 +15,12 @@ reason (exit 127) before any model call.
 The CLI runs with one change made in its process: the Jupyter plugin is dropped from
 CodeActAgent's runtime plugins (its IPython tool is off; the kernel gateway fails from a
 mounted install). The model is `openai/orchestra-model` at the proxy's address with the
-per-trial token as its key, native tool calling forced on (litellm knows no such model),
-one retry (the proxy retries the provider), litellm's cost map read locally, browsing, MCP
-and prompt extensions off. OpenHands exits 0 however its run ended, so the run script reads
-its saved trajectory: a `finish` is 0, "maximum iteration" is the step limit, anything else
-1. That trajectory (its event list) is its log, converted by `openhands_events`.
+per-trial token as its key, native tool calling on (litellm knows no such model; a roster
+member's `env: {LLM_NATIVE_TOOL_CALLING: "false"}` gives its tools-in-the-prompt mode for
+servers that fill no `tool_calls`), one retry (the proxy retries the provider), litellm's
+cost map read locally, browsing, MCP and prompt extensions off. OpenHands exits 0 however its run ended, so the run script reads
+its saved trajectory and its log: a `finish` is 0, its iteration limit or its stuck
+detector the step limit, anything else 1. That trajectory (its event list) is its log, converted by `openhands_events`.
 """
 
 from __future__ import annotations
@@ -45,17 +46,16 @@ from openhands.agenthub.codeact_agent.codeact_agent import CodeActAgent
 CodeActAgent.sandbox_plugins = [p for p in CodeActAgent.sandbox_plugins if p.name != "jupyter"]
 runpy.run_module("openhands.core.main", run_name="__main__", alter_sys=True)
 """
-# how the run ended, from its saved trajectory (python3 is the image's, already checked)
+# whether it finished: a `finish` in its saved trajectory (python3 is the image's, checked)
 _OUTCOME = """import json, sys
 try:
     events = json.load(open(sys.argv[1]))
 except (OSError, ValueError):
     sys.exit(1)
-text = json.dumps(events)
-if any(isinstance(e, dict) and e.get("action") == "finish" for e in events):
-    sys.exit(0)
-sys.exit(2 if "maximum iteration" in text else 1)
+sys.exit(not any(isinstance(e, dict) and e.get("action") == "finish" for e in events))
 """
+# its own step limit (MAX_ITERATIONS) or its stuck detector, as its log says them
+_LOOPING = "Agent reached maximum iteration|AgentStuckInLoopError"
 
 
 class OpenHands(InstalledAgent):
@@ -87,7 +87,7 @@ printf '#!/bin/sh\\nLD_LIBRARY_PATH={tmux}/usr/lib/x86_64-linux-gnu exec {tmux}/
 chmod +x "$state/bin/tmux"
 export PATH="$state/bin:$PATH" PYTHONPATH={self.home}/lib PYTHONPYCACHEPREFIX="$state/pyc" \\
   LLM_MODEL=openai/{MODEL} LLM_BASE_URL="$ORCHESTRA_MODEL_URL" LLM_API_KEY="$ORCHESTRA_MODEL_TOKEN" \\
-  LLM_NATIVE_TOOL_CALLING=true LLM_NUM_RETRIES=1 LLM_DROP_PARAMS=true LLM_CACHING_PROMPT=false \\
+  LLM_NATIVE_TOOL_CALLING="${{LLM_NATIVE_TOOL_CALLING:-true}}" LLM_NUM_RETRIES=1 LLM_DROP_PARAMS=true LLM_CACHING_PROMPT=false \\
   LLM_LOG_COMPLETIONS=false LITELLM_LOCAL_MODEL_COST_MAP=True{generation} \\
   RUNTIME=local SKIP_DEPENDENCY_CHECK=1 RUN_AS_OPENHANDS=false SU_TO_USER=false USER="$(id -un)" \\
   SANDBOX_VOLUMES="$PWD:/workspace:rw" AGENT_ENABLE_BROWSING=false ENABLE_BROWSER=false \\
@@ -95,13 +95,11 @@ export PATH="$state/bin:$PATH" PYTHONPATH={self.home}/lib PYTHONPYCACHEPREFIX="$
   MAX_ITERATIONS={self.max_turns() or 100} FILE_STORE=local FILE_STORE_PATH="$state/store" \\
   SAVE_TRAJECTORY_PATH={log} OPENHANDS_SUPPRESS_BANNER=1 DO_NOT_TRACK=1
 unset OPENAI_API_KEY ANTHROPIC_API_KEY
-python3 -c '{_MAIN}' -f "$1" </dev/null
-code=$?
-python3 -c '{_OUTCOME}' {log}
-case $? in
-  0) exit 0 ;;
-  2) exit {EXIT_STEP_LIMIT} ;;
-esac
+# its stderr also kept in the container, for why it stopped (the saved trajectory omits it)
+{{ python3 -c '{_MAIN}' -f "$1" </dev/null 2>&1 1>&3; echo $? >"$state/code"; }} 3>&1 | tee "$state/stderr" >&2
+code=$(cat "$state/code" 2>/dev/null || echo 1)
+python3 -c '{_OUTCOME}' {log} && exit 0
+grep -qE "{_LOOPING}" "$state/stderr" && exit {EXIT_STEP_LIMIT}
 [ "$code" = 0 ] && exit 1  # it stopped without finishing
 exit "$code"
 """

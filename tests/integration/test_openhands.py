@@ -78,16 +78,24 @@ def hello_file(tmp_path: Path, base: str) -> str:
     return str(task)
 
 
-def run_openhands(tmp_path: Path, task: str) -> tuple[dict, Path, Scripted, EnvWatch]:  # type: ignore[type-arg]
+def run_openhands(tmp_path: Path, task: str, max_turns: int | None = None
+                  ) -> tuple[dict, Path, Scripted, EnvWatch]:  # type: ignore[type-arg]
     with OpenHandsScript(COMMAND, key=FAKE_KEY) as upstream, EnvWatch() as watch:
         config = tmp_path / "endpoints.json"
         config.write_text(json.dumps({"scripted": {
             "base_url": upstream.url + "/v1", "model": "scripted-model", "apis": ["chat"],
             "api_key_env": "SCRIPTED_KEY", "env": {}}}))
+        who = ["--agent", "openhands", "-m", "scripted"]
+        if max_turns is not None:
+            manifest = tmp_path / "m.yaml"
+            manifest.write_text(f"schema_version: 1\ncondition: turns\nroster:\n  - id: lead\n"
+                                f"    kind: orchestrator\n    agent: openhands\n    endpoint: scripted\n"
+                                f"    generation: {{max_turns: {max_turns}}}\n")
+            who = ["--manifest", str(manifest)]
         started = time.monotonic()
         proc = subprocess.run(
-            [ORCHESTRA, "run", "--path", task, "--agent", "openhands", "--endpoint-config", str(config),
-             "-m", "scripted", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j", "-q"],
+            [ORCHESTRA, "run", "--path", task, *who, "--endpoint-config", str(config),
+             "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j", "-q"],
             capture_output=True, text=True, timeout=1200, env={**os.environ, "SCRIPTED_KEY": FAKE_KEY})
         assert proc.returncode == 0, proc.stderr
         print(f"openhands: {time.monotonic() - started:.1f} s")
@@ -135,6 +143,17 @@ def test_openhands_solves_hello_file_through_the_proxy_and_never_sees_the_key(tm
     assert not any(e.startswith("ORCHESTRA_MODEL_TOKEN=") for env in watch.envs.values() for e in env)
     holding = [str(p) for p in (tmp_path / "jobs").rglob("*") if p.is_file() and FAKE_KEY.encode() in p.read_bytes()]
     assert holding == []
+
+
+def test_openhands_stopped_by_its_own_iteration_limit_is_a_step_limit(tmp_path: Path) -> None:
+    # one iteration: the bash call runs (the file is written), then its limit stops it
+    # before finish; OpenHands exits 0 either way, its log says why
+    result, folder, upstream, _ = run_openhands(tmp_path, hello_file(tmp_path, "python:3.13-slim-trixie"),
+                                                max_turns=1)
+    stderr = (folder / "agent/stderr.txt").read_text(errors="replace")
+    assert result["agent_outcome"] == "step_limit" and result["agent_exit_code"] == 5, stderr[-3000:]
+    assert "Agent reached maximum iteration" in stderr
+    assert result["model"]["calls"] == 1 and result["reward"] == {"reward": 1.0}
 
 
 def test_openhands_is_refused_with_the_reason_where_the_image_has_no_python_3_13(tmp_path: Path) -> None:
