@@ -103,5 +103,10 @@ def test_openhands_is_registered_and_its_script_wires_the_proxy_and_refuses_othe
     assert 'LLM_API_KEY="$ORCHESTRA_MODEL_TOKEN"' in script and 'LLM_BASE_URL="$ORCHESTRA_MODEL_URL"' in script
     assert "LLM_MODEL=openai/orchestra-model" in script and "RUNTIME=local" in script
     assert "MAX_ITERATIONS=7" in script and "LLM_TEMPERATURE=0.2" in script
+    # native tool calls unless the member's env says otherwise (servers without tool_calls)
+    assert 'LLM_NATIVE_TOOL_CALLING="${LLM_NATIVE_TOOL_CALLING:-true}"' in script
+    # OpenHands exits 0 however it stopped: its limit and stuck detector are read from its log
+    assert 'grep -qE "Agent reached maximum iteration|AgentStuckInLoopError"' in script
+    assert "&& exit 5" in script
     assert 'runpy.run_module("openhands.core.main", run_name="__main__"' in script
     assert "python3 -c 'import runpy" in script and '-f "$1"' in script
