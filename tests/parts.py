@@ -237,8 +237,21 @@ def ssh_engine(root: Path):
         server.wait(timeout=30)
 
 
+def close_listener(listener: socket.socket) -> None:
+    """Close a listening socket that a thread is blocked in accept() on. close() alone does
+    not wake that thread (Linux keeps the socket open under the blocked call, still
+    listening), and the stale thread went on taking connections: in the two-worker suite one
+    took the engine-500s test's unix connections in the same worker (124 s instead of 17 s,
+    and an IndexError on its AF_UNIX peer). shutdown() ends the accept (EINVAL) first."""
+    try:
+        listener.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    listener.close()
+
+
 def accept_forever(listener: socket.socket, serve) -> None:
-    """Each connection to `listener` served on a thread of its own, until it is closed."""
+    """Each connection to `listener` served on a thread of its own, until close_listener."""
     while True:
         try:
             client, _ = listener.accept()
@@ -303,7 +316,7 @@ class EngineFront:
         self.failing.clear()
 
     def close(self) -> None:
-        self._server.close()
+        close_listener(self._server)
         self.fail()
 
 

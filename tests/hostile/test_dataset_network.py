@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_task
+from parts import close_listener
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 IMAGE = "python:3.12-slim-bookworm"  # the tasks' base (stood in for where no registry answers)
@@ -67,12 +68,15 @@ class Listener:
             conn.sendall(b"host service\n")
             conn.close()
 
+    def close(self) -> None:
+        close_listener(self.sock)
+
 
 @pytest.fixture
 def host_service() -> Iterator[Listener]:
     listener = Listener()
     yield listener
-    listener.sock.close()
+    listener.close()
 
 
 def _ip(*args: str) -> None:

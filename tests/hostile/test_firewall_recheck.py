@@ -97,7 +97,7 @@ def test_a_chain_flushed_mid_job_is_written_again_for_the_next_trial(runtime, ne
             run.wait()
         if not firewall._forward_intact():  # whatever happened, the host keeps its chain
             firewall.guard_forward()
-        service.sock.close()
+        service.close()
     # the flush happened: the chains held rules (REJECT among them), then none
     assert any("REJECT" in r for r in flushed["before"]) and flushed["after"] == []
     trials = sorted((tmp_path / f"jobs/{JOB}/trials").iterdir(),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, wait_for
-from parts import accept_forever, pipe_both_ways
+from parts import accept_forever, close_listener, pipe_both_ways
 
 from orchestrator.errors import InfraError
 from orchestrator.runtime.base import ContainerSpec, RuntimeFault
@@ -171,7 +171,7 @@ class TlsFront:
         pipe_both_ways(client, engine)
 
     def close(self) -> None:
-        self.listener.close()
+        close_listener(self.listener)
 
 
 def test_an_engine_over_tcp_with_tls_and_client_certificates_runs_a_job(runtime, tmp_path):

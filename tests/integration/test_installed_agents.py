@@ -54,7 +54,8 @@ def test_orchestra_agents_lists_the_installed_clis_with_kind_and_version():
     agents = {a["name"]: a for a in json.loads(proc.stdout)}
     installed = {n: a for n, a in agents.items() if a["kind"].startswith("installed")}
     assert set(installed) == {"mini-swe-agent", "aider", "opencode", "claude-code", "codex", "gemini-cli",
-                              "qwen-code"}  # the last four: tests/integration/test_api_agents.py
+                              "qwen-code", "openhands"}  # claude-code to qwen-code: tests/integration/
+    # test_api_agents.py; openhands: tests/integration/test_openhands.py
     assert {installed[n]["version"] for n in ("mini-swe-agent", "aider", "opencode")} == {"2.4.6", "0.86.2", "1.18.34"}
 
 
