@@ -16,11 +16,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.models import Manifest, TrialResult
+from orchestrator.services import Upstream
 from orchestrator.trial import Published
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class TrialSpec(BaseModel):
     manifest: Manifest  # given as its JSON (model_dump exclude_unset): the condition hash it ran with
     manifest_dir: str | None = None  # where the manifest's prompt paths are relative to
     policy: str = "memory-on"
-    upstreams: dict[str, Any] = {}  # Upstreams.by_name: the endpoints the model proxies reach
+    upstreams: dict[str, Upstream] = {}  # Upstreams.by_name: the endpoints the model proxies reach
     ca_bundle: bytes | None = None  # trusted by image builds and every container
     build_policy: str = "prefer-prebuilt"
     oci_runtime: str | None = None  # every container of the trial (gVisor: runsc)
@@ -88,7 +89,7 @@ class NodeRequest(BaseModel):
     in Ray's object store (put once per task).
 
     Wire form: this object, pickled by Ray; every field is plain data (str, int, bytes,
-    lists and the JSON of the manifest and upstreams), so no process-bound object (a
+    lists, the manifest, the endpoints and the images, each typed), so no process-bound object (a
     runtime, a lock, an event) can ride along. The node validates it again on receipt
     (`received`), so a request of the wrong shape fails there, naming the field."""
 

@@ -16,11 +16,11 @@ if TYPE_CHECKING:
         replay_key,
         trajectory_from_exchanges,
     )
-    from orchestrator.services.proxy import ModelProxy, Upstreams
+    from orchestrator.services.proxy import ModelProxy, Upstream, Upstreams
     from orchestrator.services.relay import TrialRelay, start_relay
 
 __all__ = [
-    "RECORD", "EgressProxy", "ModelProxy", "TrialRelay", "Upstreams", "dispatch_event",
+    "RECORD", "EgressProxy", "ModelProxy", "TrialRelay", "Upstream", "Upstreams", "dispatch_event",
     "read_exchanges", "replay_key", "start_relay", "trajectory_from_exchanges",
 ]
 __getattr__, __dir__ = public_face(__name__, {
@@ -31,6 +31,7 @@ __getattr__, __dir__ = public_face(__name__, {
     "replay_key": "exchanges",
     "trajectory_from_exchanges": "exchanges",
     "ModelProxy": "proxy",
+    "Upstream": "proxy",
     "Upstreams": "proxy",
     "TrialRelay": "relay",
     "start_relay": "relay",

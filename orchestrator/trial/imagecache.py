@@ -13,15 +13,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 
 from orchestrator.host import touch_images
 from orchestrator.log import get_logger
 from orchestrator.runtime import LABEL_IMAGE_KIND, BuildFailed, Runtime
-from orchestrator.tasks import StandIn, Task, hash_tree, image_repository
+from orchestrator.tasks import Task, hash_tree, image_repository
 from orchestrator.trial.images import TaskImages, ensure_task_images, verifier_image
 from orchestrator.trial.trust import Trust
-from orchestrator.util import JsonObject
 
 log = get_logger()
 TOUCH_EVERY_SEC = 600.0  # how often a job says it still uses its images (cleanup's LRU)
@@ -45,13 +44,12 @@ class Published:
     """What a node needs to run a task's trials from the registry: the job's TaskImages
     and, per local name, the registry reference it was pushed to."""
 
-    images: JsonObject  # TaskImages' fields as JSON: the driver's, sent to a node
+    images: TaskImages  # the driver's; a node validates it on receipt (executors/spec.py NodeRequest)
     refs: dict[str, str] = field(default_factory=dict)
 
     def task_images(self) -> TaskImages:
-        fields = dict(self.images)
-        fields["stand_ins"] = [StandIn(**s) for s in fields.get("stand_ins", [])]
-        return TaskImages(**{**fields, "built": 0})
+        """The node's copy: nothing built here (yet), nothing pulled."""
+        return replace(self.images, built=0, pulled=[])
 
 
 class ImageCache:
@@ -208,8 +206,7 @@ class ImageCache:
             with self._guard:
                 self.pushed += 1
             log.info("image.pushed", image=name, to=remote)
-        record = asdict(images)
-        return Published(images=record, refs=refs)
+        return Published(images=images, refs=refs)
 
     def _adopt(self, published: Published) -> TaskImages:
         """Pull what the registry has under its local names; an image already here is kept."""

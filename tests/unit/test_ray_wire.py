@@ -8,14 +8,18 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.executors.spec import NodeReply, NodeRequest, TrialSpec
-from orchestrator.models import FailureMode, TrialResult, default_manifest
-from orchestrator.trial import Published
+from orchestrator.models import BaseImage, FailureMode, TrialResult, default_manifest
+from orchestrator.services import Upstream
+from orchestrator.tasks import StandIn
+from orchestrator.trial import Published, TaskImages
 
 
 def _request(**changes: object) -> NodeRequest:
     spec = TrialSpec(job="j", manifest=default_manifest("oracle").model_dump(mode="json"))
-    published = Published(images={"task_image": "orchestra/task/t:1", "agent_image": "orchestra/agent/t:1",
-                                  "stand_ins": []}, refs={"orchestra/agent/t:1": "127.0.0.1:5000/p/a:1"})
+    images = TaskImages(task_image="orchestra/task/t:1", agent_image="orchestra/agent/t:1", built=2,
+                        stand_ins=[StandIn("python:3.99", "orchestra/base:r1", "r1", "3.12", "not on the registry")],
+                        bases=[BaseImage(reference="python:3.99", used_for="task", source="stand-in")])
+    published = Published(images=images, refs={"orchestra/agent/t:1": "127.0.0.1:5000/p/a:1"})
     values: dict[str, object] = dict(spec=spec, task_name="ds/t", content_hash="abc", attempt=1,
                                      retries=["infra_error"], images=published)
     return NodeRequest(**{**values, **changes})
@@ -28,6 +32,26 @@ def test_a_request_crosses_pickled_and_arrives_equal_and_typed():
     assert isinstance(arrived.images, Published) and arrived.images.task_images().agent_image == "orchestra/agent/t:1"
     assert arrived.spec.job == "j" and arrived.retries == ["infra_error"]
     assert NodeRequest.received(_request(images=None)).images is None
+
+
+def test_the_images_and_endpoints_cross_typed_and_a_node_starts_from_none_built():
+    spec = TrialSpec(job="j", manifest=default_manifest("oracle"),
+                     upstreams={"up": Upstream("up", "http://10.0.0.1/v1", "m", "sk-1", {"A": "b"}, apis=("chat",))})
+    arrived = NodeRequest.received(pickle.loads(pickle.dumps(_request(spec=spec))))
+    assert arrived.images is not None
+    images = arrived.images.task_images()
+    assert isinstance(images, TaskImages) and images.built == 0 and images.pulled == []  # the driver built 2
+    assert isinstance(images.stand_ins[0], StandIn) and images.stand_ins[0].stand_in == "orchestra/base:r1"
+    assert isinstance(images.bases[0], BaseImage) and images.bases[0].source == "stand-in"
+    assert arrived.images.images.built == 2  # the record itself is not changed by the node's copy
+    up = arrived.spec.upstreams["up"]
+    assert isinstance(up, Upstream) and (up.url, up.api_key, up.env) == ("http://10.0.0.1/v1", "sk-1", {"A": "b"})
+    wire = dict(_request())
+    with pytest.raises(ValidationError, match="images"):  # an untyped image record is refused on receipt
+        NodeRequest.received({**wire, "images": {"images": {"task_image": "t"}, "refs": {}}})
+    with pytest.raises(ValidationError, match="upstreams"):
+        NodeRequest.received({**wire, "spec": {"job": "j", "manifest": default_manifest("oracle"),
+                                                "upstreams": {"up": {"base_url": "http://x"}}}})
 
 
 def test_a_request_of_the_wrong_shape_fails_on_receipt_naming_the_field():

@@ -13,6 +13,7 @@ from conftest import ROOT
 
 from orchestrator.executors.spec import TrialSpec
 from orchestrator.models.manifest import Manifest
+from orchestrator.services import Upstream
 
 
 def _spec(tmp_path: Path) -> TrialSpec:
@@ -22,7 +23,7 @@ def _spec(tmp_path: Path) -> TrialSpec:
         "sandbox": {"oci_runtime": "runsc"}})
     values = dict(job="j", manifest=manifest.model_dump(mode="json", exclude_unset=True),
                   manifest_dir=str(tmp_path), policy="memory-off",
-                  upstreams={"up": {"base_url": "http://10.0.0.1/v1"}}, ca_bundle=b"PEM",
+                  upstreams={"up": Upstream("up", "http://10.0.0.1/v1", "m", None, {})}, ca_bundle=b"PEM",
                   build_policy="build", oci_runtime="runsc", registry="127.0.0.1:5000/p")
     spec = TrialSpec(**values)
     # every field is set to something other than its default: a new field must be too
