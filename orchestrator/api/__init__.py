@@ -7,7 +7,8 @@ Python calls the same functions and gets the same answers, verdicts and exit cod
 - `admin`: `tasks check` (check_tasks), `tasks doctor` (doctor_tasks), `images bootstrap`
   (bootstrap_bases), `agents` (install_agents, list_agents), `cleanup` (cleanup_plan,
   clean_up).
-- `results`: `report` (open_report), `compare` (compare_jobs), `view` (serve_view).
+- `results`: `report` (open_report; `--atif`: export_atif), `compare` (compare_jobs), `view`
+  (serve_view).
 
 Every function raises the one exception tree's errors (orchestrator.errors): InputError
 (the CLI's exit 2) names the flag or file, InfraError (exit 3) is the engine or the host.
@@ -36,7 +37,13 @@ if TYPE_CHECKING:
         install_agents,
         list_agents,
     )
-    from orchestrator.api.results import JobReport, compare_jobs, open_report, serve_view
+    from orchestrator.api.results import (
+        JobReport,
+        compare_jobs,
+        export_atif,
+        open_report,
+        serve_view,
+    )
     from orchestrator.api.runs import (
         ANSWER_LEAK,
         DONE,
@@ -51,7 +58,7 @@ __all__ = [
     "ANSWER_LEAK", "DONE", "GATE_FAILED", "GATE_REFUSED", "BaseReady", "CheckedTask", "Cleaned",
     "CleanupPlan", "JobReport", "ObjectInScope", "Removed", "RunOutcome", "RunRequest", "TasksCheck",
     "bootstrap_bases", "check_tasks", "clean_up", "cleanup_plan", "compare_jobs", "doctor_tasks",
-    "install_agents", "list_agents", "open_report", "run", "serve_view",
+    "export_atif", "install_agents", "list_agents", "open_report", "run", "serve_view",
 ]
 __getattr__, __dir__ = public_face(__name__, {
     "ANSWER_LEAK": "runs",
@@ -77,6 +84,7 @@ __getattr__, __dir__ = public_face(__name__, {
     "list_agents": "admin",
     "JobReport": "results",
     "compare_jobs": "results",
+    "export_atif": "results",
     "open_report": "results",
     "serve_view": "results",
 })

@@ -1,5 +1,5 @@
-"""The API over written results: `orchestra report` (open_report), `compare`
-(compare_jobs) and `view` (serve_view). Each reads
+"""The API over written results: `orchestra report` (open_report; `--atif`: export_atif),
+`compare` (compare_jobs) and `view` (serve_view). Each reads
 job folders, judges what is asked (the regression gate) and returns typed objects; how
 they are shown (tables, report.md/html, JUnit, JSON, `--atif`'s files) is the renderers'
 (orchestrator.report).
@@ -23,7 +23,7 @@ from orchestrator.errors import InputError
 
 if TYPE_CHECKING:
     from orchestrator.models import CompareReport, JobResult, TrialResult
-    from orchestrator.report import Gate
+    from orchestrator.report import AtifExport, Gate
     from orchestrator.view import ViewServer
 
 
@@ -82,6 +82,23 @@ def _compare_in(job_dir: Path) -> tuple[CompareReport | None, list[str]]:
         except ValidationError as exc:
             left_out.append(validation_problems(path, exc)[0])
     return None, left_out
+
+
+def export_atif(job_dir: Path, out: Path) -> AtifExport:
+    """Every trial's trajectory of `job_dir` in ATIF into the folder `out` (created): the
+    agent/trajectory.atif.json collection wrote, or, for a trial without one, built now
+    from its folder. The answer names the files copied and built, and the trials left out
+    (no readable result.json).
+
+    Raises:
+        InputError: `job_dir` is not a folder.
+        OSError: `out` cannot be written.
+    """
+    from orchestrator.report import export_atif as export
+
+    if not job_dir.is_dir():
+        raise InputError(f"{job_dir}: no such job folder")
+    return export(job_dir, out)
 
 
 def compare_jobs(first: Path, second: Path) -> CompareReport:

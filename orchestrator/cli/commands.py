@@ -221,7 +221,7 @@ def _write_report(opened: "JobReport", human: "Console") -> list[tuple[str, list
 
 def _write_atif(job_dir: Path, out: Path, human: "Console") -> None:
     """The job's ATIF files into `out`; what had to be built, and trials left out, said."""
-    from orchestrator.report import export_atif
+    from orchestrator.api import export_atif
 
     export = export_atif(job_dir, out)
     for line in export.built + export.problems:

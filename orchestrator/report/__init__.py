@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from orchestrator import public_face
 
 if TYPE_CHECKING:
-    from orchestrator.report.atif import export_atif
+    from orchestrator.report.atif import AtifExport, export_atif
     from orchestrator.report.compare import verdict
     from orchestrator.report.gate import (
         Gate,
@@ -30,11 +30,12 @@ if TYPE_CHECKING:
     from orchestrator.report.templating import esc, href, q, visible
 
 __all__ = [
-    "Gate", "Progress", "TaskKey", "attempts_to_tell", "check_comparable", "check_options", "esc",
+    "AtifExport", "Gate", "Progress", "TaskKey", "attempts_to_tell", "check_comparable", "check_options", "esc",
     "export_atif", "href", "load_job_result", "load_trials", "q", "render_job", "render_problems",
     "sections", "to_html", "verdict", "visible", "write_junit",
 ]
 __getattr__, __dir__ = public_face(__name__, {
+    "AtifExport": "atif",
     "export_atif": "atif",
     "verdict": "compare",
     "Gate": "gate",
