@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Literal
 from orchestrator.archive import safe_extract, tar_directory
 from orchestrator.executors.spec import NodeReply, NodeRequest
 from orchestrator.log import get_logger
-from orchestrator.models import FailureMode, TrialResult
+from orchestrator.models import JOB_CANCELLED, TrialResult, infra_failure
 from orchestrator.paths import TrialDir
 from orchestrator.tasks import Task
 from orchestrator.util import write_json_atomic
@@ -212,8 +212,7 @@ class RayExecutor:
         except BuildFailed:
             return None
         except RuntimeFault as exc:
-            fallback.failure_mode = FailureMode.INFRA_ERROR
-            fallback.error = f"--registry: {exc}"[:1000]
+            infra_failure(f"--registry: {exc}"[:1000]).onto(fallback)
             log.warning("ray.publish_failed", task=task.name, error=fallback.error)
             return False
 
@@ -229,7 +228,7 @@ class RayExecutor:
                 break
             if cancel.is_set():
                 self.ray.cancel(ref, force=True)
-                fallback.failure_mode, fallback.error = FailureMode.CANCELLED, "job cancelled"
+                JOB_CANCELLED.onto(fallback)
                 return fallback
         try:
             out = self.ray.get(ref)
@@ -254,9 +253,8 @@ class RayExecutor:
     @staticmethod
     def _lost(task: Task, attempt: int, exc: Exception, fallback: TrialResult) -> TrialResult:
         """A node died, a worker crashed, an object was lost: infrastructure, retried."""
-        fallback.failure_mode = FailureMode.INFRA_ERROR
         text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()
-        fallback.error = f"ray: {exc.__class__.__name__}: {(text[-1] if text else '')[:500]}"
+        infra_failure(f"ray: {exc.__class__.__name__}: {(text[-1] if text else '')[:500]}").onto(fallback)
         log.warning("ray.trial_lost", task=task.name, attempt=attempt, error=fallback.error)
         return fallback
 

@@ -41,6 +41,7 @@ from orchestrator.models import (
     TrialFinished,
     TrialResult,
     TrialSummary,
+    rerun_on_resume,
 )
 from orchestrator.runtime import LABEL_JOB, Runtime
 from orchestrator.tasks import Task
@@ -61,10 +62,6 @@ if TYPE_CHECKING:
 log = get_logger()
 
 
-RERUN_WITH_RETRY_ERRORS = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.ENDPOINT_ERROR,
-                           FailureMode.BUILD_ERROR}
-
-
 def load_finished(job_dir: Path, tasks: list[Task],
                   retry_errors: bool = False) -> dict[str, TrialResult]:
     """Complete results already in the job folder (a truncated or unreadable one, or a
@@ -79,9 +76,7 @@ def load_finished(job_dir: Path, tasks: list[Task],
         except (ValidationError, ValueError, OSError):
             log.warning("resume.unreadable_result", path=str(path))
             continue
-        if result.failure_mode == FailureMode.CANCELLED or not result.finished_at:
-            continue
-        if retry_errors and result.failure_mode in RERUN_WITH_RETRY_ERRORS:
+        if rerun_on_resume(result.failure_mode, bool(result.finished_at), retry_errors):
             continue
         if result.task in hashes and hashes[result.task] != result.content_hash:
             changed.add(result.task)

@@ -37,11 +37,11 @@ from orchestrator.errors import InfraError
 from orchestrator.executors import Item
 from orchestrator.job.enginewatch import EngineGone, EngineWatch
 from orchestrator.log import get_logger
-from orchestrator.models import FailureMode, TrialResult
+from orchestrator.models import RETRIED, TrialResult, is_retried
 from orchestrator.tasks import Task
 
 log = get_logger()
-RETRYABLE = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.ENDPOINT_ERROR}
+RETRYABLE = RETRIED  # which modes are retried: models/failures.py, the one place
 MAX_OUTAGE_RETRIES = 10  # retries an engine outage may cost one trial (an engine that flaps)
 
 
@@ -241,8 +241,7 @@ class Scheduler:
                         "the job stopped. Results already written are intact: free space and "
                         "resume with `orchestra run --resume JOB_DIR`.") from result
                 raise InfraError(f"orchestra failed running {item.task.name}: {result}") from result
-            retryable = (result.failure_mode in RETRYABLE and result.not_retried is None
-                         and not self.cancel.is_set())
+            retryable = is_retried(result.failure_mode, result.not_retried, self.cancel.is_set())
             outage = (retryable and self.engine is not None and item.outage_retries < MAX_OUTAGE_RETRIES
                       and self.engine.blamed(result.started_at, result.finished_at or time.time()))
             if outage or (retryable and len(item.retries) - item.outage_retries < self.max_retries):

@@ -6,6 +6,7 @@ from or written to a file (a bad one fails naming the file and the field):
 - endpoint: endpoint configs (where and how a model is called)
 - wiring: the variables orchestra sets in a container, which no dataset or endpoint may set
 - result: trial and job results (result.json)
+- failures: which FailureMode a trial ends in and which are retried (the one place)
 - records: what a trial's phases and services record in its result, and the job's memory shadow
 - jobconfig: a job folder's config.json (what --resume and the viewer read back)
 - compare: `orchestra compare`'s paired comparison (compare*.json)
@@ -37,6 +38,27 @@ if TYPE_CHECKING:
         EvidenceTrial,
         RelayEvidence,
         RelayMessage,
+    )
+    from orchestrator.models.failures import (
+        AGENT_KILLED,
+        JOB_CANCELLED,
+        RERUN_ON_RESUME,
+        RETRIED,
+        Failure,
+        agent_ended,
+        answer_leak,
+        cancelled_in_phase,
+        endpoint_failed,
+        failure_of,
+        infra_failure,
+        is_host_disk_full,
+        is_retried,
+        rerun_on_resume,
+        setup_failure,
+        steps_outcome,
+        verifier_ended,
+        verifier_error,
+        verifier_timeout,
     )
     from orchestrator.models.jobconfig import JobConfig, JobSource, TaskRef
     from orchestrator.models.manifest import (
@@ -96,18 +118,22 @@ if TYPE_CHECKING:
     from orchestrator.models.wiring import is_wiring
 
 __all__ = [
-    "AGENT_NAMES", "ERRORED", "MAX_HEALTH_RETRIES", "MAX_HEALTH_STEP_SEC", "MAX_HEALTH_WAIT_SEC",
-    "VOID", "AdmissionWaiting", "AppliedLimits", "ArmShadow", "BaseImage", "Budget", "BuildFailure",
-    "ClassDelta", "CollectedPath", "CompareReport", "DirectoryEntry", "EgressRecord",
-    "EndpointConfig", "EngineOutage", "EngramSeeded", "EvidenceIdentity", "EvidenceTrial",
-    "FailureMode", "Healthcheck", "ImageBuild", "JobCapabilities", "JobConfig", "JobResult",
-    "JobSource", "KStats", "Manifest", "MemoryAudit", "MemoryShadow", "ModelUsage", "Observers",
-    "PhaseStarted", "Planned", "ProxyCounts", "RelayEvidence", "RelayMessage", "RelayRecord",
-    "RosterMember", "StandInRecord", "StepResult", "StepSection", "TaskConfig", "TaskRef",
-    "TrialFinished", "TrialResult", "TrialSummary", "WorkerRecord", "default_endpoint_files",
-    "default_manifest", "event_of", "flag_env", "headline_of", "ignored_fields", "is_agent_kind", "is_wiring",
-    "load_endpoints", "load_manifest", "name_problem", "pass_at_k", "pass_hat_k", "passes",
-    "tool_of", "trial_folder_name",
+    "AGENT_KILLED", "AGENT_NAMES", "AdmissionWaiting", "AppliedLimits", "ArmShadow", "BaseImage",
+    "Budget", "BuildFailure", "ClassDelta", "CollectedPath", "CompareReport", "DirectoryEntry",
+    "ERRORED", "EgressRecord", "EndpointConfig", "EngineOutage", "EngramSeeded",
+    "EvidenceIdentity", "EvidenceTrial", "Failure", "FailureMode", "Healthcheck", "ImageBuild",
+    "JOB_CANCELLED", "JobCapabilities", "JobConfig", "JobResult", "JobSource", "KStats",
+    "MAX_HEALTH_RETRIES", "MAX_HEALTH_STEP_SEC", "MAX_HEALTH_WAIT_SEC", "Manifest", "MemoryAudit",
+    "MemoryShadow", "ModelUsage", "Observers", "PhaseStarted", "Planned", "ProxyCounts",
+    "RERUN_ON_RESUME", "RETRIED", "RelayEvidence", "RelayMessage", "RelayRecord", "RosterMember",
+    "StandInRecord", "StepResult", "StepSection", "TaskConfig", "TaskRef", "TrialFinished",
+    "TrialResult", "TrialSummary", "VOID", "WorkerRecord", "agent_ended", "answer_leak",
+    "cancelled_in_phase", "default_endpoint_files", "default_manifest", "endpoint_failed",
+    "event_of", "failure_of", "flag_env", "headline_of", "ignored_fields", "infra_failure",
+    "is_agent_kind", "is_host_disk_full", "is_retried", "is_wiring", "load_endpoints",
+    "load_manifest", "name_problem", "pass_at_k", "pass_hat_k", "passes", "rerun_on_resume",
+    "setup_failure", "steps_outcome", "tool_of", "trial_folder_name", "verifier_ended",
+    "verifier_error", "verifier_timeout",
 ]
 __getattr__, __dir__ = public_face(__name__, {
     "ClassDelta": "compare",
@@ -126,6 +152,25 @@ __getattr__, __dir__ = public_face(__name__, {
     "EvidenceTrial": "evidence",
     "RelayEvidence": "evidence",
     "RelayMessage": "evidence",
+    "AGENT_KILLED": "failures",
+    "JOB_CANCELLED": "failures",
+    "RERUN_ON_RESUME": "failures",
+    "RETRIED": "failures",
+    "Failure": "failures",
+    "agent_ended": "failures",
+    "answer_leak": "failures",
+    "cancelled_in_phase": "failures",
+    "endpoint_failed": "failures",
+    "failure_of": "failures",
+    "infra_failure": "failures",
+    "is_host_disk_full": "failures",
+    "is_retried": "failures",
+    "rerun_on_resume": "failures",
+    "setup_failure": "failures",
+    "steps_outcome": "failures",
+    "verifier_ended": "failures",
+    "verifier_error": "failures",
+    "verifier_timeout": "failures",
     "JobConfig": "jobconfig",
     "JobSource": "jobconfig",
     "TaskRef": "jobconfig",

@@ -17,7 +17,7 @@ from orchestrator.agents import (
     under_timeout,
 )
 from orchestrator.archive import tar_directory, tar_files
-from orchestrator.models import FailureMode, TrialResult, flag_env
+from orchestrator.models import AGENT_KILLED, FailureMode, TrialResult, agent_ended, flag_env
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION
 from orchestrator.tasks import StateRoots, Task, file_seed_archive
 from orchestrator.trial.context import Cancelled, TrialContext
@@ -113,18 +113,14 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult,
             raise Cancelled()
         elapsed = time.time() - started
         result.agent_exit_code = outcome.exit_code
-        if ctx.watchdog.tripped(container):
-            result.failure_mode = FailureMode.DISK_LIMIT
-            result.error = f"writable layer passed storage_mb={task.config.environment.storage_mb}"
-        elif outcome.timed_out or (outcome.exit_code in (124, 137, None) and elapsed >= timeout):
-            # Decided by the clock: an agent that exits 124 early did not time out.
-            result.failure_mode = FailureMode.AGENT_TIMEOUT
-            result.error = f"agent ran past agent.timeout_sec={timeout:g}"
-        elif runtime.oom_kills(container) > 0:
-            result.failure_mode = FailureMode.OOM
-            result.error = f"out of memory at memory_mb={task.config.environment.memory_mb}"
-    abnormal = result.failure_mode in (FailureMode.AGENT_TIMEOUT, FailureMode.OOM,
-                                       FailureMode.DISK_LIMIT)
+        ended = agent_ended(disk_tripped=ctx.watchdog.tripped(container), timed_out=outcome.timed_out,
+                            exit_code=outcome.exit_code, elapsed=elapsed, timeout=timeout,
+                            oom_killed=lambda: runtime.oom_kills(container) > 0,
+                            storage_mb=task.config.environment.storage_mb,
+                            memory_mb=task.config.environment.memory_mb)
+        if ended is not None:
+            ended.onto(result)
+    abnormal = result.failure_mode in AGENT_KILLED
     if task.config.verifier.environment_mode != "shared" or abnormal:
         # kill, not stop: no 10 s wait, no process survives the deadline. Harbor's shared
         # mode grades the live container after an agent that ended by itself: services it

@@ -19,7 +19,7 @@ from orchestrator.errors import LaunchError
 from orchestrator.host import DiskWatchdog, NetworkPool
 from orchestrator.log import get_logger
 from orchestrator.models import (
-    FailureMode,
+    JOB_CANCELLED,
     Manifest,
     Observers,
     PhaseStarted,
@@ -119,7 +119,7 @@ def cancelled_result(ctx: TrialContext, task: Task, attempt: int,
     """The result of a trial the job gave up on before it could finish."""
     tid = trial_id(ctx.job, task, ctx.agent_id, attempt)
     result = new_result(ctx, task, attempt, tid)
-    result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
+    JOB_CANCELLED.onto(result)
     result.retries = list(retries or [])
     result.finished_at = time.time()
     write_json_atomic(trial_dir(ctx, task, tid).result, result)

@@ -8,16 +8,24 @@ parts in agent.py. It never builds engine API requests (runtime/), never parses 
 
 from __future__ import annotations
 
-import errno
 import os
 import time
 import traceback
 from typing import TYPE_CHECKING
 
 from orchestrator import scrub
-from orchestrator.errors import LaunchError
 from orchestrator.log import get_logger
-from orchestrator.models import FailureMode, RelayRecord, TrialResult
+from orchestrator.models import (
+    JOB_CANCELLED,
+    FailureMode,
+    RelayRecord,
+    TrialResult,
+    answer_leak,
+    cancelled_in_phase,
+    endpoint_failed,
+    failure_of,
+    is_host_disk_full,
+)
 from orchestrator.paths import AGENT_LOGS, TrialDir
 from orchestrator.runtime import BuildFailed, Network
 from orchestrator.scrub import scrub_tree
@@ -110,9 +118,9 @@ class Trial:
                 self.episode(self.task, self.paths, last=True)
             self.record()
         except Cancelled:
-            self.result.failure_mode, self.result.error = FailureMode.CANCELLED, "job cancelled"
+            JOB_CANCELLED.onto(self.result)
         except BuildFailed as exc:
-            self.result.failure_mode, self.result.error = FailureMode.BUILD_ERROR, str(exc)[-4000:]
+            failure_of(exc, cancelled=False, own_disk_full=lambda: False).onto(self.result)
             if isinstance(exc, BaseBuildFailed):  # which FROM, on what stand-in, or the failed pull
                 self.result.build_failure, self.result.bases = exc.failure, [*self.result.bases, *exc.bases]
         except Exception as exc:  # the engine failed, or orchestra did: never lose the result
@@ -255,35 +263,26 @@ class Trial:
         """An answer leak voids the reward: counted as failed everywhere, listed as void."""
         result = self.result
         if result.memory.leaks:
-            result.failure_mode = FailureMode.ANSWER_LEAK
-            result.error = "answer leak: " + "; ".join(result.memory.leaks[:5])
+            answer_leak(result.memory.leaks).onto(result)
             result.voided_reward, result.reward = result.reward, None
 
     def _failed(self, exc: Exception) -> None:
         """What an exception in a phase makes of the trial. The host's disk full is raised
         on (the job stops), after the trial is finalized."""
         result, task = self.result, self.task
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-            if _own_disk_full(self.ctx, self.box, exc):  # the agent filled its own disk
-                result.failure_mode = FailureMode.DISK_LIMIT
-                result.error = (f"the trial's own disk is full (storage_mb="
-                                f"{task.config.environment.storage_mb}): {exc}")
-                return
-            result.failure_mode, result.error = FailureMode.INFRA_ERROR, f"host disk full: {exc}"
+        failure = failure_of(exc, cancelled=self.ctx.cancel.is_set(),
+                             own_disk_full=lambda: isinstance(exc, OSError)
+                             and _own_disk_full(self.ctx, self.box, exc),  # the agent filled its own
+                             storage_mb=task.config.environment.storage_mb)
+        failure.onto(result)
+        if failure.mode in (FailureMode.DISK_LIMIT, FailureMode.CANCELLED):
+            return
+        if is_host_disk_full(exc):
             try:  # the job stops (scheduler), after this trial's sandbox is removed
                 self.finalize()
             except OSError:
                 pass
             raise exc
-        if self.ctx.cancel.is_set():
-            result.failure_mode, result.error = FailureMode.CANCELLED, "job cancelled"
-            return
-        if isinstance(exc, LaunchError):
-            result.failure_mode, result.error = FailureMode.LAUNCH_ERROR, str(exc)
-            if not exc.retryable:  # e.g. the engine lacks the OCI runtime asked for
-                result.not_retried = f"{exc.__class__.__name__}: another attempt would fail the same way"
-        else:
-            result.failure_mode, result.error = FailureMode.INFRA_ERROR, f"{exc.__class__.__name__}: {exc}"
         log.error("trial.error", trial=self.tid[:12], task=task.name, error=result.error,
                   traceback=traceback.format_exc(limit=8))
 
@@ -292,13 +291,9 @@ class Trial:
         forget the trial's secrets (until then every log event is scrubbed of them)."""
         ctx, result, proxy, relay, egress, box = (self.ctx, self.result, self.proxy, self.relay,
                                                   self.egress, self.box)
-        if ctx.cancel.is_set() and (result.reward is None or result.failure_mode != FailureMode.NONE) \
-                and result.failure_mode != FailureMode.ANSWER_LEAK:
-            # Interrupted by the job's own cancellation, in whatever phase (the kill may have
-            # surfaced as a verifier error, a timeout or an engine error): cancelled, resumable.
-            result.error = f"job cancelled (in phase: {result.failure_mode.value}: {result.error})" \
-                if result.failure_mode != FailureMode.NONE else "job cancelled"
-            result.failure_mode = FailureMode.CANCELLED
+        interrupted = cancelled_in_phase(result.failure_mode, result.error, result.reward is not None)
+        if ctx.cancel.is_set() and interrupted is not None:  # cancelled in whatever phase: resumable
+            interrupted.onto(result)
         if proxy is not None:
             proxy.stop()
             result.tokens = proxy.stats.prompt_tokens + proxy.stats.completion_tokens
@@ -306,13 +301,10 @@ class Trial:
             result.model = proxy.summary()
             result.agent_outcome = classify_agent(result, proxy)
             stats = proxy.stats
-            if (stats.upstream_errors or stats.abandoned) and result.failure_mode == FailureMode.NONE \
-                    and result.headline < 1.0:
-                # the provider failed, not the agent: an error (retried), never the agent's 0
-                result.failure_mode = FailureMode.ENDPOINT_ERROR
-                result.error = ("the model endpoint failed after retries: " + (stats.last_error or "")
-                                if stats.upstream_errors else "the model endpoint did not answer before "
-                                "the agent stopped waiting (the proxy did not re-send)")
+            endpoint = endpoint_failed(result.failure_mode, result.headline, upstream_errors=stats.upstream_errors,
+                                       abandoned=stats.abandoned, last_error=stats.last_error)
+            if endpoint is not None:  # the provider failed, not the agent: retried, never a 0
+                endpoint.onto(result)
         elif result.agent_outcome is None and result.agent_exit_code is not None:
             result.agent_outcome = classify_agent(result, None)
         if relay is not None:

@@ -12,7 +12,14 @@ from collections.abc import Callable
 
 from orchestrator.archive import tar_directory
 from orchestrator.log import get_logger
-from orchestrator.models import FailureMode, StepResult, StepSection, TrialResult
+from orchestrator.models import (
+    FailureMode,
+    StepResult,
+    StepSection,
+    TrialResult,
+    setup_failure,
+    steps_outcome,
+)
 from orchestrator.paths import AGENT_LOGS, TrialDir
 from orchestrator.runtime import Runtime
 from orchestrator.tasks import Task
@@ -41,7 +48,7 @@ def run_steps(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
             prepare_step(runtime, view, box, step)
             episode(view, TrialDir(paths.root / "steps" / step.name), index == len(steps) - 1)
         except (StepSetupFailed, Unhealthy) as exc:
-            result.failure_mode, result.error = FailureMode.LAUNCH_ERROR, str(exc)
+            setup_failure(exc).onto(result)
         record.reward, record.failure_mode, record.error = result.reward, result.failure_mode, result.error
         record.agent_exit_code, record.seconds = result.agent_exit_code, round(time.monotonic() - started, 3)
         result.steps.append(record)
@@ -57,9 +64,7 @@ def run_steps(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
         keys = sorted({k for reward in graded for k in reward})
         result.reward = {k: round(sum(r.get(k, 0.0) for r in graded) / len(graded), 6)
                          for k in keys} if graded else None
-    failed = [r for r in result.steps if r.failure_mode != FailureMode.NONE]
-    result.failure_mode = FailureMode.NONE if result.reward is not None else (
-        failed[-1].failure_mode if failed else FailureMode.VERIFIER_ERROR)
+    result.failure_mode = steps_outcome(result.reward is not None, [r.failure_mode for r in result.steps])
     result.error = "; ".join(f"step {r.name}: {r.error}" for r in result.steps if r.error) or None
 
 

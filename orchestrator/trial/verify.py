@@ -16,7 +16,15 @@ from orchestrator.agents import under_timeout
 from orchestrator.archive import safe_extract, spool_directories, tar_directory, tar_files
 from orchestrator.host import DiskWatchdog
 from orchestrator.log import get_logger
-from orchestrator.models import FailureMode, TrialResult, is_wiring
+from orchestrator.models import (
+    Failure,
+    FailureMode,
+    TrialResult,
+    is_wiring,
+    verifier_ended,
+    verifier_error,
+    verifier_timeout,
+)
 from orchestrator.paths import ARTIFACTS, LOGS, TESTS, VERIFIER_LOGS, TrialDir
 from orchestrator.runtime import LABEL_IMAGE_KIND, ContainerSpec, Runtime
 from orchestrator.tasks import HostEnv, Task
@@ -214,13 +222,11 @@ def _verify_live(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
                            env=env, user=verifier.user, deadline=started + verifier.timeout_sec + 10)
     elapsed = time.time() - started
     exit_code = outcome.exit_code
-    if watchdog is not None and watchdog.tripped(container):
-        _verifier_failure(result, FailureMode.VERIFIER_ERROR, "test.sh's writes passed "
-                          f"storage_mb={task.config.environment.storage_mb}")
-        exit_code = None
-    elif outcome.timed_out or (exit_code not in (0, None) and elapsed >= verifier.timeout_sec):  # the clock decides (busybox timeout exits 143)
-        _verifier_failure(result, FailureMode.VERIFIER_TIMEOUT,
-                          f"test.sh ran past verifier.timeout_sec={verifier.timeout_sec:g}")
+    ended = verifier_ended(disk_tripped=watchdog is not None and watchdog.tripped(container),
+                           timed_out=outcome.timed_out, exit_code=exit_code, elapsed=elapsed,
+                           timeout=verifier.timeout_sec, storage_mb=task.config.environment.storage_mb)
+    if ended is not None:
+        _verifier_failure(result, ended)
         exit_code = None
     if not runtime.is_running(container) and exit_code is not None and exit_code != 0:
         runtime.start(container)  # killed mid-grading (disk, OOM): read what test.sh wrote
@@ -358,13 +364,11 @@ def _run_fresh(runtime: Runtime, container: str, task: Task, box: Sandbox, resul
         if watchdog is not None:
             watchdog.unregister(container)
     if watchdog is not None and watchdog.tripped(container):
-        _verifier_failure(result, FailureMode.VERIFIER_ERROR,
-                          f"the verifier's writable layer passed storage_mb={storage_mb}")
+        _verifier_failure(result, verifier_error(f"the verifier's writable layer passed storage_mb={storage_mb}"))
         return None
     if exit_code is None:
         runtime.kill(container)
-        _verifier_failure(result, FailureMode.VERIFIER_TIMEOUT,
-                          f"test.sh ran past verifier.timeout_sec={verifier.timeout_sec:g}")
+        _verifier_failure(result, verifier_timeout(verifier.timeout_sec))
     return exit_code
 
 
@@ -390,10 +394,11 @@ def _read_outcome(runtime: Runtime, container: str, paths: TrialDir, result: Tri
     try:
         result.reward = read_reward(paths.verifier)
     except RewardError as exc:
-        _verifier_failure(result, FailureMode.VERIFIER_ERROR, str(exc))
+        _verifier_failure(result, verifier_error(str(exc)))
 
 
-def _verifier_failure(result: TrialResult, mode: FailureMode, message: str) -> None:
+def _verifier_failure(result: TrialResult, failure: Failure) -> None:
+    """The first failure's mode stays (the agent's timeout before the verifier's); errors add up."""
     if result.failure_mode == FailureMode.NONE:
-        result.failure_mode = mode
-    result.error = f"{result.error}; {message}" if result.error else message
+        result.failure_mode = failure.mode
+    result.error = f"{result.error}; {failure.error}" if result.error else failure.error
