@@ -22,6 +22,7 @@ from partsline import (  # noqa: F401  (pytest's hooks: the parts line at the se
 from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import JobResult, TrialResult
+from orchestrator.runtime import OwnedObject
 from orchestrator.tasks.load import load_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,16 +77,16 @@ def by_task(trials: list[TrialResult]) -> dict[str, TrialResult]:
     return {t.task.split("/")[-1]: t for t in trials}
 
 
-def _ours(runtime) -> list[dict]:
+def _ours(runtime) -> list[OwnedObject]:
     """Every container, network and volume orchestra made, less another worker's running
     job's (tests/engineshare.py: under an exclusive hold, the whole engine)."""
-    return [r for r in runtime.owned_objects() if "orchestra.job" in r["labels"] and not foreign(r["labels"])]
+    return [r for r in runtime.owned_objects() if "orchestra.job" in r.labels and not foreign(r.labels)]
 
 
 def orchestra_objects(runtime) -> tuple[list, list]:
     rows = _ours(runtime)
-    return ([r["name"] for r in rows if r["kind"] == "container"],
-            [r["name"] for r in rows if r["kind"] == "network"])
+    return ([r.name for r in rows if r.kind == "container"],
+            [r.name for r in rows if r.kind == "network"])
 
 
 def orchestra_loop_devices() -> list[str]:
@@ -109,7 +110,7 @@ def orchestra_loop_devices() -> list[str]:
 def nothing_left(runtime) -> dict[str, list]:
     """What orchestra made that is still there: containers, networks, volumes, loop devices."""
     rows = _ours(runtime)
-    found = {kind + "s": [r["name"] for r in rows if r["kind"] == kind] for kind in ("container", "network", "volume")}
+    found = {kind + "s": [r.name for r in rows if r.kind == kind] for kind in ("container", "network", "volume")}
     found["loop_devices"] = orchestra_loop_devices()
     return {k: v for k, v in found.items() if v}
 

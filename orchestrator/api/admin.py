@@ -215,7 +215,7 @@ def cleanup_plan(job: str | None = None, everything: bool = False) -> CleanupPla
     from orchestrator.host import LABEL_JOB, plan, remove_idle
 
     runtime = _cleanup_runtime(job, everything)
-    objects = [ObjectInScope(kind=r["kind"], name=r["name"], job=r["labels"].get(LABEL_JOB))
+    objects = [ObjectInScope(kind=r.kind, name=r.name, job=r.labels.get(LABEL_JOB))
                for r in plan(runtime, job, everything)]
     if job is None and not everything:
         objects += [ObjectInScope(kind="network", name=n, job="(idle, kept between jobs)")

@@ -22,9 +22,10 @@ from orchestrator.runtime import (
     LABEL_KIND,
     LABEL_PID,
     ImageFacts,
+    OwnedObject,
     Runtime,
 )
-from orchestrator.util import JsonObject, write_atomic
+from orchestrator.util import write_atomic
 
 log = get_logger()
 LABEL_HOST = "orchestra.host"
@@ -105,27 +106,27 @@ def _dead_owner(labels: dict[str, str], host: str) -> bool:
     return labels.get(LABEL_HOST) == host and pid.isdigit() and not _alive(int(pid))
 
 
-def dead_owners(runtime: Runtime, rows: list[JsonObject] | None = None) -> set[tuple[str, str]]:
+def dead_owners(runtime: Runtime, rows: list[OwnedObject] | None = None) -> set[tuple[str, str]]:
     """(job, pid) of objects on this host whose orchestrator process no longer exists (from
     `rows` of runtime.owned_objects() when the caller already has them). By owner, not by job
     name alone: a live job may carry the name of a killed one (a resume, or the same
     --job-name in another --jobs-dir), and its objects are not orphans."""
     host = socket.gethostname()
     rows = runtime.owned_objects() if rows is None else rows
-    return {(row["labels"].get(LABEL_JOB, ""), row["labels"][LABEL_PID]) for row in rows
-            if _dead_owner(row["labels"], host) and row["labels"].get(LABEL_JOB)}
+    return {(row.labels.get(LABEL_JOB, ""), row.labels[LABEL_PID]) for row in rows
+            if _dead_owner(row.labels, host) and row.labels.get(LABEL_JOB)}
 
 
-def plan(runtime: Runtime, job: str | None = None, everything: bool = False) -> list[JsonObject]:
+def plan(runtime: Runtime, job: str | None = None, everything: bool = False) -> list[OwnedObject]:
     """What a clean-up would remove: every orchestra-created object (everything), one job's,
     or (default) those of dead owners on this host. Never anything orchestra did not create."""
     rows = runtime.owned_objects()
     if everything:
         return rows
     if job is not None:
-        return [r for r in rows if r["labels"].get(LABEL_JOB) == job]
+        return [r for r in rows if r.labels.get(LABEL_JOB) == job]
     host = socket.gethostname()
-    return [r for r in rows if r["labels"].get(LABEL_JOB) and _dead_owner(r["labels"], host)]
+    return [r for r in rows if r.labels.get(LABEL_JOB) and _dead_owner(r.labels, host)]
 
 
 def reap_orphans(runtime: Runtime) -> dict[str, int]:

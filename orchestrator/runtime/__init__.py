@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         LoopDisk,
         Network,
         NotSupported,
+        OwnedObject,
         Part,
         PulledImage,
         PullFailed,
@@ -44,7 +45,7 @@ __all__ = [
     "DEFAULT_RANGE", "LABEL_IMAGE_KIND", "LABEL_JOB", "LABEL_KIND", "LABEL_PID", "LABEL_TRIAL",
     "PART_METHODS", "Attached", "BuildFailed", "Capabilities", "ContainerLimits", "ContainerSpec",
     "DiskQuotas", "EngineFacts", "ExecResult", "HealthProbe", "ImageFacts", "LoopDisk", "Network",
-    "NotSupported", "Part", "PullFailed", "PulledImage", "Runtime", "RuntimeFault", "VolumeMount",
+    "NotSupported", "OwnedObject", "Part", "PullFailed", "PulledImage", "Runtime", "RuntimeFault", "VolumeMount",
     "host_routes", "open_runtime",
 ]
 __getattr__, __dir__ = public_face(__name__, {
@@ -67,6 +68,7 @@ __getattr__, __dir__ = public_face(__name__, {
     "LoopDisk": "base",
     "Network": "base",
     "NotSupported": "base",
+    "OwnedObject": "base",
     "Part": "base",
     "PullFailed": "base",
     "PulledImage": "base",

@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import BinaryIO, Literal, NoReturn
 
 # The seam's faults are the kernel's (errors.py draws the tree), named here for its callers.
 from orchestrator.errors import BuildFailed as BuildFailed
@@ -216,6 +216,16 @@ class ImageFacts:
     created: float = 0.0
     digests: list[str] = field(default_factory=list)  # repository@sha256:..., where it came from a registry
     layers: int = 0  # filesystem layers (an imported root filesystem has one)
+
+
+@dataclass
+class OwnedObject:
+    """One container, network or volume orchestra created (it carries LABEL_PID), as the
+    reaper and `orchestra cleanup` see it: what it is, its name (a container's id), its labels."""
+
+    kind: Literal["container", "network", "volume"]
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -612,8 +622,8 @@ class Runtime(ABC):
         NotSupported without Part.LISTING."""
         self._lacks(Part.LISTING, "images_labelled")
 
-    def owned_objects(self) -> list[dict[str, Any]]:
-        """Every container, network and volume orchestra created (LABEL_PID), as
-        {"kind", "name", "labels"}: the reaper's by-owner view. Raises: RuntimeFault;
+    def owned_objects(self) -> list[OwnedObject]:
+        """Every container, network and volume orchestra created (LABEL_PID): the reaper's
+        by-owner view. Raises: RuntimeFault;
         NotSupported without Part.LISTING."""
         self._lacks(Part.LISTING, "owned_objects")

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from orchestrator.errors import RuntimeMissing
 from orchestrator.runtime.base import (
@@ -45,6 +45,7 @@ from orchestrator.runtime.base import (
     ExecResult,
     ImageFacts,
     Network,
+    OwnedObject,
     Part,
     Runtime,
     RuntimeFault,
@@ -442,14 +443,13 @@ class FakeRuntime(Runtime):
                 [n for n, (_, tags) in self.networks.items() if _carries(tags, wanted)],
                 [v for v, tags in self.volumes.items() if _carries(tags, wanted)])
 
-    def owned_objects(self) -> list[dict[str, Any]]:
+    def owned_objects(self) -> list[OwnedObject]:
         self._call("owned_objects")
-        rows: list[dict[str, Any]] = [
-            {"kind": "container", "name": c.id, "labels": dict(c.spec.labels)}
-            for c in self.containers.values() if LABEL_PID in c.spec.labels]
-        rows += [{"kind": "network", "name": n, "labels": dict(tags)}
+        rows = [OwnedObject("container", c.id, dict(c.spec.labels))
+                for c in self.containers.values() if LABEL_PID in c.spec.labels]
+        rows += [OwnedObject("network", n, dict(tags))
                  for n, (_, tags) in self.networks.items() if LABEL_PID in tags]
-        rows += [{"kind": "volume", "name": v, "labels": dict(tags)}
+        rows += [OwnedObject("volume", v, dict(tags))
                  for v, tags in self.volumes.items() if LABEL_PID in tags]
         return rows
 

@@ -31,6 +31,7 @@ from orchestrator.runtime.base import (
     TRIMMED_CAPABILITIES,
     Capabilities,
     ContainerSpec,
+    OwnedObject,
     Part,
     Runtime,
     RuntimeFault,
@@ -335,7 +336,8 @@ class RuntimeContract:
         if Part.LAYER_SIZES in declared:
             assert box in rt.writable_layer_bytes(made.job)
         if Part.LISTING in declared:
-            assert {"kind": "container", "name": box} in [
-                {"kind": row["kind"], "name": row["name"]} for row in rt.owned_objects()]
+            owned = rt.owned_objects()
+            assert all(isinstance(row, OwnedObject) for row in owned)
+            assert ("container", box) in [(row.kind, row.name) for row in owned]
         if Part.REGISTRY not in declared:  # pre-flight's question gets an answer, not an error
             assert "registry" in (rt.registry_refusal("localhost:5000") or "")

@@ -6,27 +6,29 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+from typing import Literal
 
 from orchestrator.host.cleanup import plan, reap_orphans
+from orchestrator.runtime import OwnedObject
 
 
 class Engine:
     """owned_objects / labelled / remove* over a list of rows (what reap touches)."""
 
-    def __init__(self, rows: list[dict]) -> None:
+    def __init__(self, rows: list[OwnedObject]) -> None:
         self.rows = rows
         self.removed: list[str] = []
 
-    def owned_objects(self) -> list[dict]:
-        return [r for r in self.rows if r["name"] not in self.removed]
+    def owned_objects(self) -> list[OwnedObject]:
+        return [r for r in self.rows if r.name not in self.removed]
 
     def labelled(self, *labels: str) -> tuple[list[str], list[str], list[str]]:
-        def has(row: dict) -> bool:
-            return all(row["labels"].get(k) == v for k, _, v in (lab.partition("=") for lab in labels))
+        def has(row: OwnedObject) -> bool:
+            return all(row.labels.get(k) == v for k, _, v in (lab.partition("=") for lab in labels))
         rows = [r for r in self.owned_objects() if has(r)]
-        return ([r["name"] for r in rows if r["kind"] == "container"],
-                [r["name"] for r in rows if r["kind"] == "network"],
-                [r["name"] for r in rows if r["kind"] == "volume"])
+        return ([r.name for r in rows if r.kind == "container"],
+                [r.name for r in rows if r.kind == "network"],
+                [r.name for r in rows if r.kind == "volume"])
 
     def remove(self, name: str) -> None:
         self.removed.append(name)
@@ -37,9 +39,9 @@ class Engine:
         return None
 
 
-def _row(kind: str, name: str, job: str, pid: int) -> dict:
-    return {"kind": kind, "name": name, "labels": {"orchestra.job": job, "orchestra.pid": str(pid),
-                                                   "orchestra.host": socket.gethostname()}}
+def _row(kind: Literal["container", "network", "volume"], name: str, job: str, pid: int) -> OwnedObject:
+    return OwnedObject(kind, name, {"orchestra.job": job, "orchestra.pid": str(pid),
+                                    "orchestra.host": socket.gethostname()})
 
 
 def test_a_dead_owners_objects_go_and_a_live_job_of_the_same_name_keeps_its_own():
@@ -51,8 +53,8 @@ def test_a_dead_owners_objects_go_and_a_live_job_of_the_same_name_keeps_its_own(
                      _row("container", "resumed-c", "nightly", live),
                      _row("network", "resumed-n", "nightly", live),
                      _row("container", "other-c", "other", live)])
-    assert {r["name"] for r in plan(engine)} == {"killed-c", "killed-n"}  # cleanup's default scope
+    assert {r.name for r in plan(engine)} == {"killed-c", "killed-n"}  # cleanup's default scope
     totals = reap_orphans(engine)
     assert sorted(engine.removed) == ["killed-c", "killed-n"]
     assert totals["containers"] == 1 and totals["networks"] == 1
-    assert {r["name"] for r in plan(engine, job="nightly")} == {"resumed-c", "resumed-n"}
+    assert {r.name for r in plan(engine, job="nightly")} == {"resumed-c", "resumed-n"}

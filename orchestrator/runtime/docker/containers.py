@@ -13,7 +13,7 @@ import re
 import resource
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from orchestrator.errors import RuntimeMissing
 from orchestrator.runtime.base import (
@@ -22,6 +22,7 @@ from orchestrator.runtime.base import (
     TRIMMED_CAPABILITIES,
     ContainerLimits,
     ContainerSpec,
+    OwnedObject,
     RuntimeFault,
 )
 from orchestrator.runtime.client import APIError, ImageNotFound, NotFound
@@ -216,13 +217,13 @@ class ContainersMixin(DockerState):
         volumes = [v["Name"] for v in (self.api.volumes(filters=filters).get("Volumes") or [])]
         return containers, networks, volumes
 
-    def owned_objects(self) -> list[dict[str, Any]]:
+    def owned_objects(self) -> list[OwnedObject]:
         """Every container, network and volume orchestra created: kind, name, labels."""
-        rows = [{"kind": "container", "name": c["Id"], "labels": c.get("Labels") or {}}
+        rows = [OwnedObject("container", c["Id"], c.get("Labels") or {})
                 for c in self.api.containers(all=True, filters={"label": LABEL_PID})]
-        rows += [{"kind": "network", "name": n["Name"], "labels": n.get("Labels") or {}}
+        rows += [OwnedObject("network", n["Name"], n.get("Labels") or {})
                  for n in self.api.networks(filters={"label": LABEL_PID})]
-        rows += [{"kind": "volume", "name": v["Name"], "labels": v.get("Labels") or {}}
+        rows += [OwnedObject("volume", v["Name"], v.get("Labels") or {})
                  for v in self.api.volumes(filters={"label": LABEL_PID}).get("Volumes") or []]
         return rows
 
