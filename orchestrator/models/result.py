@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from orchestrator.models.records import (
     CollectedPath,
@@ -274,6 +274,15 @@ class JobCapabilities(BaseModel):
     local_engine: bool = True
     registry_push: bool = True
     why: dict[str, str] = {}  # per capability not held: the reason
+    # the optional runtime parts the engine had (runtime.base.Part values, sorted); None: a
+    # result written before they were recorded
+    parts: list[str] | None = None
+
+    @field_validator("parts", mode="before")
+    @classmethod
+    def _sorted(cls, parts: object) -> object:
+        """Capabilities.parts is a set: recorded in one order, so results compare and diff."""
+        return sorted(str(p) for p in parts) if isinstance(parts, (set, frozenset, list, tuple)) else parts
 
 
 class EngineOutage(BaseModel):
