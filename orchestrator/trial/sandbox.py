@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from orchestrator.archive import tar_files
 from orchestrator.host import NetworkPool, owner_labels
@@ -35,6 +35,7 @@ from orchestrator.runtime import (
     LABEL_TRIAL,
     ContainerSpec,
     DiskQuotas,
+    HealthProbe,
     LoopDisk,
     Network,
     Runtime,
@@ -91,6 +92,46 @@ class Sandbox:
     def labels(self, kind: str) -> dict[str, str]:
         return {LABEL_JOB: self.job, LABEL_TRIAL: self.trial_id, LABEL_KIND: kind,
                 **owner_labels()}
+
+    def container(self, kind: ContainerKind, quotas: Quotas, *, image: str, name: str,
+                  command: list[str] | None, network: str, workdir: str | None = None,
+                  env: dict[str, str] | None = None, user: str | None = None,
+                  drop_all_capabilities: bool = False, mounts: list[VolumeMount] | None = None,
+                  binds: dict[str, str] | None = None, aliases: list[str] | None = None,
+                  healthcheck: HealthProbe | None = None,
+                  entrypoint: list[str] | None = None) -> ContainerSpec:
+        """One of the trial's containers, the one way they are made: orchestra's labels (job,
+        trial, kind, owner: what reap and the viewer find), the quotas given (the task's, or
+        [verifier.environment]'s), the trial's OCI runtime and the trust bundle (CA file and
+        variables, trust.py) are applied here, so no kind of container can miss one.
+
+        Args:
+            kind: the container's role (its orchestra.kind label).
+            quotas: cpus, memory_mb and pids_limit, applied as given.
+            user: the container's user (None: the image's); execs may name their own.
+            binds: read-only host path -> container path (the bundle's are added).
+        """
+        return self.trust.container(ContainerSpec(
+            image=image, name=name, labels=self.labels(kind), command=command, cpus=quotas.cpus,
+            memory_mb=quotas.memory_mb, pids_limit=quotas.pids_limit, network=network,
+            workdir=workdir, env=dict(env or {}), user=user,
+            drop_all_capabilities=drop_all_capabilities, mounts=list(mounts or []),
+            read_only_binds=dict(binds or {}), runtime=self.oci_runtime,
+            aliases=list(aliases or []), healthcheck=healthcheck, entrypoint=entrypoint))
+
+
+ContainerKind = Literal["agent", "verifier", "worker", "sidecar"]
+
+
+class Quotas(Protocol):
+    """What a container's quotas are read from (models.task EnvironmentSection)."""
+
+    @property
+    def cpus(self) -> float: ...
+    @property
+    def memory_mb(self) -> int: ...
+    @property
+    def pids_limit(self) -> int: ...
 
 
 def resolve_workdir(runtime: Runtime, task: Task, image: str) -> str:
@@ -153,14 +194,11 @@ def _build(runtime: Runtime, networks: NetworkPool, task: Task, image: str, box:
     # (read-only; a running container cannot gain a mount later)
     tools = verifier_tools.host_tools() if task.config.verifier.environment_mode == "shared" else {}
     box.static_tools = bool(tools)
-    spec = ContainerSpec(
-        image=image, name=f"{name}-agent", labels=box.labels("agent"),
-        command=["sleep", "infinity"], cpus=environment.cpus, memory_mb=environment.memory_mb,
-        pids_limit=environment.pids_limit, network=box.network.name, workdir=box.workdir,
-        env={**box.trust.env, **env}, drop_all_capabilities=environment.drop_all_capabilities,
-        mounts=mounts, runtime=oci_runtime,
-        read_only_binds={str(AGENT_STACK_SOURCE): AGENT_STACK, **tools, **binds, **box.trust.binds},
-    )
+    spec = box.container(
+        "agent", environment, image=image, name=f"{name}-agent", command=["sleep", "infinity"],
+        network=box.network.name, workdir=box.workdir, env=env,
+        drop_all_capabilities=environment.drop_all_capabilities, mounts=mounts,
+        binds={str(AGENT_STACK_SOURCE): AGENT_STACK, **tools, **binds})
     box.agent_container = runtime.create(spec)
     box.containers.append(box.agent_container)
     if box.volumes:

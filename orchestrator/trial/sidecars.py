@@ -19,7 +19,6 @@ from orchestrator.models import BaseImage
 from orchestrator.runtime import (
     LABEL_IMAGE_KIND,
     BuildFailed,
-    ContainerSpec,
     HealthProbe,
     Runtime,
     RuntimeFault,
@@ -99,15 +98,13 @@ def start_sidecars(runtime: Runtime, task: Task, box: Sandbox, name: str) -> dic
         wait_for(runtime, compose, service, started)
         command = service.command
         image, _bases = sidecar_image(runtime, task, service_name, service, box.job, box.trust)
-        spec = box.trust.container(ContainerSpec(
-            image=image, name=f"{name}-{service_name}",
-            labels=box.labels("sidecar"), command=command if isinstance(command, list) or command is None
-            else ["sh", "-c", command], cpus=env.cpus, memory_mb=env.memory_mb,
-            pids_limit=env.pids_limit, network=box.network.name, workdir=service.working_dir,
-            env=dict(service.environment), mounts=volume_mounts(compose, service, name),
-            aliases=[service_name], healthcheck=_probe(service.healthcheck) if service.healthcheck else None,
-            entrypoint=[service.entrypoint] if isinstance(service.entrypoint, str) else service.entrypoint,
-            runtime=box.oci_runtime))
+        spec = box.container(
+            "sidecar", env, image=image, name=f"{name}-{service_name}",
+            command=command if isinstance(command, list) or command is None else ["sh", "-c", command],
+            network=box.network.name, workdir=service.working_dir, env=dict(service.environment),
+            mounts=volume_mounts(compose, service, name), aliases=[service_name],
+            healthcheck=_probe(service.healthcheck) if service.healthcheck else None,
+            entrypoint=[service.entrypoint] if isinstance(service.entrypoint, str) else service.entrypoint)
         container = runtime.create(spec)
         box.containers.append(container)
         runtime.start(container)

@@ -26,7 +26,7 @@ from orchestrator.models import (
     verifier_timeout,
 )
 from orchestrator.paths import ARTIFACTS, LOGS, TESTS, VERIFIER_LOGS, TrialDir
-from orchestrator.runtime import LABEL_IMAGE_KIND, ContainerSpec, Runtime
+from orchestrator.runtime import LABEL_IMAGE_KIND, Runtime
 from orchestrator.tasks import HostEnv, Task
 from orchestrator.trial import verifier_tools
 from orchestrator.trial.collect import copy_out
@@ -312,14 +312,11 @@ def _verify_fresh(runtime: Runtime, task: Task, images: TaskImages, box: Sandbox
         env = {**env, **box.egress.env(direct=[box.network.gateway])}  # orchestra's wiring wins
     # snapshot: the tests go onto the loop disk before the container exists; separate: copied in
     staged = _stage_on_disk(task, box) if mounts else STAGED_TESTS
-    spec = box.trust.container(ContainerSpec(
-        image=image, name=f"{box.name}-verifier" + (f"-{re.sub(r'[^a-zA-Z0-9_.-]', '-', task.step)}" if task.step else ""),
-        labels=box.labels("verifier"),
-        command=_command(box, bool(tools), staged), cpus=environment.cpus,
-        memory_mb=environment.memory_mb, pids_limit=environment.pids_limit, network=network,
-        workdir=None, env=env, user=verifier.user, mounts=mounts,
-        read_only_binds=tools, runtime=box.oci_runtime,
-    ))
+    spec = box.container(
+        "verifier", environment, image=image,
+        name=f"{box.name}-verifier" + (f"-{re.sub(r'[^a-zA-Z0-9_.-]', '-', task.step)}" if task.step else ""),
+        command=_command(box, bool(tools), staged), network=network, env=env, user=verifier.user,
+        mounts=mounts, binds=tools)
     container = runtime.create(spec)
     box.containers.append(container)
     if mounts:  # snapshot: the trial's loop disk is /logs here too

@@ -24,7 +24,7 @@ from orchestrator.paths import (
     LOGS,
     TrialDir,
 )
-from orchestrator.runtime import ContainerSpec, Runtime
+from orchestrator.runtime import Runtime
 from orchestrator.tasks import StateRoots, Task, file_seed_archive
 from orchestrator.trial.sandbox import Sandbox, require_runtime
 
@@ -61,15 +61,13 @@ def start_workers(ctx: TrialContext, task: Task, box: Sandbox, relay: TrialRelay
         for index in range(member.count):
             name = member.id if member.count == 1 else f"{member.id}-{index + 1}"
             roots = StateRoots.fresh()
-            spec = ContainerSpec(
-                image=image, name=f"{box.name}-{name}", labels=box.labels("worker"),
-                command=["sleep", "infinity"], cpus=environment.cpus, memory_mb=environment.memory_mb,
-                pids_limit=environment.pids_limit, network=box.network.name, workdir=box.workdir,
-                env={**box.trust.env, **environment.env, **flag_env(member, flags),
-                     **roots.env(box.workdir), "ORCHESTRA_AGENT_ID": name},
+            spec = box.container(
+                "worker", environment, image=image, name=f"{box.name}-{name}",
+                command=["sleep", "infinity"], network=box.network.name, workdir=box.workdir,
+                env={**environment.env, **flag_env(member, flags), **roots.env(box.workdir),
+                     "ORCHESTRA_AGENT_ID": name},
                 drop_all_capabilities=environment.drop_all_capabilities,
-                read_only_binds={str(AGENT_STACK_SOURCE): AGENT_STACK, **box.trust.binds},
-                runtime=ctx.oci_runtime)
+                binds={str(AGENT_STACK_SOURCE): AGENT_STACK})
             container = ctx.runtime.create(spec)
             box.containers.append(container)
             ctx.watchdog.register(container, environment.storage_mb)

@@ -183,8 +183,10 @@ def test_references_split_as_docker_pull_reads_them():
 
 def test_every_container_a_trial_makes_is_given_its_trust():
     """The CA bundle reaches every container of a trial: each ContainerSpec made under
-    orchestrator/trial is passed through Trust.container, or (the agent's, the workers')
-    given the trial's trust.env and trust.binds. A new kind of container that is not fails here."""
+    orchestrator/trial is passed through Trust.container, or given the trial's trust.env and
+    trust.binds. Since issue 47 one builder (Sandbox.container) makes them all; a new
+    ContainerSpec made beside it that is not trusted fails here (tests/unit/test_trial_containers.py
+    reads back what each kind of container got)."""
     import ast
     from pathlib import Path
 
@@ -205,4 +207,4 @@ def test_every_container_a_trial_makes_is_given_its_trust():
             merged = "trust.env" in given.get("env", "") and "trust.binds" in given.get("read_only_binds", "")
             if id(node) not in wrapped and not merged:
                 untrusted.append(f"{path.name}:{node.lineno}")
-    assert found >= 4 and untrusted == [], untrusted
+    assert found >= 1 and untrusted == [], untrusted
