@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
@@ -155,16 +155,55 @@ def install_agents(names: list[str], ca_bundle: Path | None = None) -> None:
             ensure_installed(recipe, ca_bundle)
 
 
-def list_agents() -> list[AgentRow]:
+class ListedAgent(TypedDict, total=False):
+    """One row of `orchestra agents` (its --json too): the agent's row (agents.AgentRow)
+    and the bytes its install folder takes on disk, measured."""
+
+    name: str
+    kind: str
+    version: str
+    installed: bool
+    api: str
+    needs: str
+    path: str  # an installed CLI's own folder ("" for a built-in agent)
+    size_bytes: int | None  # that folder's bytes on disk; None: built in, or not installed yet
+
+
+def list_agents() -> list[ListedAgent]:
     """The agents `run --agent NAME` takes: the built-in ones, then the installed CLIs
-    (kind, version, whether this host has installed it yet). Raises nothing."""
+    (kind, version, whether this host has installed it yet, and then its folder's bytes on
+    disk: what `du -s -B1` says, each file counted once; a runtime several agents share,
+    such as node, is not in it). Raises nothing."""
     import orchestrator
     from orchestrator.agents import INSTALLED, listing
     from orchestrator.models import AGENT_NAMES
 
     built_in: list[AgentRow] = [{"name": n, "kind": "built-in", "version": orchestrator.__version__,
                                  "installed": True, "path": ""} for n in AGENT_NAMES if n not in INSTALLED]
-    return built_in + listing()
+    return [ListedAgent(**row, size_bytes=_bytes_on_disk(Path(row["path"]))
+                        if row.get("installed") and row.get("path") else None)
+            for row in built_in + listing()]
+
+
+def _bytes_on_disk(folder: Path) -> int | None:
+    """The blocks a folder's files take (st_blocks, as du counts them: a hard-linked file
+    once, symbolic links not followed); None when the folder is gone."""
+    import os
+
+    if not folder.is_dir():
+        return None
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:  # removed while walked
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total + os.lstat(folder).st_blocks * 512
 
 
 # ---- cleanup -------------------------------------------------------------------------------

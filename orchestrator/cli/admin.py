@@ -146,8 +146,9 @@ def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON ins
            install: Annotated[list[str] | None, typer.Option("--install", help="Install this agent now (repeatable; `all` for every one).")] = None,
            ca_bundle: Annotated[Path | None, typer.Option("--ca-bundle", envvar="ORCHESTRA_CA_BUNDLE", help="A CA bundle (PEM) pip and npm trust.")] = None) -> None:
     """The agents `orchestra run --agent NAME` takes: built-in ones and installed CLIs
-    (kind, version, whether the host has installed it yet; an installed CLI is
-    installed on first use, or now with --install)."""
+    (kind, version, whether the host has installed it yet, and then the bytes its folder
+    takes on disk, measured; an installed CLI is installed on first use, or now with
+    --install)."""
     from orchestrator.api import install_agents, list_agents
 
     imports_done()
@@ -159,9 +160,20 @@ def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON ins
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
         return
-    print_table(console, "agents", ["agent", "kind", "version", "model API", "the image needs", "installed"],
+    print_table(console, "agents", ["agent", "kind", "version", "model API", "the image needs", "installed",
+                                    "size on disk"],
                 [[row["name"], row["kind"], row["version"], row.get("api", ""), row.get("needs", ""),
-                  "yes" if row["installed"] else "on first use"] for row in rows])
+                  "yes" if row["installed"] else "on first use", _size(row.get("size_bytes"))] for row in rows])
+
+
+def _size(size_bytes: int | None) -> str:
+    """Bytes as `orchestra agents` shows them: 1.9 GB, 412.3 MB; "-" when not measured."""
+    if size_bytes is None:
+        return "-"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:.1f} {unit}"
+    return f"{size_bytes} B"
 
 
 @app.command()

@@ -57,6 +57,10 @@ def test_orchestra_agents_lists_the_installed_clis_with_kind_and_version():
                               "qwen-code", "openhands"}  # claude-code to qwen-code: tests/integration/
     # test_api_agents.py; openhands: tests/integration/test_openhands.py
     assert {installed[n]["version"] for n in ("mini-swe-agent", "aider", "opencode")} == {"2.4.6", "0.86.2", "1.18.34"}
+    for name, row in installed.items():  # each installed folder measured as du counts it
+        du = subprocess.run(["du", "-s", "-B1", row["path"]], capture_output=True, text=True, check=True)
+        assert row["installed"] and row["size_bytes"] == int(du.stdout.split()[0]), name
+    assert installed["openhands"]["size_bytes"] > 10 * installed["qwen-code"]["size_bytes"]  # ~1.9 GB vs ~55 MB
 
 
 @pytest.mark.parametrize("agent, own_trajectory", [
