@@ -71,3 +71,72 @@ class TrialDir:
         target.mkdir()
         for item in leftovers:
             item.rename(target / item.name)
+
+
+@dataclass(frozen=True)
+class TaskPaths:
+    """Where a task's parts are in its folder on the host (Harbor's task layout)."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "task.toml"
+
+    @property
+    def instruction(self) -> Path:
+        return self.root / "instruction.md"
+
+    @property
+    def environment(self) -> Path:
+        """The task image's build context."""
+        return self.root / "environment"
+
+    @property
+    def dockerfile(self) -> Path:
+        return self.environment / "Dockerfile"
+
+    @property
+    def tests(self) -> Path:
+        return self.root / "tests"
+
+    @property
+    def solution(self) -> Path:
+        return self.root / "solution"
+
+    @property
+    def solve_sh(self) -> Path:
+        return self.solution / "solve.sh"
+
+
+def verifier_dockerfile(tests: Path) -> Path:
+    """A tests folder's Dockerfile: Harbor's separate verifier image is built from it."""
+    return tests / "Dockerfile"
+
+
+@dataclass(frozen=True)
+class JobDir:
+    """Where one job's outputs land on the host: its config, its result, a folder per trial."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        """config.json: what --resume and the viewer read back."""
+        return self.root / "config.json"
+
+    @property
+    def result(self) -> Path:
+        return self.root / "result.json"
+
+    @property
+    def trials(self) -> Path:
+        return self.root / "trials"
+
+    def trial(self, folder: str) -> TrialDir:
+        """A trial's folder by its name (models.result trial_folder_name)."""
+        return TrialDir(self.trials / folder)
+
+    def trial_results(self) -> list[Path]:
+        """Every trial's result.json in the job, in name order."""
+        return sorted(self.trials.glob("*/result.json"))

@@ -43,6 +43,7 @@ from orchestrator.models import (
     TrialSummary,
     rerun_on_resume,
 )
+from orchestrator.paths import JobDir
 from orchestrator.runtime import LABEL_JOB, Runtime
 from orchestrator.tasks import Task
 from orchestrator.trial import (
@@ -70,7 +71,7 @@ def load_finished(job_dir: Path, tasks: list[Task],
     finished: dict[str, TrialResult] = {}
     hashes = {t.name: t.content_hash for t in tasks}
     changed = set()
-    for path in sorted((job_dir / "trials").glob("*/result.json")):
+    for path in JobDir(job_dir).trial_results():
         try:
             result = TrialResult.model_validate_json(path.read_text())
         except (ValidationError, ValueError, OSError):
@@ -186,7 +187,7 @@ class Job:
 
     def _write_config(self) -> None:
         options, manifest = self.options, self.manifest
-        write_json_atomic(self.job_dir / "config.json", JobConfig(
+        write_json_atomic(JobDir(self.job_dir).config, JobConfig(
             job=options.job_name,
             # Only what was set: read back, it gives the same condition hash, byte for byte.
             manifest=manifest.model_dump(mode="json", exclude_unset=True),
@@ -301,7 +302,7 @@ class Job:
             log.warning("images.prune_failed", error=str(exc)[:300])
         job = self.summary(started)
         try:
-            write_json_atomic(self.job_dir / "result.json", job)
+            write_json_atomic(JobDir(self.job_dir).result, job)
         except OSError as exc:  # e.g. the disk is full: the trial results already written stay
             log.error("job.result_not_written", error=str(exc))
         return job, left

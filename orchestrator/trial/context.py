@@ -26,7 +26,7 @@ from orchestrator.models import (
     TrialResult,
     trial_folder_name,
 )
-from orchestrator.paths import TrialDir
+from orchestrator.paths import JobDir, TrialDir
 from orchestrator.runtime import Runtime
 from orchestrator.tasks import Task
 from orchestrator.trial.images import TaskImages
@@ -69,7 +69,7 @@ def trial_id(job: str, task: Task, agent_id: str, attempt: int) -> str:
 
 
 def trial_dir(ctx: TrialContext, task: Task, tid: str) -> TrialDir:
-    return TrialDir(ctx.job_dir / "trials" / trial_folder_name(task.name, tid))
+    return JobDir(ctx.job_dir).trial(trial_folder_name(task.name, tid))
 
 
 class Cancelled(Exception):

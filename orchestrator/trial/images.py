@@ -27,7 +27,7 @@ from typing import BinaryIO
 from orchestrator.archive import spool_tree, tar_directory, tar_files
 from orchestrator.log import get_logger
 from orchestrator.models import BaseImage, BuildFailure
-from orchestrator.paths import AGENT_STACK_SOURCE, LOCK_DIR
+from orchestrator.paths import AGENT_STACK_SOURCE, LOCK_DIR, TaskPaths, verifier_dockerfile
 from orchestrator.runtime import (
     LABEL_IMAGE_KIND,
     BuildFailed,
@@ -412,7 +412,7 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
     source = "built"
     variant = task.environment_hash + (
         f"-ca{hashlib.sha256(ca_bundle).hexdigest()[:8]}" if ca_bundle is not None else "")
-    has_dockerfile = (task.path / "environment" / "Dockerfile").is_file()
+    has_dockerfile = TaskPaths(task.path).dockerfile.is_file()
     job_bases(job, bases)  # the job's mode, for its verifier and sidecar builds too
     if env.docker_image and build_policy == "pull":
         runtime.pull(env.docker_image, timeout_sec=600)  # BuildFailed: said, no fallback
@@ -425,8 +425,8 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
         assert env.docker_image is not None  # a prebuilt image is always the task's docker_image
         task_image, source = env.docker_image, prebuilt
     else:
-        folder = task.path / "environment"
-        dockerfile = (folder / "Dockerfile").read_text()
+        folder = TaskPaths(task.path).environment
+        dockerfile = TaskPaths(task.path).dockerfile.read_text()
         resolved = resolve_bases(runtime, dockerfile, job, "task")
         variant = task.environment_hash + bases_suffix(resolved, ca_bundle)
         task_image = f"{image_repository(task)}:{variant}"
@@ -469,8 +469,8 @@ def verifier_image(runtime: Runtime, task: Task, fallback: str, job: str = "",
     (cached by the folder's content, its bases and the CA), else the clean task image. Its
     FROM is resolved as the task's is (pulled, else stood in) and it trusts the trial's CA
     bundle, through the same build path. Returns (image, source, its bases)."""
-    tests = task.tests_dirs[-1] if task.tests_dirs else task.path / "tests"
-    dockerfile = tests / "Dockerfile"
+    tests = task.tests_dirs[-1] if task.tests_dirs else TaskPaths(task.path).tests
+    dockerfile = verifier_dockerfile(tests)
     if not dockerfile.is_file():
         return fallback, "task image", []
     text = dockerfile.read_text()
@@ -499,7 +499,7 @@ def _prebuilt(runtime: Runtime, ref: str, task: Task) -> str | None:
         log.info("image.pulled", image=ref)
         return "pulled"
     except BuildFailed as exc:
-        if (task.path / "environment" / "Dockerfile").is_file():
+        if TaskPaths(task.path).dockerfile.is_file():
             log.warning("image.pull_failed_building", image=ref, error=str(exc)[:300])
             return None
         raise BuildFailed(f"docker_image {ref}: not present locally and the pull failed "
