@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         CheckedTask,
         Cleaned,
         CleanupPlan,
+        ListedAgent,
         ObjectInScope,
         Removed,
         TasksCheck,
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANSWER_LEAK", "DONE", "GATE_FAILED", "GATE_REFUSED", "BaseReady", "CheckedTask", "Cleaned",
-    "CleanupPlan", "JobReport", "ObjectInScope", "Removed", "RunOutcome", "RunRequest", "TasksCheck",
+    "CleanupPlan", "JobReport", "ListedAgent", "ObjectInScope", "Removed", "RunOutcome", "RunRequest", "TasksCheck",
     "bootstrap_bases", "check_tasks", "clean_up", "cleanup_plan", "compare_jobs", "doctor_tasks",
     "export_atif", "install_agents", "list_agents", "open_report", "run", "serve_view",
 ]
@@ -72,6 +73,7 @@ __getattr__, __dir__ = public_face(__name__, {
     "CheckedTask": "admin",
     "Cleaned": "admin",
     "CleanupPlan": "admin",
+    "ListedAgent": "admin",
     "ObjectInScope": "admin",
     "Removed": "admin",
     "TasksCheck": "admin",
