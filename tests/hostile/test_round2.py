@@ -26,6 +26,10 @@ from orchestrator.services import exchanges
 from orchestrator.tasks.load import load_tasks
 
 SMALL = "[environment]\ncpus = 0.5\nmemory_mb = 256\nstorage_mb = 256\n"
+# The FIFO case's staged files (its scripts say 8000 too). The host stages them in ~0.3 s
+# (3000 took ~0.18 s, and once, in a two-worker clean-clone run, the planter saw the folder
+# only after the host had written every name: nothing planted, its control failed).
+FIFO_FILES = 8000
 REWARD_OK = "mkdir -p /logs/verifier; if [ -e /app/ok ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
 
 CASES = {
@@ -56,11 +60,11 @@ CASES = {
     # arrived as a regular file with its content.
     "fifo-staging": dict(toml="[environment]\ncpus = 1\nmemory_mb = 256\nstorage_mb = 256\n"
                               "[verifier]\ntimeout_sec = 20\n",
-                         files={f"tests/f{i:04d}": f"f{i:04d}\n" for i in range(3000)},
+                         files={f"tests/f{i:04d}": f"f{i:04d}\n" for i in range(FIFO_FILES)},
                          solve=r"""touch /app/ok
 setsid nohup python3 -c "
 import glob, json, os, time
-names = ['test.sh'] + ['f%04d' % i for i in range(3000)]
+names = ['test.sh'] + ['f%04d' % i for i in range(8000)]
 end = time.time() + 300
 while time.time() < end:
     found = glob.glob('/logs/.orchestra-tests-*')
@@ -82,7 +86,7 @@ for i in $(seq 100); do [ -e /tmp/planted.json ] && break; sleep 0.1; done
 cp /tmp/planted.json /logs/verifier/planted.json 2>/dev/null
 python3 - <<'PY'
 import json, os, stat
-names = ['test.sh'] + ['f%04d' % i for i in range(3000)]
+names = ['test.sh'] + ['f%04d' % i for i in range(8000)]
 odd = [n for n in names if not stat.S_ISREG(os.lstat('/tests/' + n).st_mode)]
 wrong = [n for n in names[1:] if n not in odd and open('/tests/' + n).read() != n + '\n']
 json.dump({'not_regular': odd, 'wrong_content': wrong}, open('/logs/verifier/staged.json', 'w'))
