@@ -117,12 +117,18 @@ def test_the_fixture_agent_solves_hello_file_over_acp_and_a_deaf_one_ends_at_its
 
 @pytest.mark.part("network-host")
 def test_opencode_over_acp_solves_hello_file_through_the_proxy(tmp_path, host_network):
+    """On hello-file with 1 GB: in its own 512 MB, opencode's ACP mode once ran out of memory
+    after solving it (exit 137, the cgroup's oom_kill, reward 1: a clean-clone run)."""
     from orchestrator.agents.install import installed
     from orchestrator.agents.installed import OpenCode
 
     if not host_network and not installed(OpenCode.recipe):
         pytest.skip("needs npm from the host to install opencode (network-host)")
-    proc = orchestra("run", "--path", str(HELLO), "--agent", "acp-opencode", "--endpoint-config",
+    task = tmp_path / "tasks/hello-file"
+    shutil.copytree(HELLO, task)
+    (task / "task.toml").write_text((task / "task.toml").read_text().replace("memory_mb = 512", "memory_mb = 1024"))
+    assert "memory_mb = 1024" in (task / "task.toml").read_text()
+    proc = orchestra("run", "--path", str(task), "--agent", "acp-opencode", "--endpoint-config",
                      str(endpoints(tmp_path)), "-m", "replay-opencode-acp", "--jobs-dir", str(tmp_path),
                      "--job-name", "j", "-q")
     assert proc.returncode == 0, proc.stderr

@@ -339,5 +339,9 @@ def test_a_translated_tool_call_that_takes_long_keeps_the_client_alive_until_it_
     proxy, _ = stack(apis=("chat",), script=Script(chunk_delay=0.08), keepalive_sec=0.05)
     status, _, evs = send(proxy, "messages", "/v1/messages", first_turn("messages", True))
     names = [name for name, _ in evs]
+    # pings before message_start are the wait for the upstream's headers (the test above), which
+    # a loaded host can stretch past keepalive_sec; what this asserts is a ping inside the answer
+    while names and names[0] == "ping":
+        names.pop(0)
     assert status == 200 and names[0] == "message_start" and "ping" in names[1:names.index("content_block_start")]
     assert answer_of("messages", {}, evs)[0][0]["name"] == "shell"
