@@ -171,13 +171,20 @@ def test_stop_waits_for_running_attempts_only_not_for_queued_ones(tmp_path):
     def slow(item):
         started.set()
         cancel.wait(10)
-        return SimpleNamespace(failure_mode=FailureMode.NONE)
+        return SimpleNamespace(failure_mode=FailureMode.NONE, not_retried=None)
 
     def cancelled(item):
-        return SimpleNamespace(failure_mode=FailureMode.CANCELLED)
+        return SimpleNamespace(failure_mode=FailureMode.CANCELLED, not_retried=None)
 
-    thread = threading.Thread(target=lambda: scheduler.run(
-        [Item(task, i) for i in range(4)], slow, cancelled, lambda r: None), daemon=True)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            scheduler.run([Item(task, i) for i in range(4)], slow, cancelled, lambda r: None)
+        except BaseException as exc:  # noqa: BLE001  (the scheduler's own thread must not die)
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     assert started.wait(10)
     cancel.set()
@@ -186,6 +193,8 @@ def test_stop_waits_for_running_attempts_only_not_for_queued_ones(tmp_path):
     # hang guard: stopped, it returns at once; it took the whole 10 s timeout when the three
     # queued futures were never notified
     assert time.monotonic() - began < 5
+    thread.join(10)
+    assert not thread.is_alive() and raised == []
 
 
 def test_an_attempt_submitted_after_stop_is_cancelled_not_raised(tmp_path):
