@@ -193,8 +193,11 @@ def test_stop_waits_for_running_attempts_only_not_for_queued_ones(tmp_path):
     # hang guard: stopped, it returns at once; it took the whole 10 s timeout when the three
     # queued futures were never notified
     assert time.monotonic() - began < 5
-    thread.join(10)
-    assert not thread.is_alive() and raised == []
+    # run() itself does not return after stop() (the job's main thread leaves it by its
+    # interrupt; the attempts stop() cancelled never report): give it a moment to take the
+    # slow attempt's result, which is where its thread once died unseen (AttributeError)
+    thread.join(1)
+    assert raised == []
 
 
 def test_an_attempt_submitted_after_stop_is_cancelled_not_raised(tmp_path):
