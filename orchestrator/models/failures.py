@@ -16,6 +16,10 @@ Who can fix what went wrong decides both (errors.py draws the exception tree):
 - the job was cancelled: cancelled. Never retried, always run again on resume.
 - the host can never fit it: infeasible. Not run, never retried.
 
+What an attempt says about the agent follows from the same rule: an attempt the machinery
+lost, a build that failed, a cancelled or an infeasible one says nothing (NOT_GRADED: the
+regression gate leaves it out, report/gate.py); every other mode is graded.
+
 Callers pass facts (an exception, an exit, a clock), never their own types: this module is
 below trial/ and job/, which call it.
 """
@@ -33,6 +37,9 @@ from orchestrator.models.result import FailureMode, TrialResult
 RETRIED = frozenset({FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.ENDPOINT_ERROR})
 # Run again by `--resume --retry-errors` (job/runner.py); cancelled trials always are.
 RERUN_ON_RESUME = RETRIED | {FailureMode.BUILD_ERROR}
+# Says nothing about the agent: the machinery lost it, the task did not build, the job was
+# cancelled or the host could never fit it. The regression gate does not count these.
+NOT_GRADED = RERUN_ON_RESUME | {FailureMode.CANCELLED, FailureMode.INFEASIBLE}
 # The agent's run ended abnormally: its container is killed (no process survives) before grading.
 AGENT_KILLED = frozenset({FailureMode.AGENT_TIMEOUT, FailureMode.OOM, FailureMode.DISK_LIMIT})
 BUILD_ERROR_CHARS = 4000  # a build's log is long: its tail says why

@@ -14,7 +14,8 @@ jobs named.
 Per task, each side is counted as passes out of graded attempts. An attempt passes when it
 ended with failure mode `none` and a headline reward >= 1; a voided attempt (answer leak),
 a timeout, an OOM and a verifier error count as failed; attempts the machinery lost
-(infra, launch, build, endpoint errors, cancelled, infeasible) are not graded and are
+(models/failures.py NOT_GRADED: infra, launch, build, endpoint errors, cancelled,
+infeasible) are not graded and are
 left out of the counts (a task the baseline passed with no graded attempt now gates:
 nothing shows the contract still holds).
 
@@ -51,11 +52,9 @@ from typing import Literal, NamedTuple, get_args
 from pydantic import BaseModel, Field, computed_field
 
 from orchestrator.errors import InputError
-from orchestrator.models import FailureMode, TrialResult
+from orchestrator.models import NOT_GRADED, FailureMode, TrialResult
 from orchestrator.util import JsonObject
 
-NOT_GRADED = {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.BUILD_ERROR,
-              FailureMode.ENDPOINT_ERROR, FailureMode.CANCELLED, FailureMode.INFEASIBLE}
 FLAKY_POLICIES = ("gate", "report", "ignore")
 ONE_ATTEMPT = "one attempt each side: one attempt cannot tell a regression from chance"
 MatchedBy = Literal["name", "content hash", "name only"]

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from orchestrator.errors import InputError
-from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.models import NOT_GRADED, FailureMode, TrialResult
 from orchestrator.report.gate import attempts_to_tell, gate, one_sided_p
 from orchestrator.report.junit import write_junit
 
@@ -235,3 +235,32 @@ def test_every_compared_task_is_in_regressions_json_and_junit(tmp_path):
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("8", "2", "1")  # 4 trials + 4 tasks
     props = {p.get("name"): p.get("value") for p in suite.find("properties")}
     assert props["orchestra.gate.compared"] == "4" and props["orchestra.gate.baseline"] == "job j"
+
+
+def one_attempt(task: str, mode: FailureMode) -> TrialResult:
+    """One attempt of `task` that ended in `mode` with reward 0 (None when the machinery lost it)."""
+    [made] = trials(task, 0, 1)
+    made.failure_mode = mode
+    return made
+
+
+@pytest.mark.parametrize("mode", [m for m in FailureMode if m != FailureMode.NONE])
+def test_the_gate_grades_exactly_the_modes_models_failures_says(mode: FailureMode):
+    """Every failure mode against a baseline that passed: a graded one regresses (0/1 now), one
+    in models/failures.py's NOT_GRADED leaves the task with nothing graded ('ungraded')."""
+    result = gate([one_attempt("ds/a", mode)], trials("ds/a", 1, 0))
+    [verdict] = result.verdicts
+    assert verdict.verdict == ("ungraded" if mode in NOT_GRADED else "regressed")
+    assert verdict.gates
+
+
+def test_the_gate_keeps_no_failure_set_of_its_own():
+    import orchestrator.report.gate as gate_module
+
+    assert gate_module.NOT_GRADED is NOT_GRADED  # the one set, not a copy
+    assert NOT_GRADED == {FailureMode.INFRA_ERROR, FailureMode.LAUNCH_ERROR, FailureMode.ENDPOINT_ERROR,
+                          FailureMode.BUILD_ERROR, FailureMode.CANCELLED, FailureMode.INFEASIBLE}
+    own_sets = [name for name, value in vars(gate_module).items()
+                if isinstance(value, (set, frozenset)) and value and all(isinstance(v, FailureMode) for v in value)
+                and value is not NOT_GRADED]
+    assert own_sets == []
