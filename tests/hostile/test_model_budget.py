@@ -7,16 +7,13 @@ billed 524x the budget."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import socketserver
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import make_task
-from kit import trials_by_task
+from kit import ChatUpstream, trials_by_task
 
 from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.endpoint import load_endpoints
@@ -60,35 +57,8 @@ PY
 def upstream(tmp_path: Path) -> Iterator[tuple[Path, list[dict]]]:
     """A chat upstream on loopback that keeps every body it was sent and bills 20 prompt
     and 30 completion tokens a call; its endpoints file."""
-    bodies: list[dict] = []
-
-    class Chat(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            bodies.append(body)
-            answer = json.dumps({"id": "c1", "object": "chat.completion", "model": body.get("model", "m"),
-                                 "choices": [{"index": 0, "finish_reason": "stop",
-                                              "message": {"role": "assistant", "content": "ok"}}],
-                                 "usage": {"prompt_tokens": 20, "completion_tokens": 30, "total_tokens": 50}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Chat)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    path = tmp_path / "endpoints.json"
-    path.write_text(json.dumps({"upstream": {"model": "m", "apis": ["chat"],
-                                             "base_url": f"http://127.0.0.1:{server.server_address[1]}/v1"}}))
-    try:
-        yield path, bodies
-    finally:
-        server.shutdown()
+    with ChatUpstream(prompt_tokens=20, completion_tokens=30) as chat:
+        yield chat.endpoints(tmp_path / "endpoints.json"), chat.bodies
 
 
 def test_one_call_cannot_spend_past_the_token_budget_in_any_api(runtime, tmp_path, upstream):

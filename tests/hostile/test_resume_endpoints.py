@@ -7,17 +7,15 @@ loopback that count what they are sent."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import socketserver
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import make_task
+from kit import ChatUpstream
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 SMALL = "[environment]\ncpus = 0.5\nmemory_mb = 256\nstorage_mb = 256\n"
@@ -45,51 +43,11 @@ PY
 """
 
 
-class Upstream:
-    """A chat upstream on loopback answering "from NAME", counting the calls it was sent."""
-
-    def __init__(self, name: str) -> None:
-        self.calls = 0
-        upstream = self
-
-        class Chat(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers["Content-Length"]))
-                upstream.calls += 1
-                answer = json.dumps({"id": "c1", "object": "chat.completion", "model": "m",
-                                     "choices": [{"index": 0, "finish_reason": "stop",
-                                                  "message": {"role": "assistant", "content": f"from {name}"}}],
-                                     "usage": {"prompt_tokens": 5, "completion_tokens": 2,
-                                               "total_tokens": 7}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Chat)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def endpoints(self, path: Path) -> Path:
-        """An endpoints file defining `live` at this upstream."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"live": {"model": "m", "apis": ["chat"],
-                                             "base_url": f"http://127.0.0.1:{self.server.server_address[1]}/v1"}}))
-        return path
-
-
 @pytest.fixture
-def upstreams() -> Iterator[tuple[Upstream, Upstream]]:
-    mine, theirs = Upstream("mine"), Upstream("theirs")
-    try:
+def upstreams() -> Iterator[tuple[ChatUpstream, ChatUpstream]]:
+    """Mine and theirs: each answers "from NAME" and counts the calls it was sent."""
+    with ChatUpstream("from mine") as mine, ChatUpstream("from theirs") as theirs:
         yield mine, theirs
-    finally:
-        mine.server.shutdown()
-        theirs.server.shutdown()
 
 
 def orchestra(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -98,8 +56,8 @@ def orchestra(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_job_folder_cannot_choose_the_endpoint_of_a_resumed_trial(runtime, tmp_path, upstreams):
     mine, theirs = upstreams
-    mine.endpoints(tmp_path / "endpoints/live.json")  # the user's own config (the default folder)
-    their_file = theirs.endpoints(tmp_path / "elsewhere/live.json")
+    mine.endpoints(tmp_path / "endpoints/live.json", "live")  # the user's own config (the default folder)
+    their_file = theirs.endpoints(tmp_path / "elsewhere/live.json", "live")
     (tmp_path / "m.yaml").write_text(MANIFEST)
     make_task(tmp_path / "ds", "asks", toml=SMALL, solve=ASK)
     # the folder's maker ran it against their endpoints file
