@@ -7,7 +7,11 @@ are kept between jobs in a host-wide pool:
 - a pool network carries orchestra.pool and orchestra.kind, an owner pid but no job: the
   orphan reaper (which works by job) leaves it, `orchestra cleanup` removes the idle ones
   and `cleanup --all` every one;
-- each has a lock file LOCK_DIR/networks/NAME; a process holds its flock for as long as
+- the pool is the engine's, not the host's: each engine's networks have their lock files
+  under LOCK_DIR/networks/ENGINE (a hash of `EngineFacts.engine_id`), so a job on another
+  engine (a second socket, Podman, a FakeRuntime in the tests) never sees, claims or drops
+  them;
+- each has a lock file LOCK_DIR/networks/ENGINE/NAME; a process holds its flock for as long as
   it uses the network, so two processes (two jobs, Ray workers on one engine) never share
   one, and a hard-killed job's networks become free when the kernel drops its locks (a
   lease, held without waiting and unlinked by its remover while held, checked by inode:
@@ -25,9 +29,11 @@ trial is removed, so no two live trials ever share one.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import threading
 import uuid
+from pathlib import Path
 
 from orchestrator.host.cleanup import owner_labels, try_remove
 from orchestrator.log import get_logger
@@ -47,14 +53,21 @@ def pool_size() -> int:
         return 32
 
 
+def pool_dir(runtime: Runtime) -> Path:
+    """Where this engine's pool networks have their lock files: one folder per engine.
+
+    Raises: RuntimeFault when the engine does not answer (its facts name it)."""
+    engine = runtime.engine_facts().engine_id
+    return POOL_DIR / ("engine-" + hashlib.sha256(engine.encode()).hexdigest()[:16])
+
+
 def _kind(internal: bool) -> str:
     return "int" if internal else "pub"
 
 
-def _try_lock(name: str) -> int | None:
+def _try_lock(path: Path) -> int | None:
     """The flock of a pool network's lock file, without waiting; None if another process
     holds it or the file is gone (a remover unlinks it while holding the lock)."""
-    path = POOL_DIR / name
     try:
         fd = os.open(path, os.O_RDWR)
     except OSError:
@@ -69,17 +82,17 @@ def _try_lock(name: str) -> int | None:
     return fd
 
 
-def _new_lock(name: str) -> int:
+def _new_lock(path: Path) -> int:
     """A new network's lock file, which appears under its name already locked: made under
     a draft name, locked, then linked. Created in place, it was unlocked for a moment, and a
     job claiming from the pool then could lock it, find no such network (not made yet) and
     unlink it: the maker's trial failed to start (seen once in tests/hostile)."""
-    POOL_DIR.mkdir(parents=True, exist_ok=True)
-    draft = POOL_DIR / f".{name}.{os.getpid()}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.parent / f".{path.name}.{os.getpid()}"
     fd = os.open(draft, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.link(draft, POOL_DIR / name)  # fails if the name exists
+        os.link(draft, path)  # fails if the name exists
     except OSError:
         os.close(fd)
         raise
@@ -88,17 +101,17 @@ def _new_lock(name: str) -> int:
     return fd
 
 
-def _drop(name: str, fd: int) -> None:
+def _drop(path: Path, fd: int) -> None:
     """Forget a pool network we hold: its lock file goes (while still locked), then the lock."""
     try:
-        os.unlink(POOL_DIR / name)
+        os.unlink(path)
     except OSError:
         pass
     os.close(fd)
 
 
 class NetworkPool:
-    """The networks of one job: taken from the host's pool (or made), reused by its trials,
+    """The networks of one job: taken from its engine's pool (or made), reused by its trials,
     handed back to the pool at the end."""
 
     def __init__(self, runtime: Runtime, job: str, keep: int | None = None):
@@ -107,7 +120,15 @@ class NetworkPool:
         self._free: dict[bool, list[Network]] = {True: [], False: []}
         self._held: dict[str, tuple[Network, int]] = {}  # name -> (network, lock fd)
         self._lock = threading.Lock()
+        self._dir: Path | None = None  # the engine's pool folder, asked of it on first use
         self.claimed = self.created = 0
+
+    @property
+    def folder(self) -> Path:
+        """This engine's pool folder (pool_dir), asked once."""
+        if self._dir is None:
+            self._dir = pool_dir(self.runtime)
+        return self._dir
 
     def acquire(self, internal: bool) -> Network:
         with self._lock:
@@ -129,14 +150,15 @@ class NetworkPool:
         """An idle network from the host's pool, locked for this job."""
         if not self.keep:
             return None
+        folder = self.folder
         try:
-            names = sorted(os.listdir(POOL_DIR))
+            names = sorted(os.listdir(folder))
         except OSError:
             return None
         for name in names:
             if not name.startswith(PREFIX + _kind(internal) + "-"):
                 continue
-            fd = _try_lock(name)
+            fd = _try_lock(folder / name)
             if fd is None:
                 continue
             try:
@@ -145,7 +167,7 @@ class NetworkPool:
                 log.warning("networks.adopt_failed", network=name, error=str(exc)[:300])
                 network = None
             if network is None or network.internal != internal:
-                _drop(name, fd)  # gone, busy with a dead job's container, or not ours: skip it
+                _drop(folder / name, fd)  # gone, busy with a dead job's container, or not ours: skip it
                 if network is not None:
                     try_remove("network", self.runtime.remove_network, name)
                 continue
@@ -157,15 +179,16 @@ class NetworkPool:
 
     def _create(self, internal: bool) -> Network:
         name = f"{PREFIX}{_kind(internal)}-{uuid.uuid4().hex[:12]}"
+        lock = self.folder / name
         try:
-            fd = _new_lock(name)
+            fd = _new_lock(lock)
         except OSError as exc:
-            raise OSError(f"cannot create the network lock file {POOL_DIR / name}: {exc}") from exc
+            raise OSError(f"cannot create the network lock file {lock}: {exc}") from exc
         try:
             network = self.runtime.create_network(
                 name, internal=internal, labels={LABEL_KIND: "network", LABEL_POOL: "1", **owner_labels()})
         except BaseException:
-            _drop(name, fd)
+            _drop(lock, fd)
             raise
         with self._lock:
             self._held[name] = (network, fd)
@@ -177,8 +200,11 @@ class NetworkPool:
         with self._lock:
             held, self._held = self._held, {}
             self._free = {True: [], False: []}
+        if not held:
+            return
+        folder = self.folder  # known: it holds networks
         try:
-            parked = sum(n.startswith(PREFIX) for n in os.listdir(POOL_DIR)) - len(held)
+            parked = sum(n.startswith(PREFIX) for n in os.listdir(folder)) - len(held)
         except OSError:
             parked = 0
         for name, (_network, fd) in held.items():
@@ -187,15 +213,16 @@ class NetworkPool:
                 parked += 1
                 continue
             try_remove("network", self.runtime.remove_network, name)
-            _drop(name, fd)
+            _drop(folder / name, fd)
         if self.claimed or self.created:
             log.debug("networks.closed", job=self.job, claimed=self.claimed, created=self.created)
 
 
 def remove_idle(runtime: Runtime, dry_run: bool = False) -> list[str]:
-    """Remove the pool networks no process holds (or list them, `dry_run`)."""
+    """Remove this engine's pool networks no process holds (or list them, `dry_run`)."""
+    folder = pool_dir(runtime)
     try:
-        names = sorted(n for n in os.listdir(POOL_DIR) if n.startswith(PREFIX))
+        names = sorted(n for n in os.listdir(folder) if n.startswith(PREFIX))
     except OSError:
         names = []
     removed = []
@@ -205,14 +232,14 @@ def remove_idle(runtime: Runtime, dry_run: bool = False) -> list[str]:
             try_remove("network", runtime.remove_network, name)
         removed.append(name)
     for name in names:
-        fd = _try_lock(name)
+        fd = _try_lock(folder / name)
         if fd is None:
             continue
         if dry_run:
             os.close(fd)
         else:
             try_remove("network", runtime.remove_network, name)
-            _drop(name, fd)
+            _drop(folder / name, fd)
         removed.append(name)
     return removed
 

@@ -118,6 +118,9 @@ class EngineFacts:
     version: str = ""
     kind: str = "docker"  # docker | podman
     data_root: str = ""  # where it keeps images and writable layers (on its host)
+    # Names this engine among those a host may talk to (Docker's ID; another socket is another
+    # engine): what orchestra keeps per engine (the network pool) is kept under it.
+    engine_id: str = ""
 
 
 @dataclass
@@ -320,7 +323,8 @@ class Runtime(ABC):
     @abstractmethod
     def engine_facts(self) -> EngineFacts:
         """What the engine says about itself: CPUs and memory it can give containers, the
-        OCI runtimes it can start them under, its kind and version, its data root.
+        OCI runtimes it can start them under, its kind and version, its data root, and an
+        `engine_id` no other engine this host reaches has (stable while the engine lives).
 
         Raises: RuntimeFault when the engine does not answer or fails."""
     @abstractmethod

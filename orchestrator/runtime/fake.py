@@ -28,6 +28,7 @@ import shlex
 import tarfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -121,6 +122,7 @@ class FakeRuntime(Runtime):
         self.health_states: dict[str, str] = {}  # container -> its healthcheck's status
         self._serial = 0
         self._lock = threading.Lock()  # trials of a job may share one fake across threads
+        self.engine_id = f"fake-{uuid.uuid4().hex}"  # an engine of its own: shares no real pool
 
     # ---- scripting ------------------------------------------------------------------
     def add_image(self, ref: str, files: dict[str, bytes] | None = None, workdir: str = "",
@@ -167,7 +169,8 @@ class FakeRuntime(Runtime):
     def engine_facts(self) -> EngineFacts:
         self._call("engine_facts")
         return EngineFacts(cpus=self.cpus, memory_mb=self.memory_mb,
-                           oci_runtimes=list(self.oci_runtimes), version="fake", kind="fake")
+                           oci_runtimes=list(self.oci_runtimes), version="fake", kind="fake",
+                           engine_id=self.engine_id)
 
     def capabilities(self, facts: EngineFacts | None = None) -> Capabilities:
         self._call("capabilities")
@@ -233,6 +236,13 @@ class FakeRuntime(Runtime):
         if any(name in c.networks for c in self.containers.values()):
             raise RuntimeFault(f"network {name} has active endpoints")
         self.networks.pop(name, None)
+
+    def adopt_network(self, name: str) -> Network | None:
+        self._call("adopt_network")
+        held = self.networks.get(name)
+        if held is None or any(name in c.networks for c in self.containers.values()):
+            return None
+        return held[0]
 
     def connect_network(self, container: str, network: str) -> None:
         self._call("connect_network")

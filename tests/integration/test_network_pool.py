@@ -1,4 +1,4 @@
-"""Trial networks kept between jobs (orchestrator/netpool.py), on the real engine.
+"""Trial networks kept between jobs (orchestrator/host/netpool.py), on the real engine.
 
 A job takes an idle network from the host's pool instead of creating one (~0.07 s) and
 parks it instead of removing it (~0.18 s). What must hold: a network in use by a live
@@ -10,6 +10,7 @@ iptables rule is checked and re-added), the orphan reaper leaves parked networks
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 from conftest import make_task, run
@@ -19,6 +20,7 @@ from orchestrator.cli import commands as cli
 from orchestrator.host import netpool
 from orchestrator.host.netpool import NetworkPool
 from orchestrator.runtime import firewall
+from orchestrator.runtime.fake import FakeRuntime
 
 # parked pool networks are the host's, claimed by whichever job starts next
 pytestmark = pytest.mark.exclusive
@@ -26,9 +28,10 @@ pytestmark = pytest.mark.exclusive
 
 @pytest.fixture
 def pool_dir(runtime, tmp_path, monkeypatch):
-    """A pool of this test's own: parked networks elsewhere on the host are not seen."""
-    folder = tmp_path / "pool"
-    monkeypatch.setattr(netpool, "POOL_DIR", folder)
+    """A pool of this test's own (the engine's folder in it): parked networks elsewhere on
+    the host are not seen."""
+    monkeypatch.setattr(netpool, "POOL_DIR", tmp_path / "pool")
+    folder = netpool.pool_dir(runtime)
     yield folder
     for name in netpool.remove_idle(runtime):
         assert not (folder / name).exists()
@@ -184,3 +187,29 @@ def test_ports_are_written_only_when_they_change_and_read_back_from_the_kernel(
         assert fills[-1] == [] and len(fills) == 5
     finally:
         taker.close()
+
+
+def test_the_pool_is_the_engines_a_job_on_another_runtime_leaves_its_networks(runtime, pool_dir):
+    """The pool is keyed by the engine (its ID from `docker info`): a job on a FakeRuntime on
+    this host neither claims nor drops a network parked on the real engine, which the next
+    job on the engine claims."""
+    engine_id = subprocess.run(["docker", "info", "--format", "{{.ID}}"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    assert runtime.engine_facts().engine_id == engine_id != ""
+    parker = NetworkPool(runtime, "engine-a", keep=4)
+    parked = parker.acquire(internal=True)
+    parker.close()
+    assert (pool_dir / parked.name).is_file() and pool_dir.parent == netpool.POOL_DIR
+
+    fake = FakeRuntime()
+    on_fake = NetworkPool(fake, "engine-fake", keep=4)
+    own = on_fake.acquire(internal=True)
+    assert (on_fake.claimed, on_fake.created) == (0, 1) and own.name != parked.name
+    assert fake.calls.count("adopt_network") == 0  # the real engine's lock files never listed
+    on_fake.close()
+    assert netpool.remove_idle(fake) == [own.name]
+    assert (pool_dir / parked.name).is_file() and _exists(runtime, parked.name)
+
+    again = NetworkPool(runtime, "engine-b", keep=4)
+    assert again.acquire(internal=True).name == parked.name and again.claimed == 1
+    again.close()

@@ -24,7 +24,9 @@ class EngineMixin(DockerState):
                            oci_runtimes=sorted(info.get("Runtimes") or {}),
                            version=str(info.get("ServerVersion") or ""),
                            kind="podman" if self.podman else "docker",
-                           data_root=str(info.get("DockerRootDir") or ""))
+                           data_root=str(info.get("DockerRootDir") or ""),
+                           # Podman's compatible API may not say an ID: its socket names it
+                           engine_id=str(info.get("ID") or f"{self.api.base_url}"))
 
     def data_root_space(self, facts: EngineFacts | None = None) -> tuple[int, int] | None:
         root = (facts or self.engine_facts()).data_root
