@@ -57,6 +57,23 @@ class TrialDir:
     def verifier(self) -> Path:
         return self.root / "verifier"
 
+    @property
+    def agent_stdout(self) -> Path:
+        return self.agent / "stdout.txt"
+
+    @property
+    def agent_stderr(self) -> Path:
+        return self.agent / "stderr.txt"
+
+    @property
+    def verifier_stdout(self) -> Path:
+        """What test.sh printed (a multi-step trial's steps: steps/<name>/verifier/)."""
+        return self.verifier / "test-stdout.txt"
+
+    def step_verifier_stdouts(self) -> list[Path]:
+        """Each step's test.sh output in a multi-step trial, in name order."""
+        return sorted(self.root.glob("steps/*/verifier/test-stdout.txt"))
+
     def set_aside_earlier_try(self) -> None:
         """A retried trial starts from an empty folder: what an earlier run left moves to
         tries/<n>/ (kept for debugging, never seen by the verifier or the audit)."""
@@ -75,7 +92,8 @@ class TrialDir:
 
 @dataclass(frozen=True)
 class TaskPaths:
-    """Where a task's parts are in its folder on the host (Harbor's task layout)."""
+    """Where a task's parts are in its folder on the host (Harbor's task layout). A step of a
+    multi-step task (`step(name)`) has the same layout for its instruction, tests and solution."""
 
     root: Path
 
@@ -94,11 +112,19 @@ class TaskPaths:
 
     @property
     def dockerfile(self) -> Path:
-        return self.environment / "Dockerfile"
+        return dockerfile_in(self.environment)
 
     @property
     def tests(self) -> Path:
         return self.root / "tests"
+
+    @property
+    def test_sh(self) -> Path:
+        return self.tests / "test.sh"
+
+    def step(self, name: str) -> TaskPaths:
+        """One of Harbor's [[steps]]: its own folder under steps/."""
+        return TaskPaths(self.root / "steps" / name)
 
     @property
     def solution(self) -> Path:
@@ -109,9 +135,14 @@ class TaskPaths:
         return self.solution / "solve.sh"
 
 
+def dockerfile_in(context: Path) -> Path:
+    """A build context's Dockerfile (the only name orchestra builds from)."""
+    return context / "Dockerfile"
+
+
 def verifier_dockerfile(tests: Path) -> Path:
     """A tests folder's Dockerfile: Harbor's separate verifier image is built from it."""
-    return tests / "Dockerfile"
+    return dockerfile_in(tests)
 
 
 @dataclass(frozen=True)
@@ -130,8 +161,24 @@ class JobDir:
         return self.root / "result.json"
 
     @property
+    def events(self) -> Path:
+        """events.jsonl: the job's structlog events (orchestrator.log.configure)."""
+        return self.root / "events.jsonl"
+
+    @property
     def trials(self) -> Path:
         return self.root / "trials"
+
+    def trial_folders(self) -> list[Path]:
+        """Every trial's folder (finished or not), in name order; links are not followed."""
+        if not self.trials.is_dir():
+            return []
+        return sorted(p for p in self.trials.iterdir() if p.is_dir() and not p.is_symlink())
+
+    def find_trial(self, trial_id: str) -> Path | None:
+        """A trial's folder by its id (the name ends in its first 12 hex digits:
+        models.result trial_folder_name); None if the job has none."""
+        return next(iter(sorted(self.trials.glob(f"*__{trial_id[:12]}"))), None)
 
     def trial(self, folder: str) -> TrialDir:
         """A trial's folder by its name (models.result trial_folder_name)."""

@@ -13,8 +13,8 @@ class OracleAgent(Plain):
 
     def files(self, task: Task) -> dict[str, bytes]:
         folder = task.solution_dir  # a step's own solution for a step
-        if not (folder / "solve.sh").is_file():
-            raise InputError(f"{folder / 'solve.sh'}: missing (the oracle agent needs it)")
+        if not task.solve_sh.is_file():
+            raise InputError(f"{task.solve_sh}: missing (the oracle agent needs it)")
         return {
             f"{SOLUTION}/{p.relative_to(folder).as_posix()}": p.read_bytes()
             for p in sorted(folder.rglob("*"))

@@ -18,6 +18,7 @@ import typer
 from orchestrator.cli.app import configure_logs, err, fail, human_console
 from orchestrator.cli.commands import _report_gate
 from orchestrator.errors import InfraError, InputError
+from orchestrator.paths import JobDir
 
 if TYPE_CHECKING:
     from orchestrator.api import RunOutcome, RunRequest
@@ -51,7 +52,7 @@ def execute(request: RunRequest, shown: Shown) -> None:
 
     def start(job_dir: Path) -> None:  # checked, loaded, held: the job is about to run
         started.append(job_dir)
-        configure_logs(shown.verbose, job_dir / "events.jsonl")
+        configure_logs(shown.verbose, JobDir(job_dir).events)
         _terminate_as_interrupt()
         live.enter_context(progress)
 
@@ -106,7 +107,7 @@ def _cancel_counts(job_dir: Path) -> str:
     from orchestrator.models import JobResult
 
     try:
-        job = JobResult.model_validate_json((job_dir / "result.json").read_text())
+        job = JobResult.model_validate_json(JobDir(job_dir).result.read_text())
     except (OSError, ValueError):
         return "unfinished trials are marked cancelled"
     cancelled = job.counts.get("cancelled", 0)

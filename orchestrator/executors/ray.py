@@ -31,7 +31,7 @@ from orchestrator.archive import safe_extract, tar_directory
 from orchestrator.executors.spec import NodeReply, NodeRequest
 from orchestrator.log import get_logger
 from orchestrator.models import JOB_CANCELLED, TrialResult, infra_failure
-from orchestrator.paths import TrialDir
+from orchestrator.paths import JobDir, TaskPaths
 from orchestrator.tasks import Task
 from orchestrator.util import write_json_atomic
 
@@ -74,7 +74,7 @@ def _unpack_task(request: NodeRequest, task_tar: bytes) -> Path:
     dataset, _, name = request.task_name.rpartition("/")
     root = NODE_CACHE / "tasks" / request.content_hash
     target = root / (dataset or "tasks") / name
-    if not (target / "task.toml").is_file():
+    if not TaskPaths(target).config.is_file():
         tmp = Path(tempfile.mkdtemp(dir=NODE_CACHE, prefix="unpack-"))
         with tarfile.open(fileobj=io.BytesIO(task_tar)) as archive:
             archive.extractall(tmp / "t", filter="data")
@@ -244,10 +244,10 @@ class RayExecutor:
         reply = NodeReply.received(out)
         result = reply.result
         result.task_path = str(task.path)
-        folder = job_dir / "trials" / reply.folder
-        TrialDir(folder).set_aside_earlier_try()  # an earlier try is kept, never mixed in
-        safe_extract([reply.tar], folder)
-        write_json_atomic(folder / "result.json", result)
+        trial = JobDir(job_dir).trial(reply.folder)
+        trial.set_aside_earlier_try()  # an earlier try is kept, never mixed in
+        safe_extract([reply.tar], trial.root)
+        write_json_atomic(trial.result, result)
         return result
 
     @staticmethod

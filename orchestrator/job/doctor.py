@@ -52,7 +52,7 @@ from orchestrator.models import (
     TrialResult,
     default_manifest,
 )
-from orchestrator.paths import cache_root
+from orchestrator.paths import JobDir, TrialDir, cache_root
 from orchestrator.runtime import ContainerSpec, ExecResult, Runtime
 from orchestrator.tasks import Task, task_defects
 from orchestrator.trial import BASE_VERSION, ensure_task_images
@@ -218,7 +218,7 @@ def _run(runtime: Runtime, tasks: list[Task], agent: Literal["oracle", "nop"], o
          observers: Observers | None) -> dict[str, TrialResult]:
     run_job(runtime, tasks, default_manifest(agent), options, observers)
     results = {}
-    for path in (options.jobs_dir / options.job_name / "trials").glob("*/result.json"):
+    for path in JobDir(options.jobs_dir / options.job_name).trial_results():
         result = TrialResult.model_validate_json(path.read_text())
         results[result.task] = result
     return results
@@ -298,8 +298,10 @@ def _verifier_output(oracle: TrialResult, job_dir: Path) -> str:
     """What test.sh printed: the trial's, or each step's (a multi-step task grades in
     steps/<name>/verifier/), the last 20 kB of each."""
     found = []
-    for folder in job_dir.glob(f"trials/*__{oracle.trial_id[:12]}"):
-        for path in sorted([folder / "verifier/test-stdout.txt", *folder.glob("steps/*/verifier/test-stdout.txt")]):
+    folder = JobDir(job_dir).find_trial(oracle.trial_id)
+    if folder is not None:
+        trial = TrialDir(folder)
+        for path in sorted([trial.verifier_stdout, *trial.step_verifier_stdouts()]):
             try:
                 found.append(path.read_text(errors="replace")[-20_000:])
             except OSError:

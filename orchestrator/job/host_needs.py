@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from orchestrator.paths import verifier_dockerfile
 from orchestrator.runtime import BuildFailed, EngineFacts, Runtime
 from orchestrator.tasks import Task
 from orchestrator.trial import base_references, stand_in_for
@@ -38,7 +39,7 @@ def _fetching(text: str) -> str | None:
 def host_needs(task: Task, runtime: Runtime | None, info: EngineFacts | None) -> list[str]:
     needs: list[str] = []
     env = task.config.environment
-    dockerfile_path = task.path / "environment" / "Dockerfile"
+    dockerfile_path = task.paths.dockerfile
     dockerfile = dockerfile_path.read_text() if dockerfile_path.is_file() else ""
     if runtime is not None:
         if env.docker_image and not runtime.image_exists(env.docker_image):
@@ -46,7 +47,7 @@ def host_needs(task: Task, runtime: Runtime | None, info: EngineFacts | None) ->
                          + (", else built from environment/Dockerfile" if dockerfile else " (no Dockerfile to fall back on)"))
         if dockerfile and not (env.docker_image and runtime.image_exists(env.docker_image)):
             needs += _image_needs(runtime, "environment/Dockerfile", dockerfile)
-        tests_dockerfile = task.path / "tests" / "Dockerfile"
+        tests_dockerfile = verifier_dockerfile(task.paths.tests)
         if task.config.verifier.environment_mode == "separate" and tests_dockerfile.is_file():
             needs += _image_needs(runtime, "tests/Dockerfile", tests_dockerfile.read_text())
         for name, service in (task.compose.sidecars if task.compose else {}).items():

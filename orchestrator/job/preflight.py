@@ -49,7 +49,7 @@ def preflight(tasks: list[Task], manifest: Manifest, endpoints: EndpointConfig |
             try:
                 resolve_env(env)
             except EnvTemplateError as exc:
-                problems.append(f"{t.path / 'task.toml'}: field '{where}{exc.field}': {exc.reason}")
+                problems.append(f"{t.paths.config}: field '{where}{exc.field}': {exc.reason}")
             except InputError as exc:  # an allowed value too short to scrub (names task.toml)
                 problems.extend(f"{t.path}/{problem}" for problem in exc.problems)
     if problems:
@@ -85,7 +85,7 @@ def parts_needed(tasks: list[Task], options: JobOptions,
         if manifest.orchestrator.agent.startswith("acp"):
             needs[Part.ATTACH] = f"agent {manifest.orchestrator.agent} (spoken to over its stdio)"
     for task in tasks:
-        config, where = task.config, task.path / "task.toml"
+        config, where = task.config, task.paths.config
         modes = {config.verifier.environment_mode, *(s.verifier.environment_mode for s in config.steps or [])}
         if "snapshot" in modes:
             needs.setdefault(Part.COMMIT, f"{where}: verifier environment_mode = snapshot")

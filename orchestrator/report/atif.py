@@ -16,6 +16,7 @@ from pydantic import ValidationError
 import orchestrator
 from orchestrator.models import TrialResult
 from orchestrator.models.atif import FILE_NAME, Trajectory
+from orchestrator.paths import JobDir, TrialDir
 from orchestrator.services import RECORD
 from orchestrator.trial import TrialFacts, build_atif
 from orchestrator.util import write_atomic
@@ -41,9 +42,9 @@ def export_atif(job_dir: Path, out: Path) -> AtifExport:
     """Every trial's ATIF of `job_dir` into `out` (created)."""
     out.mkdir(parents=True, exist_ok=True)
     export = AtifExport(out)
-    for trial in sorted(p for p in (job_dir / "trials").glob("*") if p.is_dir() and not p.is_symlink()):
+    for trial in JobDir(job_dir).trial_folders():
         try:
-            result = TrialResult.model_validate_json((trial / "result.json").read_text())
+            result = TrialResult.model_validate_json(TrialDir(trial).result.read_text())
         except (OSError, ValueError) as exc:
             export.problems.append(f"{trial.name}: no readable result.json ({str(exc).splitlines()[0]})")
             continue

@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from orchestrator.models import ERRORED, TrialResult, headline_of
+from orchestrator.paths import JobDir, TrialDir
 from orchestrator.report.gate import Gate
 
 # what XML 1.0 cannot carry at all, escaped or not (a grader's ANSI colours, a NUL, a
@@ -30,12 +31,14 @@ def _sanitize(root: ET.Element) -> None:
 
 
 def _details(job_dir: Path, trial: TrialResult) -> str:
-    folder = next((job_dir / "trials").glob(f"*__{trial.trial_id[:12]}"), None)
+    folder = JobDir(job_dir).find_trial(trial.trial_id)
     parts = []
-    for name in ("details.json", "test-stdout.txt"):
-        path = folder / "verifier" / name if folder else None
-        if path is not None and path.is_file():
-            parts.append(f"--- {name}\n{path.read_text(errors='replace')[-4000:]}")
+    if folder is None:
+        return ""
+    verifier = TrialDir(folder)
+    for path in (verifier.verifier / "details.json", verifier.verifier_stdout):
+        if path.is_file():
+            parts.append(f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}")
     return "\n".join(parts)
 
 

@@ -8,10 +8,11 @@ from pydantic import ValidationError
 
 from orchestrator.errors import InputError
 from orchestrator.models import JobResult, TrialResult
+from orchestrator.paths import JobDir
 
 
 def load_job_result(path: Path) -> JobResult:
-    file = path / "result.json" if path.is_dir() else path
+    file = JobDir(path).result if path.is_dir() else path
     if not file.is_file():
         raise InputError(f"{file}: no job result here")
     try:
@@ -21,10 +22,11 @@ def load_job_result(path: Path) -> JobResult:
 
 
 def load_trials(job_dir: Path) -> list[TrialResult]:
-    if not (job_dir / "result.json").is_file() and not (job_dir / "trials").is_dir():
+    job = JobDir(job_dir)
+    if not job.result.is_file() and not job.trials.is_dir():
         raise InputError(f"{job_dir}: not a job folder (no result.json, no trials/)")
     trials, problems = [], []
-    for path in sorted((job_dir / "trials").glob("*/result.json")):
+    for path in job.trial_results():
         try:
             trials.append(TrialResult.model_validate_json(path.read_text()))
         except (ValidationError, ValueError) as exc:

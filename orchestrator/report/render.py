@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from pathlib import Path
 from typing import Any
 
 from orchestrator.models import (
@@ -18,9 +19,13 @@ from orchestrator.models import (
     headline_of,
     trial_folder_name,
 )
+from orchestrator.paths import JobDir, TrialDir
 from orchestrator.report.tables import PHASES, Group, JobTables
 
-TRIAL_FILES = ("result.json", "agent/stdout.txt", "verifier/test-stdout.txt")  # linked per trial
+_IN_A_TRIAL = TrialDir(Path())  # paths relative to a trial's folder
+TRIAL_FILES = tuple(p.as_posix() for p in (_IN_A_TRIAL.result, _IN_A_TRIAL.agent_stdout,
+                                           _IN_A_TRIAL.verifier_stdout))  # linked per trial
+TRIALS = JobDir(Path()).trials.as_posix()  # relative to the job's folder (report.html's)
 COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1"]
 
 
@@ -133,7 +138,7 @@ def _trial_rows(trials: list[TrialResult]) -> list[dict[str, Any]]:
         folder = urllib.parse.quote(trial_folder_name(r.task, r.trial_id), safe="")
         reward = "void" if r.voided_reward is not None else (
             "-" if r.reward is None else f"{headline_of(r.reward):g}")
-        links = [(f"trials/{folder}/{path}", path.split("/")[-1]) for path in TRIAL_FILES]
+        links = [(f"{TRIALS}/{folder}/{path}", path.split("/")[-1]) for path in TRIAL_FILES]
         rows.append({"trial": r, "reward": reward, "reason": (r.error or "")[:300], "links": links})
     return rows
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.paths import JobDir, TrialDir
 from orchestrator.util import JsonObject
 
 RECORD = Path("model") / "exchanges.jsonl"
@@ -146,9 +147,9 @@ def recorded_answers(job: Path) -> dict[str, dict[str, list[tuple[int, JsonObjec
     artifacts or logs could hold a file of that name, to script a future replay); a trial
     without a readable result.json or whose record is a link is left out."""
     answers: dict[str, dict[str, list[tuple[int, JsonObject]]]] = {}
-    for folder in sorted((job / "trials").glob("*")):
-        path, result = folder / RECORD, folder / "result.json"
-        if folder.is_symlink() or path.is_symlink() or (folder / "model").is_symlink() or not path.is_file():
+    for folder in JobDir(job).trial_folders():  # a link in trials/ is not followed
+        path, result = folder / RECORD, TrialDir(folder).result
+        if path.is_symlink() or (folder / "model").is_symlink() or not path.is_file():
             continue
         try:
             facts = json.loads(result.read_text())

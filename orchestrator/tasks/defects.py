@@ -42,8 +42,8 @@ def _copies_what_it_lacks(task: Task) -> list[str]:
     """COPY/ADD sources the build context does not have (a data file never committed:
     Docker's 'file not found in build context'). Stages (--from), URLs and globs that match
     something are fine."""
-    context = task.path / "environment"
-    text = _read(task, context / "Dockerfile")
+    context = task.paths.environment
+    text = _read(task, task.paths.dockerfile)
     if text is None:
         return []
     defects = []
@@ -77,7 +77,7 @@ def _shipped(task: Task, name: str) -> list[Path]:
     """Files of the task folder a command name may mean: the same relative path under the
     folders a script runs from, or, for an absolute path, the same file name anywhere in
     the folders the image or the solution is made of."""
-    roots = [task.solution_dir, task.path / "environment"]
+    roots = [task.solution_dir, task.paths.environment]
     base = Path(name).name
     found = []
     for root in roots:
@@ -92,7 +92,7 @@ def _shipped(task: Task, name: str) -> list[Path]:
 
 
 def _not_executable(task: Task) -> list[str]:
-    sources = [task.solution_dir / "solve.sh", task.path / "environment" / "Dockerfile"]
+    sources = [task.solve_sh, task.paths.dockerfile]
     defects: list[str] = []
     for source in sources:
         text = _read(task, source)
@@ -117,7 +117,7 @@ def _not_executable(task: Task) -> list[str]:
 def _step_reaches_out(task: Task) -> list[str]:
     if task.step_dir is None:
         return []
-    solve = task.solution_dir / "solve.sh"
+    solve = task.solve_sh
     text = _read(task, solve)
     if text is None:
         return []

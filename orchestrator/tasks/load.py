@@ -12,13 +12,13 @@ from pydantic import ValidationError
 
 from orchestrator.errors import InputError, validation_problems
 from orchestrator.models import StepSection, TaskConfig, ignored_fields, name_problem
+from orchestrator.paths import TaskPaths
 from orchestrator.tasks.compose import Compose, load_compose
 from orchestrator.tasks.compose import find as find_compose
 from orchestrator.tasks.inputs import MAX_TOML_BYTES, links_out, load_toml, read_capped
 from orchestrator.tasks.memory import EngramSeed, FactFile, load_engram_seeds, load_fact_files
 from orchestrator.util import JsonObject
 
-REQUIRED_FILES = ("task.toml", "instruction.md", "tests/test.sh")
 MAX_INSTRUCTION_BYTES = 1024 * 1024
 HASH_CHUNK = 1024 * 1024
 _NAME = re.compile(r"[^a-z0-9._-]+")
@@ -40,22 +40,32 @@ class Task:
     compose: Compose | None = field(default=None, compare=False)  # docker-compose.yaml sidecars
 
     @property
+    def paths(self) -> TaskPaths:
+        """Where its parts are (task.toml, instruction, environment/, tests/, solution/)."""
+        return TaskPaths(self.path)
+
+    @property
     def short_name(self) -> str:
         return self.name.split("/")[-1]
 
     @property
     def step_dir(self) -> Path | None:
-        return self.path / "steps" / self.step if self.step else None
+        return self.paths.step(self.step).root if self.step else None
 
     @property
     def tests_dirs(self) -> tuple[Path, ...]:
         """tests/ copied to /tests in this order (a step's own tests overlay the task's)."""
-        dirs = [self.path / "tests"] + ([self.step_dir / "tests"] if self.step_dir else [])
+        dirs = [self.paths.tests] + ([self.paths.step(self.step).tests] if self.step else [])
         return tuple(d for d in dirs if d.is_dir())
 
     @property
     def solution_dir(self) -> Path:
-        return (self.step_dir or self.path) / "solution"
+        return (self.paths.step(self.step) if self.step else self.paths).solution
+
+    @property
+    def solve_sh(self) -> Path:
+        """The oracle's script (the step's, on a step's view)."""
+        return (self.paths.step(self.step) if self.step else self.paths).solve_sh
 
     @property
     def workdir_seed(self) -> Path | None:
@@ -65,7 +75,6 @@ class Task:
     def step_view(self, step: StepSection) -> Task:
         """The task as one step sees it: its instruction, tests, solution, and the step's
         [agent]/[verifier] settings over the task's (verifier.env merged)."""
-        folder = self.path / "steps" / step.name
         agent = self.config.agent.model_copy(
             update={k: getattr(step.agent, k) for k in step.agent.model_fields_set})
         verifier = self.config.verifier.model_copy(update={
@@ -75,7 +84,7 @@ class Task:
             "agent": agent, "verifier": verifier,
             "artifacts": list(self.config.artifacts) + list(step.artifacts)})
         return dataclasses.replace(self, config=config, step=step.name,
-                                   instruction=read_capped(folder / "instruction.md",
+                                   instruction=read_capped(self.paths.step(step.name).instruction,
                                                            MAX_INSTRUCTION_BYTES))
 
     @property
@@ -99,9 +108,8 @@ class Task:
     @property
     def has_solution(self) -> bool:
         if self.config.steps:
-            return all((self.path / "steps" / s.name / "solution/solve.sh").is_file()
-                       for s in self.config.steps)
-        return (self.path / "solution" / "solve.sh").is_file()
+            return all(self.paths.step(s.name).solve_sh.is_file() for s in self.config.steps)
+        return self.paths.solve_sh.is_file()
 
 
 def hash_tree(root: Path) -> str:
@@ -135,32 +143,33 @@ def load_task(path: Path) -> Task:
     outside = links_out(path)  # before anything is read: nothing is followed out
     if outside:
         raise InputError(outside)
-    config, raw, problems = _read_config(path / "task.toml")
+    paths = TaskPaths(path)
+    config, raw, problems = _read_config(paths.config)
     # A multi-step task keeps its instruction (and tests) per step, under steps/<name>/.
-    required = ("task.toml",) if raw.get("steps") else REQUIRED_FILES
-    problems = [f"{path / rel}: missing (every task needs {rel})"
-                for rel in required if not (path / rel).is_file()] + problems
+    required = [paths.config] + ([] if raw.get("steps") else [paths.instruction, paths.test_sh])
+    problems = [f"{file}: missing (every task needs {file.relative_to(path)})"
+                for file in required if not file.is_file()] + problems
     if config is not None:
         problems += _step_problems(path, config)
     compose = None
-    compose_file = find_compose(path / "environment")
+    compose_file = find_compose(paths.environment)
     if compose_file is not None:
         try:
             compose = load_compose(compose_file)
         except InputError as exc:
             problems.extend(exc.problems)
-    instruction = path / "instruction.md"
+    instruction = paths.instruction
     if config is not None and not config.task.name:
         why = name_problem(_dataset_name(path))
         if why:
             problems.append(f"{path}: the folder's name as the task's name: {why} (rename "
                             "the folder or set [task] name)")
     if config is not None:
-        if not config.environment.docker_image and not (path / "environment" / "Dockerfile").is_file():
-            problems.append(f"{path / 'environment/Dockerfile'}: missing "
+        if not config.environment.docker_image and not paths.dockerfile.is_file():
+            problems.append(f"{paths.dockerfile}: missing "
                             "(add one or set [environment] docker_image)")
         if config.steps and not instruction.is_file():
-            instruction = path / "steps" / config.steps[0].name / "instruction.md"
+            instruction = paths.step(config.steps[0].name).instruction
         problems += _instruction_problems(instruction, config)
     seeds: tuple[EngramSeed, ...] = ()
     facts: tuple[FactFile, ...] = ()
@@ -178,7 +187,7 @@ def load_task(path: Path) -> Task:
     text = read_capped(instruction, MAX_INSTRUCTION_BYTES)  # not UTF-8: InputError naming it
     return Task(path=path, name=config.task.name or _dataset_name(path), config=config,
                 instruction=text, content_hash=hash_tree(path),
-                environment_hash=hash_tree(path / "environment"), seeds=seeds, facts=facts,
+                environment_hash=hash_tree(paths.environment), seeds=seeds, facts=facts,
                 compose=compose)
 
 
@@ -200,11 +209,11 @@ def _step_problems(path: Path, config: TaskConfig) -> list[str]:
     """Each step's instruction and tests (its own, or the task's)."""
     problems = []
     for step in config.steps or []:
-        folder = path / "steps" / step.name
-        if not (folder / "instruction.md").is_file():
-            problems.append(f"{folder / 'instruction.md'}: missing (every step needs one)")
-        if not (folder / "tests/test.sh").is_file() and not (path / "tests/test.sh").is_file():
-            problems.append(f"{folder / 'tests/test.sh'}: missing (a step needs its own "
+        own = TaskPaths(path).step(step.name)
+        if not own.instruction.is_file():
+            problems.append(f"{own.instruction}: missing (every step needs one)")
+        if not own.test_sh.is_file() and not TaskPaths(path).test_sh.is_file():
+            problems.append(f"{own.test_sh}: missing (a step needs its own "
                             "tests/test.sh or the task's)")
     return problems
 
@@ -230,7 +239,7 @@ def find_task_dirs(root: Path) -> list[Path]:
     found, todo = [], [root]
     while todo:
         folder = todo.pop()
-        if (folder / "task.toml").is_file():
+        if TaskPaths(folder).config.is_file():
             found.append(folder)
             continue
         try:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.models import MemoryAudit, trajectory
+from orchestrator.paths import TaskPaths
 from orchestrator.util import JsonObject
 
 if TYPE_CHECKING:
@@ -72,11 +73,10 @@ def grading_files(task_dir: Path, with_memory: bool) -> tuple[GradingFile, ...]:
     """The task's tests/, solution/ (and with `with_memory` its memory/) text files,
     fingerprinted. Lines the instruction also holds are left out (environment/ is not: a
     copy of the tests there is exactly the mistake to catch)."""
-    known: set[str] = set(_text_lines(task_dir / "instruction.md"))
-    folders = ["tests", "solution"] + (["memory"] if with_memory else [])
+    paths = TaskPaths(task_dir)
+    known: set[str] = set(_text_lines(paths.instruction))
     found = []
-    for folder in folders:
-        root = task_dir / folder
+    for root in [paths.tests, paths.solution] + ([task_dir / "memory"] if with_memory else []):
         if not root.is_dir():
             continue
         for path in sorted(root.rglob("*"))[:500]:

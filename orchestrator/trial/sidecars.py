@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from orchestrator.errors import LaunchError
 from orchestrator.log import get_logger
 from orchestrator.models import BaseImage
+from orchestrator.paths import dockerfile_in
 from orchestrator.runtime import (
     LABEL_IMAGE_KIND,
     BuildFailed,
@@ -65,8 +66,8 @@ def sidecar_image(runtime: Runtime, task: Task, name: str, service: Service, job
         return (stand_in.stand_in if stand_in else service.image), [r.record for r in resolved]
     if service.build.dockerfile != "Dockerfile":  # the engine reads the named file
         raise BuildFailed(f"services.{name}.build.dockerfile: only `Dockerfile` is supported")
-    context = task.path / "environment" / service.build.context
-    text = (context / "Dockerfile").read_text()
+    context = task.paths.environment / service.build.context
+    text = dockerfile_in(context).read_text()
     ca = trust.pem if trust is not None else None
     resolved = resolve_bases(runtime, text, job, used_for)
     tag = (f"{image_repository(task).replace('orchestra/task/', 'orchestra/sidecar/')}-{name}:"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.models import VOID, JobResult, TrialResult, TrialSummary
+from orchestrator.paths import JobDir
 from orchestrator.report import esc, href, q, visible
 from orchestrator.report.templating import render
 
@@ -65,7 +66,7 @@ def jobs_page(jobs: dict[str, Path], text: str = "") -> str:
 
 def load_job(folder: Path) -> JobResult | None:
     try:
-        return JobResult.model_validate_json((folder / "result.json").read_text())
+        return JobResult.model_validate_json(JobDir(folder).result.read_text())
     except (OSError, ValueError):
         return None
 
@@ -81,12 +82,12 @@ def running_job(folder: Path) -> tuple[JobResult, str] | None:
     from orchestrator.models import JobConfig, Manifest
 
     try:
-        config = JobConfig.model_validate_json((folder / "config.json").read_text())
+        config = JobConfig.model_validate_json(JobDir(folder).config.read_text())
         manifest = Manifest.model_validate(config.manifest)
     except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
         return None
     trials = []
-    for path in (folder / "trials").glob("*/result.json"):
+    for path in JobDir(folder).trial_results():
         try:
             result = TrialResult.model_validate_json(path.read_text())
         except (OSError, ValueError):
@@ -173,10 +174,7 @@ def _row(t: TrialSummary, url: str) -> dict[str, Any]:
 
 def _trial_folders(job_dir: Path) -> dict[str, str]:
     """trial id prefix -> folder name (folders are <task>__<id12>)."""
-    trials = job_dir / "trials"
-    if not trials.is_dir():
-        return {}
-    return {p.name.rpartition("__")[2]: p.name for p in trials.iterdir()}
+    return {p.name.rpartition("__")[2]: p.name for p in JobDir(job_dir).trial_folders()}
 
 
 # ---- one trial -------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from orchestrator.paths import JobDir, TrialDir
 from orchestrator.view import pages
 from orchestrator.view.compare_page import compare_page
 
@@ -27,10 +28,10 @@ def find_jobs(roots: list[Path]) -> dict[str, Path]:
     jobs: dict[str, Path] = {}
     for root in roots:
         root = root.resolve()
-        candidates = [root] if (root / "config.json").is_file() else sorted(
+        candidates = [root] if JobDir(root).config.is_file() else sorted(
             p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
         for folder in candidates:
-            if (folder / "result.json").is_file() or (folder / "config.json").is_file():
+            if JobDir(folder).result.is_file() or JobDir(folder).config.is_file():
                 jobs.setdefault(folder.name, folder.resolve())
     return jobs
 
@@ -113,8 +114,8 @@ class ViewServer:
                                                             "readable config.json</p>")
                     return 200, pages.job_page(parts[1], folder, running[0], params, banner=running[1])
                 if len(parts) == 4 and parts[2] == "trial":
-                    trial = self._inside(folder, "trials/" + parts[3])
-                    if trial is not None and (trial / "result.json").is_file():
+                    trial = self._inside(folder, f"{JobDir(Path()).trials.as_posix()}/{parts[3]}")
+                    if trial is not None and TrialDir(trial).result.is_file():
                         return 200, pages.trial_page(parts[1], trial)
             if parts[0] == "file" and len(parts) >= 3 and parts[1] in jobs:
                 path = self._inside(jobs[parts[1]], "/".join(parts[2:]))

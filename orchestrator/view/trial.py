@@ -24,19 +24,21 @@ from orchestrator.models import (
     headline_of,
     trajectory,
 )
+from orchestrator.paths import JobDir, TrialDir
 from orchestrator.util import JsonObject
 from orchestrator.view.pages import FILE_PAGE_BYTES, href, view_page
 
-OUTPUTS = (("Agent stdout", "agent/stdout.txt"), ("Agent stderr", "agent/stderr.txt"),
-           ("Verifier output", "verifier/test-stdout.txt"))
+_IN_A_TRIAL = TrialDir(Path())  # relative to a trial's folder
+OUTPUTS = (("Agent stdout", _IN_A_TRIAL.agent_stdout), ("Agent stderr", _IN_A_TRIAL.agent_stderr),
+           ("Verifier output", _IN_A_TRIAL.verifier_stdout))
 Segments = list[tuple[str, bool]]  # (text, whether it is a memory marker)
 
 
 def trial_page(job: str, folder: Path) -> str:
-    result = TrialResult.model_validate_json((folder / "result.json").read_text())
+    result = TrialResult.model_validate_json(TrialDir(folder).result.read_text())
 
     def file_url(relative: Path | str) -> str:  # the file route resolves from the job folder
-        return href("file", job, "trials", folder.name, *Path(relative).parts)
+        return href("file", job, *JobDir(Path()).trial(folder.name).root.parts, *Path(relative).parts)
 
     outputs = [(label, _tail(folder / rel), file_url(rel))
                for label, rel in OUTPUTS if (folder / rel).is_file()]
@@ -63,7 +65,7 @@ def _why(result: TrialResult, folder: Path) -> dict[str, Any]:
         return {"passed": True}
     kind = "void" if result.failure_mode in VOID else ("error" if result.failure_mode in ERRORED
                                                        else "failed")
-    tail = folder / "verifier/test-stdout.txt"
+    tail = TrialDir(folder).verifier_stdout
     return {"passed": False, "kind": kind,
             "reward": result.reward if result.reward is not None else result.voided_reward,
             "verifier": _tail(tail, 4000) if tail.is_file() else None}

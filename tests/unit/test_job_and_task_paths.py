@@ -31,3 +31,32 @@ def test_a_job_folders_files_and_its_trials(tmp_path: Path) -> None:
     assert job.trial_results() == sorted(job.trials / f / "result.json" for f in folders)
     assert job.trial(folders[0]) == TrialDir(tmp_path / "job" / "trials" / "b__ffffffffffff")
     assert (job.config.name, job.result.name) == ("config.json", "result.json")
+
+
+def test_a_steps_parts_and_the_tasks_tests(tmp_path: Path) -> None:
+    paths = TaskPaths(make_task(tmp_path, "t"))
+    assert paths.test_sh.is_file() and paths.test_sh == paths.tests / "test.sh"
+    step = paths.step("one")
+    assert (step.instruction, step.test_sh, step.solve_sh) == (
+        paths.root / "steps/one/instruction.md", paths.root / "steps/one/tests/test.sh",
+        paths.root / "steps/one/solution/solve.sh")
+
+
+def test_a_trial_found_by_its_id_and_the_folders_of_a_job(tmp_path: Path) -> None:
+    job = JobDir(tmp_path / "job")
+    assert job.trial_folders() == [] and job.find_trial("a" * 64) is None  # no trials/ yet
+    mine = job.trial(trial_folder_name("ds/t", "ab" * 32))
+    mine.verifier.mkdir(parents=True)
+    mine.verifier_stdout.write_text("ok\n")
+    (tmp_path / "elsewhere").mkdir()
+    (job.trials / "linked__cdcdcdcdcdcd").symlink_to(tmp_path / "elsewhere")  # never followed
+    (job.trials / "stray.txt").write_text("")
+    assert job.find_trial("ab" * 32) == mine.root and job.find_trial("ff" * 32) is None
+    assert job.trial_folders() == [mine.root]
+    assert mine.verifier_stdout == mine.root / "verifier/test-stdout.txt"
+    (mine.root / "steps/s1/verifier").mkdir(parents=True)
+    (mine.root / "steps/s1/verifier/test-stdout.txt").write_text("s1\n")
+    assert mine.step_verifier_stdouts() == [mine.root / "steps/s1/verifier/test-stdout.txt"]
+    assert (job.events.name, mine.agent_stdout.relative_to(mine.root).as_posix(),
+            mine.agent_stderr.relative_to(mine.root).as_posix()) == (
+        "events.jsonl", "agent/stdout.txt", "agent/stderr.txt")
