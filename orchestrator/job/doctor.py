@@ -16,7 +16,7 @@ once on every task and classifies it:
                  the engine failed): the reason is said; neither leaky nor clean
   invalid        the task does not load (its problems, by file and field); nothing runs
 
-Each diagnosis also says its leak scan: `clean`, `leaky`, `not scanned: <why>`, or empty
+Each diagnosis also says its leak scan (job/leakscan.py): `clean`, `leaky`, `not scanned: <why>`, or empty
 when there was nothing to scan (the oracle's verdict came first). A weak-test or
 no-solution task whose scan could not look keeps its verdict, the reason saying so.
 
@@ -30,17 +30,16 @@ not-scanned task runs.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 import orchestrator
-from orchestrator.errors import BuildFailed, InfraError
+from orchestrator.job.leakscan import NOT_SCANNED, LeakScan, last_telling_line, leak_preflight
 from orchestrator.job.options import JobOptions
 from orchestrator.job.runner import run_job
 from orchestrator.log import get_logger
@@ -53,16 +52,15 @@ from orchestrator.models import (
     default_manifest,
 )
 from orchestrator.paths import JobDir, TrialDir, cache_root
-from orchestrator.runtime import ContainerSpec, ExecResult, Runtime
+from orchestrator.runtime import Runtime
 from orchestrator.tasks import Task, task_defects
-from orchestrator.trial import BASE_VERSION, ensure_task_images
+from orchestrator.trial import BASE_VERSION
 from orchestrator.util import JsonObject, write_json_atomic
 
 log = get_logger()
 
 VERDICTS = ("healthy", "broken", "weak-test", "no-solution", "leaky", "not-scanned", "invalid")
 SKIPPED_BY_RUN = {"broken", "no-solution", "leaky"}  # and invalid tasks, which never load
-NOT_SCANNED: Final = "not scanned"
 # What a verifier's or build's output says when it needed a network this host lacks.
 NETWORK_SIGNS = re.compile(
     r"(Could not resolve host|Temporary failure in name resolution|Name or service not known|"
@@ -266,13 +264,13 @@ def _why_oracle_failed(oracle: TrialResult | None, job_dir: Path, task: Task) ->
         own = error.split("\n[built on:")[0]  # the base's failed pull is said there, not the build's
         sign = NETWORK_SIGNS.search(own) or NPM_OFFLINE.search(own)
         why = "build failed" + (f", needing a network this host lacks ({sign.group(0)})" if sign else "")
-        return f"{why}: {_last_line(error)}" + (f" [{stood}]" if stood else "")
+        return f"{why}: {last_telling_line(error)}" + (f" [{stood}]" if stood else "")
     if mode == FailureMode.INFEASIBLE:
         return f"infeasible here: {error}"
     if mode in (FailureMode.AGENT_TIMEOUT, FailureMode.VERIFIER_TIMEOUT):
         return f"{mode.value}: the oracle's solution or the test ran past its timeout"
     if mode != FailureMode.NONE:
-        return f"{mode.value}: {_last_line(error)}"
+        return f"{mode.value}: {last_telling_line(error)}"
     why = f"the oracle scores {oracle.headline:g}"
     if sign := NETWORK_SIGNS.search(tail) or NPM_OFFLINE.search(tail):
         why += f"; the test needs a network this host lacks ({sign.group(0)})"
@@ -315,140 +313,3 @@ def _said(output: str) -> str:
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     words = [line for line in lines if not re.fullmatch(r"[\d.]+|=+.*=+|[.FEsx]+.*", line)]
     return words[-1][:200] if words else ""
-
-
-_TELLING = re.compile(r"(failed|error|not found|no such|denied|unable|cannot|refused)", re.IGNORECASE)
-
-
-def _last_line(text: str) -> str:
-    """The line that says what went wrong: the last one that sounds like an error (a build
-    log ends with the step it stopped at, not with why), else the last line."""
-    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in text.splitlines() if line.strip()]
-    telling = [line for line in lines if _TELLING.search(line)]
-    return ((telling or lines)[-1] if lines else text)[:300]
-
-
-# ---- leak preflight --------------------------------------------------------------------
-SCAN = r"""
-import hashlib, json, os, subprocess, sys
-want, found, gits, unread = set(json.loads(sys.argv[1])), {}, [], []
-for top in ("/",):
-    for root, dirs, files in os.walk(top, onerror=lambda e: unread.append(str(e.filename))):
-        dirs[:] = [d for d in dirs if os.path.join(root, d) not in ("/proc", "/sys", "/dev", "/opt/orchestra")]
-        if ".git" in dirs:
-            gits.append(root)
-        for name in files:
-            path = os.path.join(root, name)
-            try:
-                if os.path.islink(path) or os.path.getsize(path) > 2_000_000:
-                    continue
-                digest = hashlib.sha256(open(path, "rb").read()).hexdigest()
-            except OSError:
-                continue
-            if digest in want:
-                found.setdefault(digest, []).append(path)
-def git(repo, *args):
-    return subprocess.run(["git", "-c", "safe.directory=*", "-C", repo, *args],
-                          capture_output=True, text=True, timeout=30)
-future = {}
-for repo in gits:
-    try:
-        head = git(repo, "rev-parse", "-q", "--verify", "HEAD").returncode == 0
-        out = git(repo, "rev-list", "--all", "--count", *(["--not", "HEAD"] if head else []))
-        lines = (out.stderr or out.stdout).strip().splitlines() or ["(nothing said)"]
-        future[repo] = int(out.stdout.strip()) if out.returncode == 0 else "git failed: " + lines[-1][:200]
-    except FileNotFoundError:
-        future[repo] = "no git in the image"
-    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
-        future[repo] = f"git failed: {exc}"[:200]
-print(json.dumps({"found": found, "future": future, "unread": unread[:20]}))
-"""
-MIN_LEAK_BYTES = 64  # a tiny file (an empty __init__.py, "#!/bin/bash") proves nothing
-SCAN_SECONDS = 300
-
-
-@dataclass
-class LeakScan:
-    """What the leak scan found: `clean` (it looked everywhere and found nothing), `leaky`
-    (`leaks` says what), or `not scanned` (`why`: it could not look, or not everywhere)."""
-    status: Literal["clean", "leaky", "not scanned"]
-    leaks: list[str] = field(default_factory=list)
-    why: str = ""
-
-
-def leak_preflight(runtime: Runtime, task: Task, ca_bundle: Path | None = None) -> LeakScan:
-    """What the task's built image holds that it must not: its tests or solution files (by
-    content, at any path), or a git history past its HEAD. A scan that could not look (no
-    python3 in the image, the image not built, the engine failing, the scan failing or
-    timing out, a .git history unreadable) is `not scanned`, with why: never clean."""
-    secrets: dict[str, str] = {}
-    for folder in [*task.tests_dirs, task.solution_dir]:
-        for path in sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []:
-            # the solution whole; of the tests, the scripts (test.sh, test_*.py...): an input
-            # fixture the environment legitimately shares with the tests is not an answer
-            if folder in task.tests_dirs and path.suffix not in (".sh", ".py", ".js", ".ts"):
-                continue
-            data = path.read_bytes()
-            if len(data) >= MIN_LEAK_BYTES:
-                secrets[hashlib.sha256(data).hexdigest()] = str(path.relative_to(task.path))
-    try:
-        image = ensure_task_images(runtime, task, "doctor",
-                                   ca_bundle=ca_bundle.read_bytes() if ca_bundle else None).task_image
-    except BuildFailed as exc:
-        return LeakScan(NOT_SCANNED, why=f"the image did not build ({_last_line(str(exc))})")
-    except InfraError as exc:
-        return LeakScan(NOT_SCANNED, why=f"the image could not be made: {_last_line(str(exc))}")
-    name = f"orchestra-doctor-{hashlib.sha256(task.name.encode()).hexdigest()[:12]}-{int(time.time())}"
-    spec = ContainerSpec(image=image, name=name, labels={"orchestra.kind": "doctor", "orchestra.job": "doctor"},
-                         command=["sleep", str(SCAN_SECONDS + 60)], cpus=1.0, memory_mb=512, pids_limit=256,
-                         network="none", entrypoint=["/bin/sh", "-c", "exec \"$@\"", "sh"])
-    container = None
-    try:
-        container = runtime.create(spec)
-        runtime.start(container)
-        done = runtime.exec(container, ["python3", "-c", SCAN, json.dumps(sorted(secrets))],
-                            deadline=time.time() + SCAN_SECONDS, capture=4_000_000, user="0")
-    except InfraError as exc:
-        return LeakScan(NOT_SCANNED, why=f"the engine failed: {_last_line(str(exc))}")
-    finally:
-        if container is not None:
-            try:
-                runtime.remove(container)
-            except InfraError as exc:
-                log.warning("doctor.scan_container_left", container=container, error=str(exc))
-    return read_scan(done, secrets)
-
-
-def read_scan(done: ExecResult, secrets: dict[str, str]) -> LeakScan:
-    """The scan's output as a LeakScan (pure: unit-tested without an engine)."""
-    output = done.output.decode(errors="replace").strip()
-    if done.timed_out or done.exit_code is None:
-        return LeakScan(NOT_SCANNED, why=f"the scan did not finish within {SCAN_SECONDS} s"
-                        if done.timed_out else "the scan did not finish (its container stopped)")
-    if done.exit_code != 0:
-        if done.exit_code in (126, 127) and ("not found" in output or "no such file" in output.lower()):
-            return LeakScan(NOT_SCANNED, why="no python3 in the image")
-        return LeakScan(NOT_SCANNED, why=f"the scan exited {done.exit_code}: {_last_line(output) or '(no output)'}")
-    try:
-        report = json.loads(output.splitlines()[-1])
-        found, future = dict(report["found"]), dict(report["future"])
-        unread = list(report.get("unread", []))
-    except (IndexError, ValueError, KeyError, TypeError):
-        return LeakScan(NOT_SCANNED, why=f"the scan's output was not its report: {output[-200:] or '(none)'}")
-    leaks = [f"the image holds {secrets.get(digest, digest[:12])} at {', '.join(paths[:3])}"
-             for digest, paths in sorted(found.items())]
-    unreadable = []
-    for repo, count in sorted(future.items()):
-        if isinstance(count, int):
-            if count > 0:
-                leaks.append(f"{repo}/.git holds {count} commit(s) past its HEAD (the repository's future)")
-        else:
-            unreadable.append(f"{repo}/.git's history not read ({count})")
-    if unread:
-        unreadable.append(f"folders not read: {', '.join(unread[:3])}" + (
-            f" and {len(unread) - 3} more" if len(unread) > 3 else ""))
-    if leaks:
-        return LeakScan("leaky", leaks=leaks, why="; ".join(unreadable))
-    if unreadable:
-        return LeakScan(NOT_SCANNED, why="; ".join(unreadable))
-    return LeakScan("clean")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import make_task
 
-from orchestrator.job.doctor import leak_preflight
+from orchestrator.job.leakscan import leak_preflight
 from orchestrator.tasks.load import load_task
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")

@@ -9,7 +9,7 @@ import pytest
 from conftest import make_task
 
 from orchestrator.errors import BuildFailed, RuntimeFault
-from orchestrator.job import doctor
+from orchestrator.job import doctor, leakscan
 from orchestrator.job.doctor import classify
 from orchestrator.models.result import TrialResult
 from orchestrator.runtime.base import ExecResult
@@ -96,7 +96,7 @@ class ScanEngine:
 
 @pytest.fixture
 def built(monkeypatch):
-    monkeypatch.setattr(doctor, "ensure_task_images", lambda *a, **k: SimpleNamespace(task_image="img"))
+    monkeypatch.setattr(leakscan, "ensure_task_images", lambda *a, **k: SimpleNamespace(task_image="img"))
 
 
 def report(found=None, future=None, unread=None) -> ExecResult:
@@ -116,37 +116,37 @@ def report(found=None, future=None, unread=None) -> ExecResult:
 def test_a_scan_that_could_not_look_says_not_scanned_and_why(tmp_path, built, answer, why):
     task = load_task(make_task(tmp_path, "t"))
     engine = ScanEngine(answer)
-    scan = doctor.leak_preflight(engine, task)
+    scan = leakscan.leak_preflight(engine, task)
     assert (scan.status, scan.leaks) == ("not scanned", []) and why in scan.why
     assert engine.removed == ["c1"]
 
 
 def test_a_scan_the_engine_or_the_build_failed_says_not_scanned(tmp_path, built, monkeypatch):
     task = load_task(make_task(tmp_path, "t"))
-    scan = doctor.leak_preflight(ScanEngine(create_fails=True), task)
+    scan = leakscan.leak_preflight(ScanEngine(create_fails=True), task)
     assert scan.status == "not scanned" and "the engine failed" in scan.why and "no such image" in scan.why
 
     def unbuilt(*a, **k):
         raise BuildFailed("step 2/3\nE: Unable to locate package nosuch")
-    monkeypatch.setattr(doctor, "ensure_task_images", unbuilt)
-    scan = doctor.leak_preflight(ScanEngine(), task)
+    monkeypatch.setattr(leakscan, "ensure_task_images", unbuilt)
+    scan = leakscan.leak_preflight(ScanEngine(), task)
     assert scan.status == "not scanned" and "did not build (E: Unable to locate package nosuch)" in scan.why
 
 
 def test_a_scan_that_looked_says_clean_or_leaky(tmp_path, built):
     task = load_task(make_task(tmp_path, "t", test="echo " + "x" * 80 + "\n"))
     digest = hashlib.sha256((task.path / "tests/test.sh").read_bytes()).hexdigest()
-    assert doctor.leak_preflight(ScanEngine(report(future={"/app": 0})), task).status == "clean"
-    leaky = doctor.leak_preflight(ScanEngine(report({digest: ["/app/test.sh"]}, {"/app": "no git in the image"})), task)
+    assert leakscan.leak_preflight(ScanEngine(report(future={"/app": 0})), task).status == "clean"
+    leaky = leakscan.leak_preflight(ScanEngine(report({digest: ["/app/test.sh"]}, {"/app": "no git in the image"})), task)
     assert leaky.status == "leaky" and leaky.leaks == ["the image holds tests/test.sh at /app/test.sh"]
-    future = doctor.leak_preflight(ScanEngine(report(future={"/src": 2})), task)
+    future = leakscan.leak_preflight(ScanEngine(report(future={"/src": 2})), task)
     assert future.leaks == ["/src/.git holds 2 commit(s) past its HEAD (the repository's future)"]
 
 
 def doctored(tmp_path, monkeypatch, answer: ExecResult, ca_bundle=None):
     """diagnose() over one healthy task whose leak scan answers `answer`."""
     monkeypatch.setenv("ORCHESTRA_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(doctor, "ensure_task_images", lambda *a, **k: SimpleNamespace(task_image="img"))
+    monkeypatch.setattr(leakscan, "ensure_task_images", lambda *a, **k: SimpleNamespace(task_image="img"))
     task = load_task(make_task(tmp_path / "ds", "t", solve="touch /app/ok\n"))
     monkeypatch.setattr(doctor, "_run", lambda runtime, tasks, agent, *_: {
         task.name: trial(1.0 if agent == "oracle" else 0.0)})

@@ -12,7 +12,8 @@ import pytest
 
 from orchestrator.errors import InputError
 from orchestrator.models import NOT_GRADED, FailureMode, TrialResult
-from orchestrator.report.gate import attempts_to_tell, gate, one_sided_p
+from orchestrator.report.attempts import attempts_to_tell
+from orchestrator.report.gate import gate, one_sided_p
 from orchestrator.report.junit import write_junit
 
 
