@@ -14,12 +14,18 @@ cannot change its own install.
   another `python` (OpenHands: 3.13) is installed for that version from wheels only
   (`pip download --python-version --platform manylinux...`, then `pip install --no-deps`
   of those wheels), its sdist-only dependencies (`sdists`, pure Python) first built into
-  wheels by the host's pip, with any `extra` requirements it needs there; not compiled (the agent's run script points its .pyc cache at
-  a writable folder).
+  wheels by the host's pip, with any `extra` requirements it needs there; then compiled to
+  .pyc by its `interpreter` (a deb recipe's Python of that version, run on the host).
 - npm: `npm pack PACKAGE@VERSION`, unpacked; the recipe names the binary inside.
-- deb: `apt-get download` of the packages (`package` is a space-separated list, for the
-  host's Debian/Ubuntu release), each unpacked with `dpkg-deb -x` (a program and its
-  libraries, mounted beside the agent: OpenHands' tmux).
+- deb: Debian packages of the release named as the recipe's version (trixie), whatever
+  the host's release: `apt-get update` and `apt-get download` against that release's
+  sources in a private apt folder (the host's apt settings, proxies included, still apply;
+  the host needs apt and Debian's archive keyring), each package unpacked with `dpkg-deb -x`
+  (not installed). Programs it `wrap`s run through the packages' own loader and libraries
+  (`ld-linux-x86-64.so.2 --library-path`), not the image's, so they run in any x86-64
+  Linux image whatever its libc: each ELF is moved to usr/libexec/orchestra and a wrapper
+  script takes its place under usr/bin, which holds only the wrappers. A wrapped Python
+  gets its standard library compiled to .pyc.
 """
 
 from __future__ import annotations
@@ -52,6 +58,9 @@ class Recipe:
     python: str = ""  # pypi: the task images' python3 ("3.13") when not the host's minor version
     sdists: tuple[str, ...] = ()  # pypi with python: pure-Python sdist-only requirements
     extra: tuple[str, ...] = ()  # pypi with python: installed with it (backports it needs there)
+    interpreter: Recipe | None = None  # pypi with python: a deb recipe wrapping that Python, compiles it
+    wrap: tuple[tuple[str, str], ...] = ()  # deb: (ELF in the packages, wrapper name in usr/bin)
+    build: str = ""  # how it is installed, when that changed what its folder holds (in the folder's name)
 
 
 def warm_binary(recipe: Recipe) -> None:
@@ -71,7 +80,7 @@ def warm_binary(recipe: Recipe) -> None:
 
 
 def install_dir(recipe: Recipe) -> Path:
-    return cache_root() / "agents" / f"{recipe.name}-{recipe.version}"
+    return cache_root() / "agents" / f"{recipe.name}-{recipe.version}{'+' + recipe.build if recipe.build else ''}"
 
 
 def installed(recipe: Recipe) -> bool:
@@ -165,26 +174,88 @@ def _pypi_for(recipe: Recipe, work: Path, env: dict[str, str]) -> None:
     subprocess.run([*pip, "download", *quiet, "-d", str(wheels), "--find-links", str(built), *target,
                     f"{recipe.package}=={recipe.version}", *recipe.extra],
                    env=env, check=True, capture_output=True, timeout=3600)
-    subprocess.run([*pip, "install", *quiet, "--no-warn-script-location", "--no-deps", "--no-index",
+    # --no-compile: the host's pip would compile them for the host's Python (447 MB of unused .pyc)
+    subprocess.run([*pip, "install", *quiet, "--no-warn-script-location", "--no-deps", "--no-index", "--no-compile",
                     "--ignore-requires-python", "--target", str(work / "lib"), *target,
                     *sorted(str(w) for w in wheels.glob("*.whl"))],
                    env=env, check=True, capture_output=True, timeout=1800)
     shutil.rmtree(built, ignore_errors=True)
     shutil.rmtree(wheels)
+    if recipe.interpreter is not None:  # its .pyc, made once here (the mount is read-only)
+        python = ensure_installed(recipe.interpreter, None) / "root/usr/bin" / recipe.interpreter.wrap[0][1]
+        subprocess.run([str(python), "-m", "compileall", "-q", "-j", "0", str(work / "lib")],
+                       env=env, check=False, capture_output=True, timeout=3600)
+
+
+# the Debian archive's suites for a release: its own, its updates and its security fixes
+_DEBIAN = "http://deb.debian.org"
+_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 
 
 def _deb(recipe: Recipe, work: Path, env: dict[str, str]) -> None:
-    """Debian packages for the host's release, unpacked (not installed) under work/root."""
-    debs = work / "debs"
-    debs.mkdir()
-    subprocess.run(["apt-get", "download", *recipe.package.split()], cwd=debs, env=env,
+    """The recipe's packages from its Debian release (recipe.version), unpacked (not
+    installed) under work/root, with the programs it wraps run by their own loader."""
+    apt, debs, root = work / "apt", work / "debs", work / "root"
+    for folder in (apt / "lists/partial", apt / "cache/archives/partial", apt / "preferences.d", debs):
+        folder.mkdir(parents=True)
+    release = recipe.version
+    (apt / "sources.list").write_text("".join(
+        f"deb [signed-by={_KEYRING}] {_DEBIAN}/{archive} {suite} main\n" for archive, suite in (
+            ("debian", release), ("debian", f"{release}-updates"), ("debian-security", f"{release}-security"))))
+    options = [f"-oDir::Etc::SourceList={apt / 'sources.list'}", "-oDir::Etc::SourceParts=-",
+               f"-oDir::Etc::PreferencesParts={apt / 'preferences.d'}", f"-oDir::State::Lists={apt / 'lists'}",
+               f"-oDir::Cache={apt / 'cache'}", "-oDir::State::status=/dev/null",
+               "-oAPT::Architecture=amd64", "-oAPT::Architectures=amd64", "-oAPT::Sandbox::User=root"]
+    subprocess.run(["apt-get", *options, "-q", "update"], env=env, check=True, capture_output=True, timeout=1800)
+    subprocess.run(["apt-get", *options, "-q", "download", *recipe.package.split()], cwd=debs, env=env,
                    check=True, capture_output=True, timeout=1800)
+    versions = {}
     for deb in sorted(debs.glob("*.deb")):
-        subprocess.run(["dpkg-deb", "-x", str(deb), str(work / "root")], env=env, check=True,
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], env=env, check=True,
                        capture_output=True, timeout=600)
+        versions[deb.name.split("_")[0]] = deb.name.split("_")[1].replace("%3a", ":")
     shutil.rmtree(debs)
-    if recipe.binary and not (work / "root" / recipe.binary).is_file():
-        raise OSError(f"apt-get download {recipe.package}: no {recipe.binary} in the packages")
+    shutil.rmtree(apt)
+    (work / "packages.json").write_text(json.dumps(versions, indent=1, sort_keys=True))
+    for unused in ("usr/share/doc", "usr/share/man", "usr/share/lintian"):
+        shutil.rmtree(root / unused, ignore_errors=True)
+    _wrap(recipe, root, env)
+    if recipe.binary and not (root / recipe.binary).is_file():
+        raise OSError(f"{release}'s {recipe.package}: no {recipe.binary} in the packages")
+
+
+def _wrap(recipe: Recipe, root: Path, env: dict[str, str]) -> None:
+    """Each wrapped ELF moved to usr/libexec/orchestra, a script in its place under usr/bin
+    running it through the packages' own loader (--argv0: the script's path, so a Python
+    finds its prefix from it and its sys.executable is the script); usr/bin keeps only these."""
+    if not recipe.wrap:
+        return
+    libexec, bin_dir = root / "usr/libexec/orchestra", root / "usr/bin"
+    libexec.mkdir(parents=True)
+    for program, _ in recipe.wrap:
+        (root / program).rename(libexec / Path(program).name)
+    shutil.rmtree(bin_dir)
+    bin_dir.mkdir()
+    for program, name in recipe.wrap:
+        wrapper = bin_dir / name
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            f"# orchestra: Debian {recipe.version}'s {Path(program).name}, through its own loader and libraries\n"
+            'root="${0%/*}/../.."\nlib="$root/usr/lib/x86_64-linux-gnu"\n'
+            f'exec "$lib/ld-linux-x86-64.so.2" --library-path "$lib" --argv0 "$0" '
+            f'"$root/usr/libexec/orchestra/{Path(program).name}" "$@"\n')
+        wrapper.chmod(0o755)
+        if Path(program).name.startswith("python3"):
+            version = Path(program).name.removeprefix("python")
+            # Debian's link to /etc's sitecustomize.py would name the task image's file
+            (root / f"usr/lib/python{version}/sitecustomize.py").unlink(missing_ok=True)
+            subprocess.run([str(wrapper), "-m", "compileall", "-q", "-j", "0", str(root / f"usr/lib/python{version}")],
+                           env=env, check=False, capture_output=True, timeout=1800)
+            done = subprocess.run([str(wrapper), "-c", "import ssl, sqlite3, ctypes, lzma, bz2, zlib, readline"],
+                                  env=env, capture_output=True, timeout=120)
+            if done.returncode != 0:
+                raise OSError(f"{program} from {recipe.version} does not start through its own loader: "
+                              f"{done.stderr.decode(errors='replace')[-600:]}")
 
 
 def _npm(recipe: Recipe, work: Path, env: dict[str, str]) -> None:

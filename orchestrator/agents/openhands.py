@@ -29,24 +29,47 @@ import json
 from typing import Any
 
 from orchestrator.agents.base import EXIT_STEP_LIMIT
-from orchestrator.agents.cli import MODEL, Events, InstalledAgent
+from orchestrator.agents.cli import MODEL, Events, InstalledAgent, needs_memory
 from orchestrator.agents.install import Recipe
 from orchestrator.paths import AGENT_LOGS
 
 PYTHON = "3.13"
-TMUX = Recipe("tmux", "deb", "tmux libevent-core-2.1-7 libutempter0", "bookworm", binary="usr/bin/tmux")
+# its CLI and its action server each hold ~400 MB once imported (688 MB peak for the pair on
+# hello-file, measured); under a task's 512 MB the kernel killed the server as it started
+MIN_MEMORY_MB = 1024
+# Debian trixie's python3.13 and tmux with every library they load, glibc's loader included:
+# run through that loader (install._wrap), they need nothing of the task image's own
+RUNTIME = Recipe(
+    "openhands-runtime", "deb",
+    "python3.13-minimal libpython3.13-minimal libpython3.13-stdlib python3.13 libc6 libssl3t64 libffi8 "
+    "zlib1g libexpat1 libsqlite3-0 libbz2-1.0 liblzma5 libzstd1 libncursesw6 libtinfo6 libreadline8t64 "
+    "libuuid1 libdb5.3t64 libgcc-s1 tmux libevent-core-2.1-7t64 libjemalloc2 libsystemd0 libcap2",
+    "trixie", binary=f"usr/bin/orchestra-python{PYTHON}",
+    wrap=((f"usr/bin/python{PYTHON}", f"orchestra-python{PYTHON}"), ("usr/bin/tmux", "tmux")))
 # generation settings OpenHands reads from its environment (LLM_*)
 _GENERATION = {"temperature": "LLM_TEMPERATURE", "top_p": "LLM_TOP_P",
                "max_output_tokens": "LLM_MAX_OUTPUT_TOKENS", "max_tokens": "LLM_MAX_OUTPUT_TOKENS"}
 # its CLI, without the Jupyter plugin CodeActAgent always asks its runtime for: its IPython
 # tool is off (AGENT_ENABLE_JUPYTER=false), and the kernel gateway it would start fails to
-# connect from a mounted install (20 s of retries, then the runtime gives up)
-_MAIN = """import runpy
+# connect from a mounted install (20 s of retries, then the runtime gives up). With
+# ORCHESTRA_STREAM=1 (a roster member's env) its model calls are streamed: OpenHands 1.6.0
+# asks litellm for whole answers only, so its completion is replaced by litellm's streamed
+# one, the chunks joined back by litellm (stream_chunk_builder) into the answer it expects
+# (no single quotes here: the run script quotes it)
+_MAIN = """import os, runpy
 from openhands.agenthub.codeact_agent.codeact_agent import CodeActAgent
 CodeActAgent.sandbox_plugins = [p for p in CodeActAgent.sandbox_plugins if p.name != "jupyter"]
+if os.environ.get("ORCHESTRA_STREAM") == "1":
+    import litellm
+    import openhands.llm.llm as llm_module
+    def streamed(*args, **kwargs):
+        kwargs.update(stream=True, stream_options={"include_usage": True})
+        chunks = list(litellm.completion(*args, **kwargs))
+        return litellm.stream_chunk_builder(chunks, messages=kwargs.get("messages"))
+    llm_module.litellm_completion = streamed
 runpy.run_module("openhands.core.main", run_name="__main__", alter_sys=True)
 """
-# whether it finished: a `finish` in its saved trajectory (python3 is the image's, checked)
+# whether it finished: a `finish` in its saved trajectory
 _OUTCOME = """import json, sys
 try:
     events = json.load(open(sys.argv[1]))
@@ -62,30 +85,31 @@ class OpenHands(InstalledAgent):
     recipe = Recipe("openhands", "pypi", "openhands-ai", "1.6.0", python=PYTHON,
                     sdists=("func-timeout==4.3.5",),
                     # it imports aifc (gone from 3.13's stdlib): the PEP 594 backports
-                    extra=("standard-aifc==3.13.0", "standard-chunk==3.13.0", "audioop-lts==0.2.1"))
-    runtime = TMUX
-    needs = (f"python3 {PYTHON} (Debian trixie, python:{PYTHON} images; installed for it, ~1.8 GB) "
-             "and glibc >= 2.36; tmux is mounted")
+                    extra=("standard-aifc==3.13.0", "standard-chunk==3.13.0", "audioop-lts==0.2.1"),
+                    interpreter=RUNTIME, build="pyc")
+    runtime = RUNTIME
+    needs = (f"x86-64 Linux and sh; Python {PYTHON} and tmux (Debian trixie's, with their own "
+             f"glibc) are mounted, none of the image's used; {MIN_MEMORY_MB} MB")
     own_log = "openhands.trajectory.json"
 
     def script(self) -> str:
-        tmux = f"{self.home.rsplit('/', 1)[0]}/{TMUX.name}/root"
+        runtime = f"{self.home.rsplit('/', 1)[0]}/{RUNTIME.name}"
+        python = f"{runtime}/root/usr/bin/orchestra-python{PYTHON}"
         generation = "".join(f" {_GENERATION[k]}={json.dumps(v)}" for k, v in sorted(self.member.generation.items())
                              if k in _GENERATION and isinstance(v, (int, float)) and not isinstance(v, bool))
         log = f"{AGENT_LOGS}/{self.own_log}"
-        return f"""\
-if ! python3 -c "import sys; sys.exit(sys.version_info[:2] != ({PYTHON.replace('.', ', ')}))" 2>/dev/null; then
-  echo "orchestra: openhands cannot run in this task image: it needs python3 {PYTHON} (installed for \\
-{PYTHON}: Debian trixie, python:{PYTHON} images); this image's python3 is \\
-$(python3 -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || echo missing)" >&2
+        return needs_memory("openhands", MIN_MEMORY_MB) + f"""\
+py={python}
+if ! "$py" -c pass 2>/tmp/orchestra-agent-check.txt; then
+  echo "orchestra: openhands cannot run in this task image: it needs x86-64 Linux (its Python {PYTHON} \\
+is mounted, Debian trixie's with its own glibc); it said: $(head -c 400 /tmp/orchestra-agent-check.txt)" >&2
   exit 127
 fi
 state=/tmp/orchestra-openhands
-mkdir -p "$state/bin"
-# Debian's tmux, mounted; its libraries only for it (a wrapper, not the agent's whole env)
-printf '#!/bin/sh\\nLD_LIBRARY_PATH={tmux}/usr/lib/x86_64-linux-gnu exec {tmux}/usr/bin/tmux "$@"\\n' >"$state/bin/tmux"
-chmod +x "$state/bin/tmux"
-export PATH="$state/bin:$PATH" PYTHONPATH={self.home}/lib PYTHONPYCACHEPREFIX="$state/pyc" \\
+mkdir -p "$state"
+# its Python and tmux (wrappers in {runtime}/root/usr/bin, which holds nothing else);
+# its modules' .pyc were compiled at install, beside them in the read-only mount
+export PATH="{runtime}/root/usr/bin:$PATH" PYTHONPATH={self.home}/lib \\
   LLM_MODEL=openai/{MODEL} LLM_BASE_URL="$ORCHESTRA_MODEL_URL" LLM_API_KEY="$ORCHESTRA_MODEL_TOKEN" \\
   LLM_NATIVE_TOOL_CALLING="${{LLM_NATIVE_TOOL_CALLING:-true}}" LLM_NUM_RETRIES=1 LLM_DROP_PARAMS=true LLM_CACHING_PROMPT=false \\
   LLM_LOG_COMPLETIONS=false LITELLM_LOCAL_MODEL_COST_MAP=True{generation} \\
@@ -96,9 +120,9 @@ export PATH="$state/bin:$PATH" PYTHONPATH={self.home}/lib PYTHONPYCACHEPREFIX="$
   SAVE_TRAJECTORY_PATH={log} OPENHANDS_SUPPRESS_BANNER=1 DO_NOT_TRACK=1
 unset OPENAI_API_KEY ANTHROPIC_API_KEY
 # its stderr also kept in the container, for why it stopped (the saved trajectory omits it)
-{{ python3 -c '{_MAIN}' -f "$1" </dev/null 2>&1 1>&3; echo $? >"$state/code"; }} 3>&1 | tee "$state/stderr" >&2
+{{ "$py" -c '{_MAIN}' -f "$1" </dev/null 2>&1 1>&3; echo $? >"$state/code"; }} 3>&1 | tee "$state/stderr" >&2
 code=$(cat "$state/code" 2>/dev/null || echo 1)
-python3 -c '{_OUTCOME}' {log} && exit 0
+"$py" -c '{_OUTCOME}' {log} && exit 0
 grep -qE "{_LOOPING}" "$state/stderr" && exit {EXIT_STEP_LIMIT}
 [ "$code" = 0 ] && exit 1  # it stopped without finishing
 exit "$code"

@@ -93,13 +93,16 @@ def test_finish_writes_the_converted_trajectory_and_falls_back_to_the_exchanges(
     assert said is not None and "openhands.trajectory.json" in said and "0 calls" in said
 
 
-def test_openhands_is_registered_and_its_script_wires_the_proxy_and_refuses_other_pythons() -> None:
+def test_openhands_is_registered_and_its_script_wires_the_proxy_on_its_own_python() -> None:
     assert INSTALLED["openhands"] is OpenHands
-    assert [r.name for r in OpenHands.recipes()] == ["openhands", "tmux"]
+    assert [r.name for r in OpenHands.recipes()] == ["openhands", "openhands-runtime"]
     member = RosterMember(id="lead", kind="orchestrator", agent="openhands", endpoint="e",
                           generation={"max_turns": 7, "temperature": 0.2})
     script = OpenHands(member).script()
-    assert "sys.version_info[:2] != (3, 13)" in script and "exit 127" in script
+    # trixie's Python, mounted, whatever the image has; refused with its error where it cannot start
+    assert "py=/opt/orchestra-agents/openhands-runtime/root/usr/bin/orchestra-python3.13" in script
+    assert 'if ! "$py" -c pass' in script and "exit 127" in script and "python3 -c" not in script
+    assert 'export PATH="/opt/orchestra-agents/openhands-runtime/root/usr/bin:$PATH"' in script
     assert 'LLM_API_KEY="$ORCHESTRA_MODEL_TOKEN"' in script and 'LLM_BASE_URL="$ORCHESTRA_MODEL_URL"' in script
     assert "LLM_MODEL=openai/orchestra-model" in script and "RUNTIME=local" in script
     assert "MAX_ITERATIONS=7" in script and "LLM_TEMPERATURE=0.2" in script
@@ -109,4 +112,6 @@ def test_openhands_is_registered_and_its_script_wires_the_proxy_and_refuses_othe
     assert 'grep -qE "Agent reached maximum iteration|AgentStuckInLoopError"' in script
     assert "&& exit 5" in script
     assert 'runpy.run_module("openhands.core.main", run_name="__main__"' in script
-    assert "python3 -c 'import runpy" in script and '-f "$1"' in script
+    assert """"$py" -c 'import os, runpy""" in script and '-f "$1"' in script
+    assert 'if os.environ.get("ORCHESTRA_STREAM") == "1"' in script  # streamed calls, when asked
+    assert "'" not in script.split(""""$py" -c '""")[1].split("' -f")[0]  # its code sits in single quotes
