@@ -15,20 +15,29 @@ Three configurations, each cold: `before` (reserve admission, no build pool: eac
 builds its own images, as orchestra did until issue 48; with `cpus = 2` on a 2-cpu host it
 runs one trial at a time, so its trials' times are the tasks' uncontended chains: their
 builds, then agent and grading), `reserve` and `cpu-limit` (the build pool, under each
-admission policy: the default settings are `reserve`). From `before`'s records:
+admission policy: the default settings are `reserve`); then `warm` (reserve, images kept:
+each trial alone, its agent and grading without any build). From `before` and `warm`:
   dataset_chain_seconds          the longest chain: one task's builds, then its trial
   dataset_ideal_seconds          the sum of those chains (every build and trial phase)
                                  over the slots (2)
-  dataset_build_share            of that sum, the build phases' share (the task image and
-                                 agent layer; the verifier's image builds in the verify
-                                 phase, not counted; the issue's 133 real tasks: 0.70)
+  dataset_reserve_floor_seconds  what `reserve` cannot beat on this host: the shortest
+                                 build, then every trial one after another (a `cpus = 2`
+                                 trial holds both cpus: one at a time)
+  dataset_critical_path_seconds  max(chain, ideal, reserve floor): the longest chain of
+                                 builds and trials at the host's parallelism under the
+                                 default policy
+  dataset_build_share            of that sum, the builds' share (task image, agent layer
+                                 and the verifier's image: a chain less its warm trial;
+                                 the issue's 133 real tasks: 0.70)
 Per configuration:
   dataset_<config>_wall_seconds  run_job, start to end
   dataset_<config>_vs_chain      wall over the longest chain
-  dataset_<config>_vs_ideal      wall over the ideal
+  dataset_<config>_vs_ideal      wall over the ideal (cpu-limit's bound: trials share cpus)
   dataset_<config>_mean_reward   (the same in every configuration: 1.0)
-  dataset_vs_critical_path       the default (`reserve`) wall over the critical path at the
-                                 host's parallelism, max(chain, ideal) (target <= 1.25)
+  dataset_vs_critical_path       the default (`reserve`) wall over the critical path
+                                 (target <= 1.25)
+And then the same tasks side by side with Harbor (bench/harbor.py, one round, cold and
+warm): harbor_vs_orchestra (cold), harbor_vs_orchestra_warm.
 One run of each, on a shared machine: read the ratios, not the seconds.
 """
 
@@ -55,6 +64,7 @@ PREFIX = "benchds"
 BASE = "python:3.12-slim-bookworm"
 SLOTS = 2
 CONFIGS = (("before", "reserve", 0), ("reserve", "reserve", None), ("cpu-limit", "cpu-limit", None))
+TRIALS_AT_ONCE_RESERVED = 1  # cpus = 2 tasks on a 2-cpu budget under reserve
 
 HASHING = ("python3 -c \"import hashlib; d=b'x'*2**20; h=hashlib.sha256(); "
            "[h.update(d) for _ in range({n})]; print(h.hexdigest())\"")
@@ -111,11 +121,13 @@ def remove_images(runtime) -> int:
     return removed
 
 
-def run(runtime, root: Path, n: int, name: str, admission: str,
-        build_workers: int | None) -> tuple[float, JobResult, list[TrialResult]]:
-    """One cold job of a fresh copy of the dataset: (wall seconds, its result, its trials)."""
-    remove_images(runtime)
-    tasks = make_dataset(root / name, n, uuid.uuid4().hex[:12])
+def run(runtime, root: Path, n: int, name: str, admission: str, build_workers: int | None,
+        tasks: Path | None = None) -> tuple[float, JobResult, list[TrialResult]]:
+    """One job of the dataset: cold (a fresh copy, its images removed before and after)
+    unless `tasks` is given (warm: that copy, its images kept). (wall seconds, result, trials)."""
+    if tasks is None:
+        remove_images(runtime)
+        tasks = make_dataset(root / name, n, uuid.uuid4().hex[:12])
     options = JobOptions(job_name=f"dataset-{name}", jobs_dir=root / "jobs", n_concurrent=SLOTS, k=1,
                          admission=admission, build_workers=build_workers)
     started = time.perf_counter()
@@ -123,39 +135,56 @@ def run(runtime, root: Path, n: int, name: str, admission: str,
     wall = time.perf_counter() - started
     trials = [TrialResult.model_validate_json(p.read_text())
               for p in sorted((root / "jobs" / options.job_name / "trials").glob("*/result.json"))]
-    remove_images(runtime)
     return wall, job, trials
 
 
-def chains(trials: list[TrialResult]) -> tuple[float, float, float]:
-    """From a run of one trial at a time whose trials build their own images: (the longest
-    chain, the ideal over SLOTS, the builds' share of all phases)."""
-    seconds = [(t.finished_at or t.started_at) - t.started_at for t in trials]
-    builds = sum(t.timings.build for t in trials)
-    return max(seconds), sum(seconds) / SLOTS, builds / sum(seconds)
+def seconds_by_task(trials: list[TrialResult]) -> dict[str, float]:
+    return {t.task: (t.finished_at or t.started_at) - t.started_at for t in trials}
 
 
-def dataset(emit, n: int = 6) -> None:
+def critical_path(before: list[TrialResult], warm: list[TrialResult]) -> dict[str, float]:
+    """From a cold run of one trial at a time whose trials build their own images (each
+    task's chain) and a warm one (each task's trial alone): the chain, the ideal over the
+    slots, reserve's floor, the critical path and the builds' share."""
+    chains, trials = seconds_by_task(before), seconds_by_task(warm)
+    builds = {task: max(0.0, chains[task] - trials.get(task, 0.0)) for task in chains}
+    chain, ideal = max(chains.values()), sum(chains.values()) / SLOTS
+    floor = min(builds.values()) + sum(trials.values()) / TRIALS_AT_ONCE_RESERVED
+    return {"chain": chain, "ideal": ideal, "reserve_floor": floor,
+            "critical_path": max(chain, ideal, floor), "build_share": sum(builds.values()) / sum(chains.values())}
+
+
+def dataset(emit, n: int = 6, harbor: bool = True) -> None:
     from orchestrator.runtime.docker import DockerRuntime
 
     runtime = DockerRuntime(max_pool_size=16)
     emit("dataset_tasks", n)
     with tempfile.TemporaryDirectory(prefix="bench-dataset-") as name:
-        chain = ideal = 0.0
+        root = Path(name)
+        walls: dict[str, float] = {}
+        runs: dict[str, tuple[JobResult, list[TrialResult]]] = {}
         for config, admission, workers in CONFIGS:
-            wall, job, trials = run(runtime, Path(name), n, config, admission, workers)
-            if config == "before":
-                chain, ideal, share = chains(trials)
-                emit("dataset_chain_seconds", round(chain, 1))
-                emit("dataset_ideal_seconds", round(ideal, 1))
-                emit("dataset_build_share", round(share, 2))
+            wall, job, trials = run(runtime, root, n, config, admission, workers)
+            walls[config], runs[config] = wall, (job, trials)
+            if config == "before":  # the same copy again, its images kept: each trial alone
+                _, _, warm = run(runtime, root, n, "warm", "reserve", 0, tasks=root / "before" / "tasks")
+            remove_images(runtime)
+        path = critical_path(runs["before"][1], warm)
+        for key in ("chain", "ideal", "reserve_floor", "critical_path"):
+            emit(f"dataset_{key}_seconds", round(path[key], 1))
+        emit("dataset_build_share", round(path["build_share"], 2))
+        for config, wall in walls.items():
+            job = runs[config][0]
             emit(f"dataset_{config}_wall_seconds", round(wall, 1))
-            emit(f"dataset_{config}_vs_chain", round(wall / chain, 2))
-            emit(f"dataset_{config}_vs_ideal", round(wall / ideal, 2))
+            emit(f"dataset_{config}_vs_chain", round(wall / path["chain"], 2))
+            emit(f"dataset_{config}_vs_ideal", round(wall / path["ideal"], 2))
             emit(f"dataset_{config}_images_built", job.images_built)
             emit(f"dataset_{config}_mean_reward", job.mean_reward)
-            if config == "reserve":  # the default settings
-                emit("dataset_vs_critical_path", round(wall / max(chain, ideal), 2))
+        emit("dataset_vs_critical_path", round(walls["reserve"] / path["critical_path"], 2))
+        if harbor:  # the same tasks side by side with Harbor: one round, cold then warm
+            from harbor import side_by_side
+
+            side_by_side(make_dataset(root / "harbor", n, uuid.uuid4().hex[:12]), emit, rounds=1)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,11 @@ Not a test: these machines are noisy, so nothing here asserts a time.
                         verifier images, cold, oracle, 2 at a time: wall time over its
                         critical path and over its ideal, before the build pool and under
                         each admission policy (bench/dataset.py; `python bench/run.py
-                        dataset` runs it alone, not in the default run)
+                        dataset` runs it alone, not in the default run), then the same
+                        tasks side by side with Harbor (harbor_vs_orchestra)
+  harbor_*              `python bench/run.py harbor PATH [ROUNDS]`: any task folder run by
+                        Harbor (a throwaway venv) and by orchestra, oracle, 2 at a time, cold
+                        and warm, alternating (bench/harbor.py)
   bystander_model_p95_ratio  a model call's p95 through its trial's proxy beside another
                         trial's 16 keep-alive connections of small calls (test_round2's
                         model-flood agent) over its p95 alone (target <= 2; the test: 3x)
@@ -561,6 +565,13 @@ if __name__ == "__main__":
 
         logsetup.configure()
         dataset(emit, int(sys.argv[2]) if len(sys.argv) > 2 else 6)
+    elif sys.argv[1:2] == ["harbor"]:  # side by side with Harbor on a task folder (bench/harbor.py)
+        from harbor import side_by_side
+
+        logsetup.configure()
+        if len(sys.argv) < 3:
+            raise SystemExit("usage: python bench/run.py harbor PATH [ROUNDS]")
+        side_by_side(Path(sys.argv[2]).resolve(), emit, int(sys.argv[3]) if len(sys.argv) > 3 else 2)
     elif sys.argv[1:] == ["makespan"]:
         logsetup.configure()
         with tempfile.TemporaryDirectory() as name:

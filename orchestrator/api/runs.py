@@ -84,7 +84,7 @@ class RunRequest(BaseModel):
     max_cpus: float | None = None
     max_memory_mb: int | None = None
     admission: Literal["reserve", "cpu-limit"] | None = None
-    build_ahead: int = Field(0, ge=0)
+    build_ahead: int | None = Field(None, ge=0)
     backend: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     oci_runtime: str | None = None

@@ -16,8 +16,9 @@ quota).
   cpus): builds are CPU, disk and network, and trials run beside them). A build that
   fails is the task's, said once: the image cache keeps the failure, every trial of the
   task records it from its build phase, nothing builds it again in the job (no retry
-  storm). Anything else (the engine gone mid-build) is the first trial's infrastructure
-  error (retried as such); the task's next trial builds again.
+  storm). Anything else (the engine gone mid-build) is not the task's: its trials are
+  handed over all the same and build what is missing themselves, where the job's engine
+  watch tells an outage from a trial's own failure.
 - Warm tasks (their images most likely on the engine, from one listing by name) are taken
   by a thread of their own in the job's order, so a second run's trials start in the job's
   order (longest first by known durations), as they did before the pool.

@@ -63,7 +63,6 @@ class ImageCache:
         self.ca_bundle, self.build_policy, self.registry = ca_bundle, build_policy, registry
         self._done: dict[str, TaskImages] = {}
         self._failed: dict[str, BuildFailed] = {}  # built ahead and failed: every trial says it
-        self._transient: dict[str, Exception] = {}  # the engine failed building ahead: one trial says it
         self._published: dict[str, Published] = {}
         self._offered: dict[str, Published] = {}  # on a node: what the driver pushed
         self._locks: dict[str, threading.Lock] = {}
@@ -83,8 +82,6 @@ class ImageCache:
         with self._lock(task):
             if (failed := self._failed.get(task.name)) is not None:
                 raise failed  # the job's build pool tried once: no trial builds it again
-            if (transient := self._transient.pop(task.name, None)) is not None:
-                raise transient  # infrastructure: this trial's (retried); the next builds again
             if task.name not in self._done:
                 offered = self._offered.get(task.name)
                 images = self._adopt(offered) if offered else ensure_task_images(
@@ -110,8 +107,9 @@ class ImageCache:
         build pool): the task image and agent layer, the separate verifier's
         tests/Dockerfile, each compose sidecar's (with their bases, pulled or stood in).
         A BuildFailed is kept: every trial of the task then records it from its build
-        phase, and nothing builds it again in this job. Returns how many task and agent
-        images this call made."""
+        phase, and nothing builds it again in this job. Anything else (the engine failing
+        mid-build) is not kept: the task's trials build what is missing themselves, under
+        the job's engine watch. Returns how many task and agent images this call made."""
         from orchestrator.trial.sidecars import sidecar_image  # sidecars are rare: on use
 
         with self._guard:
@@ -125,10 +123,6 @@ class ImageCache:
         except BuildFailed as exc:
             with self._guard:
                 self._failed.setdefault(task.name, exc)
-            raise
-        except Exception as exc:  # the engine, not the task: the first trial records it
-            with self._guard:
-                self._transient.setdefault(task.name, exc)
             raise
         return 0 if known else images.built
 

@@ -385,8 +385,10 @@ def test_a_full_job_disk_stops_the_job_cleanly_and_keeps_written_results(runtime
         make_task(tmp_path / "ds", "b-huge", toml=SMALL,
                   solve="head -c 30M /dev/urandom > /logs/artifacts/blob\ntouch /app/ok\n")
         make_task(tmp_path / "ds", "c-later", solve="touch /app/ok\n", toml=SMALL)
+        # --build-ahead 0: trials in the job's order (a-small's result is written before b-huge
+        # fills the disk); with the build pool, cold tasks start in their builds' finishing order
         proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-n", "1",
-                               "--jobs-dir", str(mount), "--job-name", "full", "-q"],
+                               "--build-ahead", "0", "--jobs-dir", str(mount), "--job-name", "full", "-q"],
                               capture_output=True, text=True, timeout=300)
         free = os.statvfs(mount)
         assert free.f_bavail * free.f_frsize < 1024 * 1024  # positive control: the job's disk is full
