@@ -34,7 +34,9 @@ from test_atif_harbor import harbor_judges
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 HELLO = ROOT / "tasks/examples/hello-file"
-COMMAND = "printf 'Hello, world!\\n' > /app/hello.txt; env > /logs/agent/env-seen.txt"
+# the task, then which python3 the agent's shell finds (the image's, or none) and its environment
+COMMAND = ("printf 'Hello, world!\\n' > /app/hello.txt; command -v python3 > /logs/agent/python3-seen.txt; "
+           "env > /logs/agent/env-seen.txt")
 
 pytestmark = pytest.mark.part("network-host")
 
@@ -68,10 +70,13 @@ def _installed(host_network: bool) -> None:
     assert agent.is_installed()
 
 
-def with_1_gb(tmp_path: Path) -> str:
-    """hello-file with memory_mb = 1024, its image and all else as shipped."""
+def with_1_gb(tmp_path: Path, dockerfile: str | None = None) -> str:
+    """hello-file with memory_mb = 1024, its image (unless `dockerfile` is given) and all
+    else as shipped."""
     task = tmp_path / "tasks/hello-file"
     shutil.copytree(HELLO, task)
+    if dockerfile is not None:
+        (task / "environment/Dockerfile").write_text(dockerfile)
     toml = task / "task.toml"
     text = toml.read_text()
     assert "memory_mb = 512" in text
@@ -124,6 +129,8 @@ def test_openhands_solves_hello_file_on_its_shipped_image_through_the_proxy_and_
     # one OpenHands ran on: its shell's PATH starts with the mounted Python's folder
     seen = (folder / "agent/env-seen.txt").read_text()
     assert "PATH=/opt/orchestra-agents/openhands-runtime/root/usr/bin:" in seen, seen
+    # and its python3 is still the image's own (/usr/bin on the stand-in, /usr/local/bin on Docker Hub's)
+    assert (folder / "agent/python3-seen.txt").read_text().strip() in ("/usr/bin/python3", "/usr/local/bin/python3")
     # its own trajectory, converted: the bash call with its command, its result, finish's
     # message as the closing text
     events = [json.loads(x)["event"] for x in (folder / "agent/trajectory.jsonl").read_text().splitlines()]
@@ -155,11 +162,18 @@ def test_openhands_solves_hello_file_on_its_shipped_image_through_the_proxy_and_
     assert holding == []
 
 
-def test_openhands_stopped_by_its_own_iteration_limit_is_a_step_limit(tmp_path: Path) -> None:
-    # one iteration: the bash call runs (the file is written), then its limit stops it
+def test_openhands_stopped_by_its_own_iteration_limit_is_a_step_limit_on_an_image_without_python(
+        tmp_path: Path) -> None:
+    # an image with no Python at all and an older glibc (Debian 11's 2.31; trixie's Python
+    # needs 2.38 from the image's loader): OpenHands runs all the same, on its own loader.
+    # One iteration: the bash call runs (the file is written), then its limit stops it
     # before finish; OpenHands exits 0 either way, its log says why
-    result, folder, upstream, _ = run_openhands(tmp_path, with_1_gb(tmp_path), max_turns=1)
+    image = "FROM debian:bullseye-slim\nRUN rm -f /usr/bin/python3* /usr/local/bin/python3*\nWORKDIR /app\n"
+    result, folder, upstream, _ = run_openhands(tmp_path, with_1_gb(tmp_path, image), max_turns=1)
     stderr = (folder / "agent/stderr.txt").read_text(errors="replace")
+    seen = (folder / "agent/env-seen.txt").read_text()
+    assert result["build_failure"] is None and "PATH=" in seen, stderr[-3000:]
+    assert (folder / "agent/python3-seen.txt").read_text() == ""  # no python3 in this image
     assert result["agent_outcome"] == "step_limit" and result["agent_exit_code"] == 5, stderr[-3000:]
     assert "Agent reached maximum iteration" in stderr
     assert result["model"]["calls"] == 1 and result["reward"] == {"reward": 1.0}
