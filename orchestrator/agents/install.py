@@ -224,6 +224,25 @@ def _deb(recipe: Recipe, work: Path, env: dict[str, str]) -> None:
         raise OSError(f"{release}'s {recipe.package}: no {recipe.binary} in the packages")
 
 
+# A wrapped Python's start (site runs it through orchestra.pth): the agent's packages come
+# from ORCHESTRA_PYTHON_PATH, never PYTHONPATH, which every process the agent starts would
+# inherit (its shell, and the task's own python3 there: a 3.13 package shadowing the
+# image's); and PYTHONPATH is put back as the image had it (ORCHESTRA_IMAGE_PYTHONPATH, or
+# unset), whatever the agent set for its children (OpenHands puts its lib in it)
+_STARTUP = '''"""orchestra: run at this Python's start, through orchestra.pth."""
+import os
+import sys
+
+_extra = os.environ.get("ORCHESTRA_PYTHON_PATH")
+if _extra:
+    sys.path.extend(p for p in _extra.split(os.pathsep) if p and p not in sys.path)
+    if "ORCHESTRA_IMAGE_PYTHONPATH" in os.environ:
+        os.environ["PYTHONPATH"] = os.environ["ORCHESTRA_IMAGE_PYTHONPATH"]
+    else:
+        os.environ.pop("PYTHONPATH", None)
+'''
+
+
 def _wrap(recipe: Recipe, root: Path, env: dict[str, str]) -> None:
     """Each wrapped ELF moved to usr/libexec/orchestra, a script in its place under usr/bin
     running it through the packages' own loader (--argv0: the script's path, so a Python
@@ -249,6 +268,10 @@ def _wrap(recipe: Recipe, root: Path, env: dict[str, str]) -> None:
             version = Path(program).name.removeprefix("python")
             # Debian's link to /etc's sitecustomize.py would name the task image's file
             (root / f"usr/lib/python{version}/sitecustomize.py").unlink(missing_ok=True)
+            site = root / "usr/lib/python3/dist-packages"
+            site.mkdir(parents=True, exist_ok=True)
+            (site / "orchestra_startup.py").write_text(_STARTUP)
+            (site / "orchestra.pth").write_text("import orchestra_startup\n")
             subprocess.run([str(wrapper), "-m", "compileall", "-q", "-j", "0", str(root / f"usr/lib/python{version}")],
                            env=env, check=False, capture_output=True, timeout=1800)
             done = subprocess.run([str(wrapper), "-c", "import ssl, sqlite3, ctypes, lzma, bz2, zlib, readline"],

@@ -109,7 +109,11 @@ state=/tmp/orchestra-openhands
 mkdir -p "$state"
 # its Python and tmux (wrappers in {runtime}/root/usr/bin, which holds nothing else);
 # its modules' .pyc were compiled at install, beside them in the read-only mount
-export PATH="{runtime}/root/usr/bin:$PATH" PYTHONPATH={self.home}/lib \\
+# its packages through ORCHESTRA_PYTHON_PATH (read by that Python only, at its start); the
+# image's PYTHONPATH kept aside for its shell, and not on OpenHands' own path
+if [ "${{PYTHONPATH+set}}" ]; then export ORCHESTRA_IMAGE_PYTHONPATH="$PYTHONPATH"; fi
+unset PYTHONPATH
+export PATH="{runtime}/root/usr/bin:$PATH" ORCHESTRA_PYTHON_PATH={self.home}/lib \\
   LLM_MODEL=openai/{MODEL} LLM_BASE_URL="$ORCHESTRA_MODEL_URL" LLM_API_KEY="$ORCHESTRA_MODEL_TOKEN" \\
   LLM_NATIVE_TOOL_CALLING="${{LLM_NATIVE_TOOL_CALLING:-true}}" LLM_NUM_RETRIES=1 LLM_DROP_PARAMS=true LLM_CACHING_PROMPT=false \\
   LLM_LOG_COMPLETIONS=false LITELLM_LOCAL_MODEL_COST_MAP=True{generation} \\

@@ -129,6 +129,9 @@ def test_openhands_solves_hello_file_on_its_shipped_image_through_the_proxy_and_
     # one OpenHands ran on: its shell's PATH starts with the mounted Python's folder
     seen = (folder / "agent/env-seen.txt").read_text()
     assert "PATH=/opt/orchestra-agents/openhands-runtime/root/usr/bin:" in seen, seen
+    # OpenHands' packages are not on its shell's PYTHONPATH (the image sets none): the task's
+    # python3 there imports the image's packages, not OpenHands' builds for 3.13
+    assert not [line for line in seen.splitlines() if line.startswith("PYTHONPATH=")], seen
     # and its python3 is still the image's own (/usr/bin on the stand-in, /usr/local/bin on Docker Hub's)
     assert (folder / "agent/python3-seen.txt").read_text().strip() in ("/usr/bin/python3", "/usr/local/bin/python3")
     # its own trajectory, converted: the bash call with its command, its result, finish's
@@ -168,12 +171,15 @@ def test_openhands_stopped_by_its_own_iteration_limit_is_a_step_limit_on_an_imag
     # needs 2.38 from the image's loader): OpenHands runs all the same, on its own loader.
     # One iteration: the bash call runs (the file is written), then its limit stops it
     # before finish; OpenHands exits 0 either way, its log says why
-    image = "FROM debian:bullseye-slim\nRUN rm -f /usr/bin/python3* /usr/local/bin/python3*\nWORKDIR /app\n"
+    # (and a PYTHONPATH of its own, which the agent's shell keeps as the image set it)
+    image = ("FROM debian:bullseye-slim\nRUN rm -f /usr/bin/python3* /usr/local/bin/python3*\n"
+             "ENV PYTHONPATH=/app/src\nWORKDIR /app\n")
     result, folder, upstream, _ = run_openhands(tmp_path, with_1_gb(tmp_path, image), max_turns=1)
     stderr = (folder / "agent/stderr.txt").read_text(errors="replace")
     seen = (folder / "agent/env-seen.txt").read_text()
     assert result["build_failure"] is None and "PATH=" in seen, stderr[-3000:]
     assert (folder / "agent/python3-seen.txt").read_text() == ""  # no python3 in this image
+    assert [line for line in seen.splitlines() if line.startswith("PYTHONPATH=")] == ["PYTHONPATH=/app/src"]
     assert result["agent_outcome"] == "step_limit" and result["agent_exit_code"] == 5, stderr[-3000:]
     assert "Agent reached maximum iteration" in stderr
     assert result["model"]["calls"] == 1 and result["reward"] == {"reward": 1.0}

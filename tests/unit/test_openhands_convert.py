@@ -102,7 +102,10 @@ def test_openhands_is_registered_and_its_script_wires_the_proxy_on_its_own_pytho
     # trixie's Python, mounted, whatever the image has; refused with its error where it cannot start
     assert "py=/opt/orchestra-agents/openhands-runtime/root/usr/bin/orchestra-python3.13" in script
     assert 'if ! "$py" -c pass' in script and "exit 127" in script and "python3 -c" not in script
-    assert 'export PATH="/opt/orchestra-agents/openhands-runtime/root/usr/bin:$PATH"' in script
+    assert 'export PATH="/opt/orchestra-agents/openhands-runtime/root/usr/bin:$PATH" ' \
+        "ORCHESTRA_PYTHON_PATH=/opt/orchestra-agents/openhands/lib" in script
+    # its packages never on PYTHONPATH (its shell's python3 would import them): the image's kept aside
+    assert "unset PYTHONPATH" in script and "PYTHONPATH=/opt" not in script
     assert 'LLM_API_KEY="$ORCHESTRA_MODEL_TOKEN"' in script and 'LLM_BASE_URL="$ORCHESTRA_MODEL_URL"' in script
     assert "LLM_MODEL=openai/orchestra-model" in script and "RUNTIME=local" in script
     assert "MAX_ITERATIONS=7" in script and "LLM_TEMPERATURE=0.2" in script
