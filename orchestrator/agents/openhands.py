@@ -4,17 +4,23 @@ itself (no Docker in Docker), speaking Chat Completions (through litellm) to the
 proxy.
 
 1.6.0 is the last release that ships this CLI (from 1.7.0 the package is its web server
-only). It needs Python >= 3.12 and is installed for one minor version, 3.13 (Debian trixie's
-python3 and the python:3.13 images), from wheels only (agents.install, a cross-version pip
-install, with the PEP 594 backports of aifc and audioop, which it imports although 3.13
-dropped them: 1.8 GB, 64-124 s cold on a 2-core host, part of `--install all`). Its bash
-tool drives tmux, which task images rarely have: Debian's tmux (with libevent and
-libutempter) is mounted beside it. An image whose python3 is not 3.13 is refused with the
-reason (exit 127) before any model call.
+only). It needs Python >= 3.12 and is installed for 3.13 from wheels only (agents.install,
+a cross-version pip install, with the PEP 594 backports of aifc and audioop, which it
+imports although 3.13 dropped them), compiled to .pyc at install: 1.87 GB, 91-118 s on a
+2-core host, part of `--install all`. It runs on its own Python, whatever the image has:
+Debian trixie's python3.13 and tmux (its bash tool drives tmux) with every library they
+load, glibc's loader included (`RUNTIME`, 64 MB), run through that loader, so any x86-64
+Linux image with sh should do (both started on Debian 11 to 13; OpenHands solved hello-file
+on bookworm, python3 3.11, and ran on a bullseye image without Python, glibc 2.31).
+Its packages reach only that Python (ORCHESTRA_PYTHON_PATH, read at its start), never the
+PYTHONPATH its shell and the task's own python3 inherit. Its CLI and action server take
+~690 MB, so a task giving it under 1024 MB is refused with the reason (exit 127) before any
+model call.
 
 The CLI runs with one change made in its process: the Jupyter plugin is dropped from
 CodeActAgent's runtime plugins (its IPython tool is off; the kernel gateway fails from a
-mounted install). The model is `openai/orchestra-model` at the proxy's address with the
+mounted install); and with a member's `env: {ORCHESTRA_STREAM: "1"}` its model calls are
+streamed (it asks for whole answers otherwise). The model is `openai/orchestra-model` at the proxy's address with the
 per-trial token as its key, native tool calling on (litellm knows no such model; a roster
 member's `env: {LLM_NATIVE_TOOL_CALLING: "false"}` gives its tools-in-the-prompt mode for
 servers that fill no `tool_calls`), one retry (the proxy retries the provider), litellm's
