@@ -100,7 +100,7 @@ class AcpAgent:
         try:
             outcome = client.run(run.task.instruction, run.workdir, run.deadline, GRACE_SEC, run.stop)
         finally:
-            code = end_process(run, attached)
+            code = _end_process(run, attached)
         log.info("acp.session", agent=self.name, stop_reason=outcome.stop_reason,
                  timed_out=outcome.timed_out, error=outcome.error, exit_code=code,
                  seconds=round(time.time() - started, 2), **outcome.counts)
@@ -120,7 +120,7 @@ def exit_code(outcome: Outcome, process_code: int | None) -> int | None:
     return process_code if process_code not in (0, None) else 1
 
 
-def end_process(run: AgentRun, attached: Attached) -> int | None:
+def _end_process(run: AgentRun, attached: Attached) -> int | None:
     """Close its stdin (an ACP agent ends at EOF), then SIGTERM, then SIGKILL; how it ended."""
     attached.close_stdin()
     try:

@@ -144,10 +144,10 @@ class InstalledAgent:
             except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
                 events = None
             if events:
-                write_trajectory(out, events)
+                _write_trajectory(out, events)
                 return None
         recorded = read_exchanges(exchanges) if exchanges.is_file() else []
-        write_trajectory(out, trajectory_from_exchanges(recorded))
+        _write_trajectory(out, trajectory_from_exchanges(recorded))
         said = f"{self.recipe.name} wrote no trajectory of its own" if own is None else \
             f"{self.recipe.name}'s own log ({self.own_log}) was missing, empty or unreadable"
         return (f"{said}; built from the model exchanges the proxy recorded "
@@ -159,12 +159,12 @@ class InstalledAgent:
         raise NotImplementedError
 
 
-def write_trajectory(path: Path, events: list[JsonObject]) -> None:
+def _write_trajectory(path: Path, events: list[JsonObject]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
 
 
-def numbered(events: list[JsonObject]) -> list[JsonObject]:
+def _numbered(events: list[JsonObject]) -> list[JsonObject]:
     return [{"seq": i, "event": e} for i, e in enumerate(events)]
 
 
@@ -198,7 +198,7 @@ class Events:
         self.events.append({"kind": "tool_result", "text": text, "tool": tool})
 
     def records(self) -> list[JsonObject]:
-        return numbered(self.events)
+        return _numbered(self.events)
 
 
 def text_of(content: object) -> str:

@@ -52,7 +52,7 @@ app.add_typer(tasks_app, name="tasks")
 app.add_typer(images_app, name="images")
 
 
-def unwrapped_console(stderr: bool = False) -> Console:
+def _unwrapped_console(stderr: bool = False) -> Console:
     """A console that wraps only on a terminal. Piped or redirected, rich would hard-wrap
     every line at 80 columns (or $COLUMNS): a CI log would show a path cut in two and a
     message no grep finds. Off a terminal each print is written whole, one line."""
@@ -61,8 +61,8 @@ def unwrapped_console(stderr: bool = False) -> Console:
     return out
 
 
-console = unwrapped_console()
-err = unwrapped_console(stderr=True)
+console = _unwrapped_console()
+err = _unwrapped_console(stderr=True)
 
 
 def _version(value: bool) -> None:

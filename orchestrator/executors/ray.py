@@ -135,7 +135,7 @@ def run_on_node(wire: NodeRequest, task_tar: bytes) -> NodeReply:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def reap_on_node(label: str) -> dict[str, int]:
+def _reap_on_node(label: str) -> dict[str, int]:
     """Remove a job's leftovers on this node's engine; what was removed, by kind."""
     from orchestrator.host import reap
 
@@ -157,7 +157,7 @@ class RayExecutor:
                  _node_ip_address="127.0.0.1" if loopback else None)  # None: Ray's own choice
         self._task_refs: dict[str, ObjectRef[bytes]] = {}
         self._remote = ray.remote(max_retries=0)(run_on_node)
-        self._reaper = ray.remote(num_cpus=0, max_retries=0)(reap_on_node)
+        self._reaper = ray.remote(num_cpus=0, max_retries=0)(_reap_on_node)
         self._lock = threading.Lock()
 
     def capacity(self) -> tuple[float, int]:

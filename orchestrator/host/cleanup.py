@@ -106,7 +106,7 @@ def _dead_owner(labels: dict[str, str], host: str) -> bool:
     return labels.get(LABEL_HOST) == host and pid.isdigit() and not _alive(int(pid))
 
 
-def dead_owners(runtime: Runtime, rows: list[OwnedObject] | None = None) -> set[tuple[str, str]]:
+def _dead_owners(runtime: Runtime, rows: list[OwnedObject] | None = None) -> set[tuple[str, str]]:
     """(job, pid) of objects on this host whose orchestrator process no longer exists (from
     `rows` of runtime.owned_objects() when the caller already has them). By owner, not by job
     name alone: a live job may carry the name of a killed one (a resume, or the same
@@ -132,7 +132,7 @@ def plan(runtime: Runtime, job: str | None = None, everything: bool = False) -> 
 def reap_orphans(runtime: Runtime) -> dict[str, int]:
     """Objects whose orchestrator process on this host no longer exists (live jobs of the
     same name untouched); their loop disks by the owner's pid in the folder's name."""
-    owners = dead_owners(runtime)
+    owners = _dead_owners(runtime)
     totals = {"containers": 0, "networks": 0, "volumes": 0, "disks": 0, "failed": 0}
     for job, pid in sorted(owners):
         for key, value in reap(runtime, [f"{LABEL_JOB}={job}", f"{LABEL_PID}={pid}"], disks=False).items():

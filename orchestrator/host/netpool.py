@@ -46,7 +46,7 @@ POOL_DIR = LOCK_DIR / "networks"
 PREFIX = "orchestra-pool-"
 
 
-def pool_size() -> int:
+def _pool_size() -> int:
     try:
         return max(0, int(os.environ.get("ORCHESTRA_NETWORK_POOL", "32")))
     except ValueError:
@@ -116,7 +116,7 @@ class NetworkPool:
 
     def __init__(self, runtime: Runtime, job: str, keep: int | None = None):
         self.runtime, self.job = runtime, job
-        self.keep = pool_size() if keep is None else keep
+        self.keep = _pool_size() if keep is None else keep
         self._free: dict[bool, list[Network]] = {True: [], False: []}
         self._held: dict[str, tuple[Network, int]] = {}  # name -> (network, lock fd)
         self._lock = threading.Lock()

@@ -190,14 +190,14 @@ def diagnose(runtime: Runtime, tasks: list[Task], jobs_dir: Path, *, n_concurren
             diagnosis = classify(task, oracle.get(task.name), nop.get(task.name),
                                  jobs_dir / f"doctor-{stamp}-oracle")
             if diagnosis.verdict in ("healthy", "weak-test", "no-solution"):
-                judge_leaks(diagnosis, leak_preflight(runtime, task, ca_bundle))
+                _judge_leaks(diagnosis, leak_preflight(runtime, task, ca_bundle))
             diagnosis.checked_at = time.time()
             write_json_atomic(cache_dir() / f"{cache_key(task, ca_bundle)}.json", diagnosis)
             found[task.name] = diagnosis
     return [found[t.name] for t in tasks]  # type: ignore[misc]
 
 
-def judge_leaks(diagnosis: Diagnosis, scan: LeakScan) -> None:
+def _judge_leaks(diagnosis: Diagnosis, scan: LeakScan) -> None:
     """The leak scan's finding on a diagnosis: a leak found makes it leaky (whatever else
     the scan could not read); a scan that could not look makes a healthy task
     not-scanned, and is said in any other verdict's reason. Never leaky, never clean,

@@ -111,10 +111,10 @@ def leak_preflight(runtime: Runtime, task: Task, ca_bundle: Path | None = None) 
                 runtime.remove(container)
             except InfraError as exc:
                 log.warning("doctor.scan_container_left", container=container, error=str(exc))
-    return read_scan(done, secrets)
+    return _read_scan(done, secrets)
 
 
-def read_scan(done: ExecResult, secrets: dict[str, str]) -> LeakScan:
+def _read_scan(done: ExecResult, secrets: dict[str, str]) -> LeakScan:
     """The scan's output as a LeakScan (pure: unit-tested without an engine)."""
     output = done.output.decode(errors="replace").strip()
     if done.timed_out or done.exit_code is None:

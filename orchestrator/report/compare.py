@@ -47,7 +47,7 @@ class Pair:
         return passes(self.off.reward)
 
 
-def choose_arms(a: JobResult, b: JobResult) -> tuple[JobResult, JobResult]:
+def _choose_arms(a: JobResult, b: JobResult) -> tuple[JobResult, JobResult]:
     recalls = [sum(t.recall_events for t in job.trials) for job in (a, b)]
     if recalls[0] != recalls[1]:
         return (a, b) if recalls[0] > recalls[1] else (b, a)
@@ -99,7 +99,7 @@ def compare(first: JobResult, second: JobResult) -> CompareReport:
         raise InputError(f"compare: {same} ({first.job}, {second.job}) with the same policy "
                          f"{first.policy!r} and condition {first.condition!r}: nothing differs "
                          "between the arms, so there is nothing to compare")
-    on, off = choose_arms(first, second)
+    on, off = _choose_arms(first, second)
     matched, why_unpaired = _pairs(on, off)
     # A voided trial (answer leak) has no honest outcome: its pair leaves the statistics.
     pairs = [p for p in matched if p.on.failure_mode not in VOID and p.off.failure_mode not in VOID]

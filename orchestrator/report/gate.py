@@ -77,7 +77,7 @@ def one_sided_p(passes_now: int, n_now: int, passes_before: int, n_before: int) 
     return tail / math.comb(n, total)
 
 
-def smallest_p(passes_now: int, n_now: int, passes_before: int, n_before: int) -> float:
+def _smallest_p(passes_now: int, n_now: int, passes_before: int, n_before: int) -> float:
     """The smallest p-value these margins could give (all the passes on the baseline side)."""
     total = passes_now + passes_before
     lowest = max(0, total - n_before)
@@ -244,7 +244,7 @@ class Match(NamedTuple):
     matched_by: MatchedBy
 
 
-def keys_of(trials: Iterable[TrialResult]) -> dict[str, TaskKey]:
+def _keys_of(trials: Iterable[TrialResult]) -> dict[str, TaskKey]:
     hashes: dict[str, set[str]] = defaultdict(set)
     layers: dict[str, str | None] = {}
     for t in trials:
@@ -253,7 +253,7 @@ def keys_of(trials: Iterable[TrialResult]) -> dict[str, TaskKey]:
     return {task: TaskKey(frozenset(h), layers[task]) for task, h in hashes.items()}
 
 
-def match_tasks(here: dict[str, TaskKey], base: dict[str, TaskKey], names: tuple[str, str],
+def _match_tasks(here: dict[str, TaskKey], base: dict[str, TaskKey], names: tuple[str, str],
                 allow_changed: bool = False, gate_layer: str | None = None
                 ) -> tuple[list[Match], list[str], list[str], list[str]]:
     """This job's tasks matched to the baseline's: by name, then (the names left on each
@@ -264,8 +264,8 @@ def match_tasks(here: dict[str, TaskKey], base: dict[str, TaskKey], names: tuple
     matches = [Match(task, task, "name" if here[task].hashes == base[task].hashes else "name only")
                for task in sorted(set(here) & set(base))]
     changed = [m.task for m in matches if m.matched_by == "name only"]
-    left_here = {hashes_one(here[t]): t for t in here if t not in base and len(here[t].hashes) == 1}
-    left_base = {hashes_one(base[t]): t for t in base if t not in here and len(base[t].hashes) == 1}
+    left_here = {_hashes_one(here[t]): t for t in here if t not in base and len(here[t].hashes) == 1}
+    left_base = {_hashes_one(base[t]): t for t in base if t not in here and len(base[t].hashes) == 1}
     twice_here = _hashes_twice(here, set(here) - set(base))
     twice_base = _hashes_twice(base, set(base) - set(here))
     for content in sorted(set(left_here) & set(left_base) - twice_here - twice_base):
@@ -297,7 +297,7 @@ def match_tasks(here: dict[str, TaskKey], base: dict[str, TaskKey], names: tuple
     return matches, only_here, only_base, changed
 
 
-def hashes_one(key: TaskKey) -> str:
+def _hashes_one(key: TaskKey) -> str:
     return next(iter(key.hashes))
 
 
@@ -314,7 +314,7 @@ def check_comparable(here: dict[str, TaskKey], baseline: list[TrialResult], name
                      allow_changed: bool = False, gate_layer: str | None = None) -> None:
     """Before a run: refuse (InputError) what the gate after it would refuse for want of
     anything to compare (`here`: the tasks about to run), so no job runs for nothing."""
-    matches, *_ = match_tasks(here, keys_of(baseline), names, allow_changed, gate_layer)
+    matches, *_ = _match_tasks(here, _keys_of(baseline), names, allow_changed, gate_layer)
     by_task: dict[str, list[TrialResult]] = defaultdict(list)
     for t in baseline:
         by_task[t.task].append(t)
@@ -346,8 +346,8 @@ def gate(now: list[TrialResult], baseline: list[TrialResult], allow_changed: boo
         here[t.task].append(t)
     for t in baseline:
         base[t.task].append(t)
-    matches, only_here, only_baseline, changed = match_tasks(
-        keys_of(now), keys_of(baseline), names, allow_changed, gate_layer)
+    matches, only_here, only_baseline, changed = _match_tasks(
+        _keys_of(now), _keys_of(baseline), names, allow_changed, gate_layer)
     result = Gate(job=names[0], baseline_job=names[1], alpha=alpha, flaky=flaky, gate_layer=gate_layer,
                   only_here=only_here, only_baseline=only_baseline, changed=changed)
     verdicts = [_verdict(m, here[m.task][0].layer or base[m.baseline_task][0].layer or "-",
@@ -401,7 +401,7 @@ def _apply_tests(verdicts: list[TaskVerdict], alpha: float, flaky: str, result: 
     for v in tested:
         (b, nb), (a, na) = (v.baseline.passed, v.baseline.graded), (v.now.passed, v.now.graded)
         v.p_value = one_sided_p(a, na, b, nb) if a / na < b / nb else None
-    could = [v for v in tested if smallest_p(v.now.passed, v.now.graded, v.baseline.passed,
+    could = [v for v in tested if _smallest_p(v.now.passed, v.now.graded, v.baseline.passed,
                                              v.baseline.graded) <= alpha]
     ordered = sorted(v.p_value for v in could if v.p_value is not None)
     m = result.testable = len(could)

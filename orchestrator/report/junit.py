@@ -16,7 +16,7 @@ from orchestrator.report.gate import Gate
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-def xml_safe(text: str) -> str:
+def _xml_safe(text: str) -> str:
     """`text` with every character XML 1.0 forbids written as a visible `\\xNN` escape."""
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
                         else f"\\u{ord(m.group()):04x}", text)
@@ -24,10 +24,10 @@ def xml_safe(text: str) -> str:
 
 def _sanitize(root: ET.Element) -> None:
     for node in root.iter():
-        node.text = xml_safe(node.text) if node.text else node.text
-        node.tail = xml_safe(node.tail) if node.tail else node.tail
+        node.text = _xml_safe(node.text) if node.text else node.text
+        node.tail = _xml_safe(node.tail) if node.tail else node.tail
         for key, value in node.attrib.items():
-            node.attrib[key] = xml_safe(value)
+            node.attrib[key] = _xml_safe(value)
 
 
 def _details(job_dir: Path, trial: TrialResult) -> str:

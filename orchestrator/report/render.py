@@ -70,19 +70,19 @@ def md_cell(text: object) -> str:
                         str(text).replace("\\", "\\\\").replace("|", "\\|"))
 
 
-def md_code(text: object) -> str:
+def _md_code(text: object) -> str:
     """Inline code from a job folder: one line, backticks replaced."""
     return md_cell(text).replace("`", "'")
 
 
-def md_row(cells: list[str]) -> str:
+def _md_row(cells: list[str]) -> str:
     return "| " + " | ".join(md_cell(c) for c in cells) + " |"
 
 
 def to_markdown(job: JobResult, t: JobTables, compare: CompareReport | None = None) -> str:
     lines = [f"# Job {md_cell(job.job)}", "",
-             f"agent `{md_code(job.agent)}`, condition `{md_code(job.condition)}` "
-             f"({md_cell(job.condition_hash[:12])}), policy `{md_code(job.policy)}`, k = {t.k}", "",
+             f"agent `{_md_code(job.agent)}`, condition `{_md_code(job.condition)}` "
+             f"({md_cell(job.condition_hash[:12])}), policy `{_md_code(job.policy)}`, k = {t.k}", "",
              f"- trials: {job.n_trials}, mean reward **{job.mean_reward:.3f}** (errored and void "
              "trials count 0)",
              f"- void (answer leak, counted as failed): {len(job.void)}"
@@ -91,8 +91,8 @@ def to_markdown(job: JobResult, t: JobTables, compare: CompareReport | None = No
     if job.pass_at_k is not None:
         lines.insert(-1, f"- pass@k {job.pass_at_k:.3f}, pass^k {job.pass_hat_k:.3f}")
     for title, header, rows in sections(job, t):
-        lines += [f"## {title}", "", md_row(header), "|" + "---|" * len(header)]
-        lines += [md_row(r) for r in rows] + [""]
+        lines += [f"## {title}", "", _md_row(header), "|" + "---|" * len(header)]
+        lines += [_md_row(r) for r in rows] + [""]
     if compare:
         lines += ["## memory-on vs memory-off", "",
                   f"utility delta {compare.utility_delta_pp:+.1f} pp over {compare.paired} pairs, "

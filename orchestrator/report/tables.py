@@ -33,7 +33,7 @@ class Group:
         return pass_hat_k(self.attempts.values())
 
 
-def group_by(trials: list[TrialResult], key: Callable[[TrialResult], str | None]) -> list[Group]:
+def _group_by(trials: list[TrialResult], key: Callable[[TrialResult], str | None]) -> list[Group]:
     groups: dict[str, Group] = {}
     for t in trials:
         name = key(t) or "-"
@@ -71,9 +71,9 @@ def tables(trials: list[TrialResult]) -> JobTables:
             verdict = "kept" if t.headline >= 1.0 else ("error" if t.reward is None else "broken")
             regression.append((f"{t.task}#{t.attempt}", verdict, t.failure_mode.value))
     return JobTables(
-        by_task=group_by(trials, lambda t: t.task),
-        by_layer=group_by(trials, lambda t: t.layer),
-        by_class=group_by(trials, lambda t: t.scenario_class),
+        by_task=_group_by(trials, lambda t: t.task),
+        by_layer=_group_by(trials, lambda t: t.layer),
+        by_class=_group_by(trials, lambda t: t.scenario_class),
         failure_modes=dict(sorted(Counter(t.failure_mode.value for t in trials).items())),
         phase_means={p: round(phases[p] / n, 3) for p in PHASES},
         tokens=sum(t.tokens for t in trials), cost=round(sum(t.cost for t in trials), 6),

@@ -39,25 +39,25 @@ def _run(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=60)
 
 
-def job_key(job: str) -> str:
+def _job_key(job: str) -> str:
     return hashlib.sha256(job.encode()).hexdigest()[:16]
 
 
 def _own_group(job: str) -> Path:
     """This process's disks of a job: two jobs of one name (other --jobs-dir folders, other
     processes) never share a folder, so one's clean-up never unmounts the other's disks."""
-    return DISK_ROOT / f"{job_key(job)}-{os.getpid()}"
+    return DISK_ROOT / f"{_job_key(job)}-{os.getpid()}"
 
 
 def _groups(job: str) -> list[Path]:
     """Every process's disks of a job (`orchestra cleanup --job NAME`)."""
     if not DISK_ROOT.is_dir():
         return []
-    key = job_key(job)
+    key = _job_key(job)
     return [g for g in DISK_ROOT.iterdir() if g.name == key or g.name.startswith(key + "-")]
 
 
-def create_loop_disk(job: str, name: str, size_mb: int) -> LoopDisk:
+def _create_loop_disk(job: str, name: str, size_mb: int) -> LoopDisk:
     group = _own_group(job)
     base = group / name
     base.mkdir(parents=True, exist_ok=True)
@@ -78,7 +78,7 @@ def create_loop_disk(job: str, name: str, size_mb: int) -> LoopDisk:
     return disk
 
 
-def remove_loop_disk(disk: LoopDisk) -> None:
+def _remove_loop_disk(disk: LoopDisk) -> None:
     if os.path.ismount(disk.mountpoint):
         result = subprocess.run(["umount", str(disk.mountpoint)], capture_output=True)
         if result.returncode != 0:
@@ -86,7 +86,7 @@ def remove_loop_disk(disk: LoopDisk) -> None:
     shutil.rmtree(disk.image.parent, ignore_errors=True)
 
 
-def mounted_disks(job: str, own: bool = True) -> list[str]:
+def _mounted_disks(job: str, own: bool = True) -> list[str]:
     """Loop disks of one job still mounted (what clean-up failed to remove): this
     process's, or with own=False every process's."""
     groups = [_own_group(job)] if own else _groups(job)
@@ -94,7 +94,7 @@ def mounted_disks(job: str, own: bool = True) -> list[str]:
             for base in group.iterdir() if os.path.ismount(base / "mnt")]
 
 
-def reap_loop_disks(job: str | None = None, own: bool = False) -> int:
+def _reap_loop_disks(job: str | None = None, own: bool = False) -> int:
     """Unmount and delete disks left behind by one job (this process's with own=True, else
     every process's), or, with None, by every job."""
     removed = 0
@@ -114,13 +114,13 @@ def _remove_group(group: Path) -> int:
     removed = 0
     for base in group.iterdir():
         if base.is_dir():
-            remove_loop_disk(LoopDisk(image=base / "disk.img", mountpoint=base / "mnt"))
+            _remove_loop_disk(LoopDisk(image=base / "disk.img", mountpoint=base / "mnt"))
             removed += 1
     shutil.rmtree(group, ignore_errors=True)
     return removed
 
 
-def reap_dead_owner_disks(alive: Callable[[int], bool]) -> int:
+def _reap_dead_owner_disks(alive: Callable[[int], bool]) -> int:
     """Disks of jobs whose owning process (owner.pid) is gone."""
     removed = 0
     if not DISK_ROOT.is_dir():
@@ -139,16 +139,16 @@ class LoopDisks(DiskQuotas):
     """This host's loop disks, as a runtime whose engine shares the host offers them."""
 
     def create(self, job: str, name: str, size_mb: int) -> LoopDisk:
-        return create_loop_disk(job, name, size_mb)
+        return _create_loop_disk(job, name, size_mb)
 
     def remove(self, disk: LoopDisk) -> None:
-        remove_loop_disk(disk)
+        _remove_loop_disk(disk)
 
     def mounted(self, job: str, own: bool = True) -> list[str]:
-        return mounted_disks(job, own)
+        return _mounted_disks(job, own)
 
     def reap(self, job: str | None = None, own: bool = False) -> int:
-        return reap_loop_disks(job, own)
+        return _reap_loop_disks(job, own)
 
     def reap_dead_owners(self, alive: Callable[[int], bool]) -> int:
-        return reap_dead_owner_disks(alive)
+        return _reap_dead_owner_disks(alive)

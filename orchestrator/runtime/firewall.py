@@ -124,7 +124,7 @@ def _resolvers(path: str = "/etc/resolv.conf") -> list[str]:
     return found
 
 
-def forward_rules(routes: list[str], resolvers: list[str]) -> list[str]:
+def _forward_rule_lines(routes: list[str], resolvers: list[str]) -> list[str]:
     """The ORC-FORWARD chain as iptables-restore lines (its jump excluded)."""
     lines = [f":{FORWARD_CHAIN} - [0:0]", f"-F {FORWARD_CHAIN}"]
     for ns in sorted(set(resolvers)):
@@ -162,7 +162,7 @@ def guard_forward() -> bool:
         if _forward_rules:  # it was written, and someone removed or changed it since
             log.warning("firewall.forward_rewritten", chain=FORWARD_CHAIN)
         routes = [cidr for iface, cidr in attached_routes() if not iface.startswith("orc")]
-        rules = forward_rules(routes, _resolvers())
+        rules = _forward_rule_lines(routes, _resolvers())
         lines = ["*filter", *rules, "COMMIT", ""]
         result = subprocess.run(["iptables-restore", "-w", "10", "--noflush"], input="\n".join(lines),
                                 capture_output=True, text=True, timeout=30)

@@ -9,7 +9,7 @@
   the agent's API (chat, responses, messages, gemini) and `api_request` / `api_response`
   hold its own request (and, relayed, its own answer) when that is not chat. `mode`:
   relay or translate. Lines written before these fields existed have none of them (chat).
-- `event_stream`: a finished chat completion as the server-sent events a streaming client
+- `_event_stream`: a finished chat completion as the server-sent events a streaming client
   expects.
 - `recorded_answers`: a job's exchanges, keyed so a replay endpoint serves them back
   (`orchestra run --replay-from JOB`).
@@ -116,7 +116,7 @@ def read_exchanges(path: Path) -> list[JsonObject]:
 
 
 # ---- streaming ------------------------------------------------------------------------
-def event_stream(completion: bytes, include_usage: bool) -> bytes:
+def _event_stream(completion: bytes, include_usage: bool) -> bytes:
     """A finished chat completion as the SSE chunks a streaming client expects: one chunk
     with the whole message, one with the finish reason (and usage), then [DONE]."""
     from orchestrator.services.apis.chat import API

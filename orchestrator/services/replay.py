@@ -190,7 +190,7 @@ class ReplayEngine:
         }
 
 
-def trial_of(path: str) -> str | None:
+def _trial_of(path: str) -> str | None:
     """The trial a proxy named in the path (`/v1/trial/<quoted task#attempt>/chat/...`)."""
     match = re.match(r"^/v1/trial/([^/]+)/chat/completions/?$", path)
     return urllib.parse.unquote(match.group(1)) if match else None
@@ -221,7 +221,7 @@ class ReplayServer(BackgroundServer):
                 elif not self.path.rstrip("/").endswith("/chat/completions") or not isinstance(request, dict):
                     self.reply(400, {"error": {"message": "POST a chat completion to /v1/chat/completions"}})
                 else:
-                    self.reply(*engine.answer(request, trial_of(self.path)))
+                    self.reply(*engine.answer(request, _trial_of(self.path)))
 
         # one replay endpoint serves a whole job's proxies: no per-server request rate
         super().__init__(Handler, host, port, name="replay", path="/v1", request_rate=None)

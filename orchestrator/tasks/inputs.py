@@ -87,7 +87,7 @@ def load_toml(path: Path, limit: int = MAX_TOML_BYTES) -> dict[str, Any]:
         raise InputError(f"{path}: not valid TOML: {exc}") from None
     except RecursionError:
         raise InputError(f"{path}: values nested too deep to parse; the limit is {MAX_DEPTH}") from None
-    where = too_deep(data)
+    where = _too_deep(data)
     if where is not None:
         raise InputError(f"{path}: field '{where}': nested more than {MAX_DEPTH} deep")
     return data
@@ -125,7 +125,7 @@ def _bracket_depth(text: str) -> int:
     return deepest
 
 
-def too_deep(value: object, limit: int = MAX_DEPTH) -> str | None:
+def _too_deep(value: object, limit: int = MAX_DEPTH) -> str | None:
     """The dotted path of the first value nested deeper than `limit`, else None (iterative)."""
     todo: list[tuple[object, str, int]] = [(value, "", 0)]
     while todo:

@@ -156,7 +156,7 @@ def load_fact_files(task_dir: Path) -> tuple[FactFile, ...]:
     return tuple(facts)
 
 
-def workspace_slug(workdir: str) -> str:
+def _workspace_slug(workdir: str) -> str:
     """/app -> -app (the same rule as the agent stack's orchestra_memory.workspace_slug)."""
     return workdir.rstrip("/").replace("/", "-") or "-"
 
@@ -185,12 +185,12 @@ def file_seed_archive(roots: StateRoots, workdir: str, facts: tuple[FactFile, ..
     from orchestrator.archive import tar_files
 
     state = roots.state_home.lstrip("/")
-    project = f"{state}/projects/{workspace_slug(workdir)}/memory"
+    project = f"{state}/projects/{_workspace_slug(workdir)}/memory"
     glob = f"{state}/memory/global"
     files = {f"{project if f.scope == 'project' else glob}/{f.name}": f.text.encode()
              for f in facts}
     files.update({path.lstrip("/"): content for path, content in (extra or {}).items()})
-    dirs = [state, f"{state}/projects", f"{state}/projects/{workspace_slug(workdir)}", project,
+    dirs = [state, f"{state}/projects", f"{state}/projects/{_workspace_slug(workdir)}", project,
             f"{state}/memory", glob, roots.tmpdir.lstrip("/")]
     return tar_files(files, dirs=dirs)
 

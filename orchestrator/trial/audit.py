@@ -133,7 +133,7 @@ def _count(value: object, audit: Audit, line: int) -> int:
     return int(min(value, 10**12))
 
 
-def read_trajectory(path: Path) -> tuple[list[JsonObject], list[int]]:
+def _read_trajectory(path: Path) -> tuple[list[JsonObject], list[int]]:
     """The records that are events or memory recalls, and the numbers of the lines that are not."""
     found: list[JsonObject] = []
     malformed: list[int] = []
@@ -222,7 +222,7 @@ def audit_trajectory(path: Path, facts: Sequence[FactFile], markers: list[str],
 
 def _audit(path: Path, facts: Sequence[FactFile], markers: list[str], markers_in_prefix: bool,
            state_home: str | None, grading: tuple[GradingFile, ...] = ()) -> Audit:
-    records, malformed = read_trajectory(path)
+    records, malformed = _read_trajectory(path)
     audit = Audit(malformed_lines=malformed[:50], markers=len(markers))
     if malformed:
         audit.mark_incomplete(f"{len(malformed)} malformed trajectory line(s)")

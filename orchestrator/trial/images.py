@@ -90,7 +90,7 @@ def build_once(runtime: Runtime, tag: str, build: Callable[[], None]) -> int:
         return 1
 
 
-def stack_hash() -> str:
+def _stack_hash() -> str:
     return hash_tree(AGENT_STACK_SOURCE)
 
 
@@ -230,7 +230,7 @@ _JOBS: dict[str, JobBases] = {}
 _JOBS_GUARD = threading.Lock()
 
 
-def job_bases(job: str, mode: str | None = None) -> JobBases:
+def _job_bases(job: str, mode: str | None = None) -> JobBases:
     """The job's bases (made on first use; `mode` given: the job's --bases)."""
     with _JOBS_GUARD:
         bases = _JOBS.get(job)
@@ -256,7 +256,7 @@ def resolve_bases(runtime: Runtime, dockerfile: str, job: str = "", used_for: st
     stand-in only when no registry answered (--bases auto) or when asked (--bases offline).
     A registry that answers and refuses, or any failed pull under --bases pull, is the
     build's failure (BaseBuildFailed, naming the reference and the pull's error)."""
-    bases = job_bases(job, mode)
+    bases = _job_bases(job, mode)
     return [_resolve(runtime, ref, bases, used_for) for ref in base_references(dockerfile)]
 
 
@@ -413,7 +413,7 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
     variant = task.environment_hash + (
         f"-ca{hashlib.sha256(ca_bundle).hexdigest()[:8]}" if ca_bundle is not None else "")
     has_dockerfile = TaskPaths(task.path).dockerfile.is_file()
-    job_bases(job, bases)  # the job's mode, for its verifier and sidecar builds too
+    _job_bases(job, bases)  # the job's mode, for its verifier and sidecar builds too
     if env.docker_image and build_policy == "pull":
         runtime.pull(env.docker_image, timeout_sec=600)  # BuildFailed: said, no fallback
         prebuilt = "pulled"
@@ -438,10 +438,10 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
             log.info("image.built", image=task_image, seconds=round(time.monotonic() - started, 2))
 
         built += build_once(runtime, task_image, build_task_image)
-    agent_image = f"{task_image.rsplit(':', 1)[0]}:{variant}-{stack_hash()}"
+    agent_image = f"{task_image.rsplit(':', 1)[0]}:{variant}-{_stack_hash()}"
     if prebuilt:  # keyed by the image *id*: a re-pulled or rebuilt tag gets a new layer
         image_id = runtime.image_facts(task_image).id.split(":")[-1]
-        agent_image = f"orchestra/agent/{image_id[:16]}:{stack_hash()}"
+        agent_image = f"orchestra/agent/{image_id[:16]}:{_stack_hash()}"
 
     def build_agent_image() -> None:
         context = tar_files({"Dockerfile": (

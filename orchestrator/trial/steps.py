@@ -45,14 +45,14 @@ def run_steps(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
         result.failure_mode, result.error, result.reward = FailureMode.NONE, None, None
         record = StepResult(name=step.name)
         try:
-            prepare_step(runtime, view, box, step)
+            _prepare_step(runtime, view, box, step)
             episode(view, TrialDir(paths.root / "steps" / step.name), index == len(steps) - 1)
         except (StepSetupFailed, Unhealthy) as exc:
             setup_failure(exc).onto(result)
         record.reward, record.failure_mode, record.error = result.reward, result.failure_mode, result.error
         record.agent_exit_code, record.seconds = result.agent_exit_code, round(time.monotonic() - started, 3)
         result.steps.append(record)
-        stop = step_stops(step.min_reward, record.reward)
+        stop = _step_stops(step.min_reward, record.reward)
         if stop is not None and index < len(steps) - 1:
             record.stopped = stop
             log.info("trial.steps_stopped", trial=result.trial_id[:12], step=step.name, why=stop)
@@ -68,7 +68,7 @@ def run_steps(runtime: Runtime, task: Task, box: Sandbox, paths: TrialDir,
     result.error = "; ".join(f"step {r.name}: {r.error}" for r in result.steps if r.error) or None
 
 
-def step_stops(min_reward: float | dict[str, float] | None, reward: dict[str, float] | None) -> str | None:
+def _step_stops(min_reward: float | dict[str, float] | None, reward: dict[str, float] | None) -> str | None:
     """Harbor's min_reward: a float gates `reward`, a map gates each key; a missing reward
     or key counts as -inf. Returns why the remaining steps stop, or None."""
     if min_reward is None:
@@ -81,7 +81,7 @@ def step_stops(min_reward: float | dict[str, float] | None, reward: dict[str, fl
     return None
 
 
-def prepare_step(runtime: Runtime, view: Task, box: Sandbox, step: StepSection) -> None:
+def _prepare_step(runtime: Runtime, view: Task, box: Sandbox, step: StepSection) -> None:
     """A step's fresh /logs/agent, its workdir/ (and setup.sh), its healthcheck."""
     container = box.agent
     runtime.exec(container, ["sh", "-c", f"rm -rf {AGENT_LOGS} && mkdir -p {AGENT_LOGS} "

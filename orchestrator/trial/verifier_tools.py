@@ -22,7 +22,7 @@ _CANDIDATES = {"bash": ("/bin/bash-static", "/usr/bin/bash-static"),
 PT_INTERP = 3
 
 
-def is_static_elf(path: Path) -> bool:
+def _is_static_elf(path: Path) -> bool:
     """An ELF executable with no program interpreter (so it needs nothing from the image)."""
     try:
         with path.open("rb") as f:
@@ -45,7 +45,7 @@ def host_tools() -> dict[str, str]:
     """Host path -> container path of the static tools; empty when either is missing."""
     found = {}
     for name, candidates in _CANDIDATES.items():
-        path = next((Path(p) for p in candidates if is_static_elf(Path(p))), None)
+        path = next((Path(p) for p in candidates if _is_static_elf(Path(p))), None)
         if path is None:
             return {}
         found[str(path)] = f"{TOOLS_DIR}/{name}"

@@ -23,7 +23,7 @@ from orchestrator.view import pages
 from orchestrator.view.compare_page import compare_page
 
 
-def find_jobs(roots: list[Path]) -> dict[str, Path]:
+def _find_jobs(roots: list[Path]) -> dict[str, Path]:
     """Job folders (they hold result.json or config.json) at or one level under each root."""
     jobs: dict[str, Path] = {}
     for root in roots:
@@ -96,7 +96,7 @@ class ViewServer:
         url = urllib.parse.urlsplit(raw)
         params = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
         parts = [urllib.parse.unquote(p) for p in url.path.split("/") if p]
-        jobs = find_jobs(self.roots)
+        jobs = _find_jobs(self.roots)
         try:
             if not parts:
                 return 200, pages.jobs_page(jobs, params.get("q", ""))

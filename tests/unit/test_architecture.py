@@ -6,6 +6,7 @@ cycles between orchestra's modules (module-level imports)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import ROOT
@@ -445,3 +446,54 @@ def test_the_dict_check_fails_on_a_planted_dict_return(tmp_path):
     found, _ = dict_returns({"orchestrator.api.planted": planted})
     assert found == ["orchestrator.api.planted:counts -> dict[str, int]",
                      "orchestrator.api.planted:Outcome.rows -> 'list[JsonObject] | None'"]
+
+
+# Implementation details are private by name (issue 47): a module-level function (not
+# decorated: a Typer command or a validator is reached through its decorator) that nothing
+# outside its module names (no other module of orchestrator/, no test, no bench script, no
+# template, pyproject or the README, ARCHITECTURE.md and the tests' READMEs) has a leading
+# underscore. Named exceptions: functions in modules other people were editing this stop.
+PUBLIC_UNUSED_EXCEPTIONS = {
+    ("orchestrator.job.runner", "infeasible_result"),  # the lead's (job/runner.py)
+    ("orchestrator.job.scheduler", "backoff_seconds"),  # the lead's (job/scheduler.py)
+    ("orchestrator.cli.commands", "oci_runtime_flag"),  # cli/commands.py, in flight
+    ("orchestrator.trial.imagecache", "registry_ref"),  # trial/imagecache.py, in flight
+}
+
+
+def named_elsewhere() -> dict[str, set[Path]]:
+    """word -> the files (of the places above) that hold it."""
+    sources = [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py"),
+               *PACKAGE.rglob("*.j2"), *(ROOT / "tests").rglob("*.md"),
+               ROOT / "pyproject.toml", ROOT / "README.md", ROOT / "ARCHITECTURE.md"]
+    index: dict[str, set[Path]] = {}
+    for path in sources:
+        for word in set(re.findall(r"\w+", path.read_text(errors="replace"))):
+            index.setdefault(word, set()).add(path)
+    return index
+
+
+def public_but_unused(modules: dict[str, Path], index: dict[str, set[Path]]) -> list[tuple[str, str]]:
+    found = []
+    for name, path in sorted(modules.items()):
+        if path.name == "__init__.py":
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.decorator_list
+                    and not node.name.startswith("_") and not index.get(node.name, set()) - {path}):
+                found.append((name, node.name))
+    return found
+
+
+def test_a_function_nothing_outside_its_module_names_is_private_by_name():
+    assert sorted(set(public_but_unused(MODULES, named_elsewhere())) - PUBLIC_UNUSED_EXCEPTIONS) == []
+
+
+def test_the_private_by_name_rule_sees_an_unused_public_function(tmp_path):
+    lonely = "lonely_" + "helper_" + "4d2a"  # spelled apart: this file must not name it
+    module = tmp_path / "helpers.py"
+    module.write_text(f"def {lonely}():\n    return 1\n\n\ndef _private_one():\n    return 2\n\n\n"
+                      "@decorated\ndef registered_xyz():\n    return 3\n\n\ndef shared_helper():\n    return 4\n")
+    index = named_elsewhere()
+    index.setdefault("shared_helper", set()).add(tmp_path / "user.py")  # another module names it
+    assert public_but_unused({"orchestrator.helpers": module}, index) == [("orchestrator.helpers", lonely)]

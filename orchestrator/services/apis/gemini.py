@@ -51,21 +51,21 @@ def field(value: JsonObject, camel: str) -> object:
     return value.get("".join("_" + c.lower() if c.isupper() else c for c in camel))
 
 
-def lower_types(schema: object) -> object:
+def _lower_types(schema: object) -> object:
     """A Gemini (OpenAPI-style) schema with JSON Schema's lower-case type names."""
     if isinstance(schema, dict):
-        return {k: (v.lower() if k == "type" and isinstance(v, str) else lower_types(v)) for k, v in schema.items()}
+        return {k: (v.lower() if k == "type" and isinstance(v, str) else _lower_types(v)) for k, v in schema.items()}
     if isinstance(schema, list):
-        return [lower_types(v) for v in schema]
+        return [_lower_types(v) for v in schema]
     return schema
 
 
-def media_part(data: JsonObject, url: str) -> JsonObject | None:
+def _media_part(data: JsonObject, url: str) -> JsonObject | None:
     mime = str(field(data, "mimeType") or "")
     return {"type": "image_url", "image_url": {"url": url}} if mime.startswith("image/") else None
 
 
-def content_messages(role: str, parts: list[Any], turn: int, open_calls: dict[str, list[str]]) -> list[JsonObject]:
+def _content_messages(role: str, parts: list[Any], turn: int, open_calls: dict[str, list[str]]) -> list[JsonObject]:
     """One Gemini content (a user or model turn) as chat messages."""
     texts: list[str] = []
     thoughts: list[str] = []
@@ -90,10 +90,10 @@ def content_messages(role: str, parts: list[Any], turn: int, open_calls: dict[st
             output = response.get("output") if set(response) == {"output"} else None
             results.append({"role": "tool", "tool_call_id": call_id,
                             "content": output if isinstance(output, str) else json.dumps(response)})
-        elif inline and (image := media_part(inline, f"data:{field(inline, 'mimeType')};base64,"
+        elif inline and (image := _media_part(inline, f"data:{field(inline, 'mimeType')};base64,"
                                                      f"{inline.get('data', '')}")):
             media.append(image)
-        elif file and (image := media_part(file, str(field(file, "fileUri") or ""))):
+        elif file and (image := _media_part(file, str(field(file, "fileUri") or ""))):
             media.append(image)
         elif "text" in part:
             (thoughts if part.get("thought") else texts).append(str(part.get("text") or ""))
@@ -114,7 +114,7 @@ def content_messages(role: str, parts: list[Any], turn: int, open_calls: dict[st
     return out
 
 
-def config_of(request: JsonObject) -> JsonObject:
+def _config_of(request: JsonObject) -> JsonObject:
     return as_dict(field(request, "generationConfig"))
 
 
@@ -146,12 +146,12 @@ class GeminiApi(Api):
         return route.stream
 
     def choices(self, request: JsonObject) -> int:
-        return as_int(field(config_of(request), "candidateCount")) or 1
+        return as_int(field(_config_of(request), "candidateCount")) or 1
 
     def cap(self, request: JsonObject, left: int) -> None:
         key = "generation_config" if "generation_config" in request and "generationConfig" not in request \
             else "generationConfig"
-        config = request[key] = dict(config_of(request))
+        config = request[key] = dict(_config_of(request))
         out_key = "max_output_tokens" if "max_output_tokens" in config else "maxOutputTokens"
         per = config[out_key] = capped(config.get(out_key), left)
         count_key = "candidate_count" if "candidate_count" in config else "candidateCount"
@@ -170,11 +170,11 @@ class GeminiApi(Api):
         open_calls: dict[str, list[str]] = {}
         for turn, content in enumerate(map(as_dict, as_list(request.get("contents")))):
             role = "model" if content.get("role") == "model" else "user"
-            messages += content_messages(role, as_list(content.get("parts")), turn, open_calls)
+            messages += _content_messages(role, as_list(content.get("parts")), turn, open_calls)
         chat: JsonObject = {"model": request.get("model"), "messages": messages}
         tools = [{"type": "function", "function": {
                     "name": str(d.get("name", "")), "description": str(d.get("description", "")),
-                    "parameters": lower_types(field(d, "parametersJsonSchema") or d.get("parameters")
+                    "parameters": _lower_types(field(d, "parametersJsonSchema") or d.get("parameters")
                                               or {"type": "object", "properties": {}})}}
                  for tool in map(as_dict, as_list(request.get("tools")))
                  for d in map(as_dict, as_list(field(tool, "functionDeclarations")))]
@@ -186,7 +186,7 @@ class GeminiApi(Api):
                 chat["tool_choice"] = {"type": "function", "function": {"name": str(allowed[0])}}
             elif mode in ("ANY", "NONE", "AUTO"):
                 chat["tool_choice"] = {"ANY": "required", "NONE": "none", "AUTO": "auto"}[mode]
-        config = config_of(request)
+        config = _config_of(request)
         for ours, theirs in (("maxOutputTokens", "max_tokens"), ("temperature", "temperature"),
                              ("topP", "top_p"), ("stopSequences", "stop"), ("candidateCount", "n")):
             if field(config, ours) is not None:
@@ -194,7 +194,7 @@ class GeminiApi(Api):
         schema = field(config, "responseJsonSchema") or field(config, "responseSchema")
         if isinstance(schema, dict):  # a side call wanting JSON (Gemini CLI's next-speaker check)
             chat["response_format"] = {"type": "json_schema", "json_schema": {
-                "name": "response", "schema": lower_types(schema)}}
+                "name": "response", "schema": _lower_types(schema)}}
         elif field(config, "responseMimeType") == "application/json":
             chat["response_format"] = {"type": "json_object"}
         return chat
@@ -236,7 +236,7 @@ class GeminiApi(Api):
     def as_chat(self, response: JsonObject) -> JsonObject:
         candidate = as_dict((as_list(response.get("candidates")) or [{}])[0])
         parts = as_list(as_dict(candidate.get("content")).get("parts"))
-        message = content_messages("model", parts, -1, {})[0]
+        message = _content_messages("model", parts, -1, {})[0]
         finish = "tool_calls" if message.get("tool_calls") else TO_CHAT_STOP.get(
             str(field(candidate, "finishReason")), "content_filter" if field(candidate, "finishReason") else "stop")
         return chat_completion(message, finish, self.usage(response), str(field(response, "modelVersion") or ""),

@@ -41,7 +41,7 @@ FROM_CHAT_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "too
                   "function_call": "tool_use", "content_filter": "refusal"}
 
 
-def image_part(block: JsonObject) -> JsonObject | None:
+def _image_part(block: JsonObject) -> JsonObject | None:
     """An Anthropic image block as a chat image part (base64 or URL sources)."""
     source = as_dict(block.get("source"))
     if source.get("type") == "base64":
@@ -53,20 +53,20 @@ def image_part(block: JsonObject) -> JsonObject | None:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def user_parts(blocks: list[Any]) -> list[JsonObject]:
+def _user_parts(blocks: list[Any]) -> list[JsonObject]:
     parts: list[JsonObject] = []
     for block in blocks:
         block = as_dict(block)
         if block.get("type") == "text":
             parts.append({"type": "text", "text": str(block.get("text", ""))})
-        elif block.get("type") == "image" and (image := image_part(block)):
+        elif block.get("type") == "image" and (image := _image_part(block)):
             parts.append(image)
         elif block.get("type") == "document" and as_dict(block.get("source")).get("type") == "text":
             parts.append({"type": "text", "text": str(as_dict(block["source"]).get("data", ""))})
     return parts
 
 
-def user_messages(content: object) -> list[JsonObject]:
+def _user_messages(content: object) -> list[JsonObject]:
     """One user turn: its tool results as tool messages first, then the rest."""
     if not isinstance(content, list):
         return [{"role": "user", "content": text_of(content)}]
@@ -78,17 +78,17 @@ def user_messages(content: object) -> list[JsonObject]:
             continue
         result = block.get("content")
         text = text_of(result) if isinstance(result, list) else str(result or "")
-        images += [p for p in user_parts(as_list(result)) if p["type"] == "image_url"]
+        images += [p for p in _user_parts(as_list(result)) if p["type"] == "image_url"]
         out.append({"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")),
                     "content": ("[error] " if block.get("is_error") else "") + text})
-    parts = user_parts(content) + images
+    parts = _user_parts(content) + images
     if parts:
         only_text = all(p["type"] == "text" for p in parts)
         out.append({"role": "user", "content": "\n\n".join(p["text"] for p in parts) if only_text else parts})
     return out
 
 
-def assistant_message(content: object) -> JsonObject:
+def _assistant_message(content: object) -> JsonObject:
     message: JsonObject = {"role": "assistant", "content": text_of(content) if isinstance(content, list)
                      else str(content or "")}
     blocks = [as_dict(b) for b in as_list(content)]
@@ -116,7 +116,7 @@ def tool_choice(choice: object) -> tuple[object, bool | None]:
     return None, parallel
 
 
-def blocks_from_chat(message: JsonObject) -> list[JsonObject]:
+def _blocks_from_chat(message: JsonObject) -> list[JsonObject]:
     blocks: list[JsonObject] = []
     content = message.get("content")
     text = text_of(content) if isinstance(content, list) else str(content or "")
@@ -158,9 +158,9 @@ class MessagesApi(Api):
         for message in as_list(request.get("messages")):
             message = as_dict(message)
             if message.get("role") == "assistant":
-                messages.append(assistant_message(message.get("content")))
+                messages.append(_assistant_message(message.get("content")))
             else:
-                messages += user_messages(message.get("content"))
+                messages += _user_messages(message.get("content"))
         chat: JsonObject = {"model": request.get("model"), "messages": messages}
         tools = [{"type": "function", "function": {
                     "name": str(t.get("name", "")), "description": str(t.get("description", "")),
@@ -182,7 +182,7 @@ class MessagesApi(Api):
 
     def from_chat(self, completion: JsonObject, model: str, request: JsonObject) -> JsonObject:
         message, finish = chat_choice(completion)
-        blocks = blocks_from_chat(message)
+        blocks = _blocks_from_chat(message)
         stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else FROM_CHAT_STOP.get(
             str(finish), "end_turn")
         usage = chat_usage(completion)
@@ -229,7 +229,7 @@ class MessagesApi(Api):
         return b"".join(out)
 
     def as_chat(self, response: JsonObject) -> JsonObject:
-        message = assistant_message(response.get("content"))
+        message = _assistant_message(response.get("content"))
         finish = "tool_calls" if message.get("tool_calls") else TO_CHAT_STOP.get(
             str(response.get("stop_reason")), "stop")
         return chat_completion(message, finish, self.usage(response), str(response.get("model", "")),

@@ -43,7 +43,7 @@ EMPTY_PART = {"type": "output_text", "text": "", "annotations": []}
 OUTPUT_ITEMS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
 
 
-def user_content(content: object) -> str | list[JsonObject]:
+def _user_content(content: object) -> str | list[JsonObject]:
     if not isinstance(content, list):
         return str(content or "")
     parts: list[JsonObject] = []
@@ -57,7 +57,7 @@ def user_content(content: object) -> str | list[JsonObject]:
     return parts
 
 
-def call_of(item: JsonObject) -> JsonObject:
+def _call_of(item: JsonObject) -> JsonObject:
     """A function, custom or local-shell call item as a chat tool call."""
     kind, call_id = item.get("type"), str(item.get("call_id") or item.get("id") or "")
     if kind == "custom_tool_call":
@@ -67,7 +67,7 @@ def call_of(item: JsonObject) -> JsonObject:
     return chat_tool_call(call_id, str(item.get("name", "")), str(item.get("arguments") or "{}"))
 
 
-def chat_tools(tools: list[Any]) -> list[JsonObject]:
+def _chat_tools(tools: list[Any]) -> list[JsonObject]:
     out = []
     for tool in map(as_dict, tools):
         kind, name = tool.get("type"), str(tool.get("name", ""))
@@ -87,7 +87,7 @@ def chat_tools(tools: list[Any]) -> list[JsonObject]:
     return out
 
 
-def tool_kinds(request: JsonObject) -> dict[str, str]:
+def _tool_kinds(request: JsonObject) -> dict[str, str]:
     """Tool name -> the item type its calls come back as."""
     kinds = {}
     for tool in map(as_dict, as_list(request.get("tools"))):
@@ -154,17 +154,17 @@ class ResponsesApi(Api):
             elif kind == "message" and role == "assistant":
                 messages.append({"role": "assistant", "content": text_of(item.get("content"))})
             elif kind == "message":
-                messages.append({"role": "user", "content": user_content(item.get("content"))})
+                messages.append({"role": "user", "content": _user_content(item.get("content"))})
             elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
                 if not messages or messages[-1]["role"] != "assistant":
                     messages.append({"role": "assistant", "content": None})
-                messages[-1].setdefault("tool_calls", []).append(call_of(item))
+                messages[-1].setdefault("tool_calls", []).append(_call_of(item))
             elif kind in OUTPUT_ITEMS:
                 output = item.get("output")
                 messages.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")),
                                  "content": output if isinstance(output, str) else text_of(output)})
         chat: JsonObject = {"model": request.get("model"), "messages": leading_system_merged(messages)}
-        tools = chat_tools(as_list(request.get("tools")))
+        tools = _chat_tools(as_list(request.get("tools")))
         if tools:
             chat["tools"] = tools
             choice = request.get("tool_choice")
@@ -199,7 +199,7 @@ class ResponsesApi(Api):
         if text:
             output.append({"type": "message", "id": "msg_" + rid, "status": "completed", "role": "assistant",
                            "content": [{"type": "output_text", "text": text, "annotations": []}]})
-        kinds = tool_kinds(request)
+        kinds = _tool_kinds(request)
         output += [output_item(as_dict(call), kinds) for call in as_list(message.get("tool_calls"))]
         usage = chat_usage(completion)
         cut = finish == "length"
@@ -267,7 +267,7 @@ class ResponsesApi(Api):
             elif kind == "reasoning":
                 reasoning.append(text_of(item.get("summary")))
             elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
-                calls.append(call_of(item))
+                calls.append(_call_of(item))
         message: JsonObject = {"role": "assistant", "content": "".join(texts) or None}
         if any(reasoning):
             message["reasoning_content"] = "".join(reasoning)

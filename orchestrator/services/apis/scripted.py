@@ -168,7 +168,7 @@ def _gemini(script: Script, text: str | None, stream: bool) -> Iterator[JsonObje
 ANSWERS = {"chat": _chat, "messages": _messages, "responses": _responses, "gemini": _gemini}
 
 
-def api_of(path: str) -> tuple[str, bool] | None:
+def _api_of(path: str) -> tuple[str, bool] | None:
     """(api, streams by path) for a path the scripted upstream serves."""
     path = path.split("?")[0]
     if path.endswith("/messages/count_tokens") or path.endswith(":countTokens"):
@@ -199,7 +199,7 @@ class ScriptedUpstream(BackgroundServer):
                 body = json.loads(self.read_body(8 * 1024 * 1024) or b"{}")
                 with lock:
                     upstream.seen.append(Seen(self.path, dict(self.headers.items()), body))
-                found = api_of(self.path)
+                found = _api_of(self.path)
                 if found is None:
                     self.reply(404, {"error": {"message": f"scripted: no route {self.path}"}})
                     return
