@@ -1,6 +1,6 @@
 """Where containers run. `base` is the seam: `Runtime` (20 abstract core operations, each
-with its contract, and the optional parts in `Part`, declared in `Capabilities`) and the
-types that cross it; `docker` the Docker (and Podman) engine backend; `fake` FakeRuntime,
+with its contract, and the optional parts in `Part`, declared in `Capabilities`); `values`
+the types that cross it; `docker` the Docker (and Podman) engine backend; `fake` FakeRuntime,
 the core in memory for tests; `client` docker-py's client (only `docker` uses it);
 `firewall`, `disk` and `subnets` the host-side parts the Docker runtime enforces with."""
 
@@ -12,34 +12,36 @@ from orchestrator import public_face
 
 if TYPE_CHECKING:
     from orchestrator.runtime.base import (
+        PART_METHODS,
+        Attached,
+        BuildFailed,
+        Capabilities,
+        DiskQuotas,
+        NotSupported,
+        Part,
+        Runtime,
+        RuntimeFault,
+    )
+    from orchestrator.runtime.subnets import DEFAULT_RANGE, host_routes
+    from orchestrator.runtime.values import (
         LABEL_IMAGE_KIND,
         LABEL_JOB,
         LABEL_KIND,
         LABEL_PID,
         LABEL_TRIAL,
-        PART_METHODS,
-        Attached,
-        BuildFailed,
-        Capabilities,
         ContainerLimits,
         ContainerSpec,
-        DiskQuotas,
         EngineFacts,
         ExecResult,
         HealthProbe,
         ImageFacts,
         LoopDisk,
         Network,
-        NotSupported,
         OwnedObject,
-        Part,
         PulledImage,
         PullFailed,
-        Runtime,
-        RuntimeFault,
         VolumeMount,
     )
-    from orchestrator.runtime.subnets import DEFAULT_RANGE, host_routes
 
 __all__ = [
     "DEFAULT_RANGE", "LABEL_IMAGE_KIND", "LABEL_JOB", "LABEL_KIND", "LABEL_PID", "LABEL_TRIAL",
@@ -49,32 +51,32 @@ __all__ = [
     "host_routes", "open_runtime",
 ]
 __getattr__, __dir__ = public_face(__name__, {
-    "LABEL_IMAGE_KIND": "base",
-    "LABEL_JOB": "base",
-    "LABEL_KIND": "base",
-    "LABEL_PID": "base",
-    "LABEL_TRIAL": "base",
+    "LABEL_IMAGE_KIND": "values",
+    "LABEL_JOB": "values",
+    "LABEL_KIND": "values",
+    "LABEL_PID": "values",
+    "LABEL_TRIAL": "values",
     "PART_METHODS": "base",
     "Attached": "base",
     "BuildFailed": "base",
     "Capabilities": "base",
-    "ContainerLimits": "base",
-    "ContainerSpec": "base",
+    "ContainerLimits": "values",
+    "ContainerSpec": "values",
     "DiskQuotas": "base",
-    "EngineFacts": "base",
-    "ExecResult": "base",
-    "HealthProbe": "base",
-    "ImageFacts": "base",
-    "LoopDisk": "base",
-    "Network": "base",
+    "EngineFacts": "values",
+    "ExecResult": "values",
+    "HealthProbe": "values",
+    "ImageFacts": "values",
+    "LoopDisk": "values",
+    "Network": "values",
     "NotSupported": "base",
-    "OwnedObject": "base",
+    "OwnedObject": "values",
     "Part": "base",
-    "PullFailed": "base",
-    "PulledImage": "base",
+    "PullFailed": "values",
+    "PulledImage": "values",
     "Runtime": "base",
     "RuntimeFault": "base",
-    "VolumeMount": "base",
+    "VolumeMount": "values",
     "DEFAULT_RANGE": "subnets",
     "host_routes": "subnets",
 })
