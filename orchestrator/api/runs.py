@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.errors import InputError
 from orchestrator.models import JobSource
+from orchestrator.paths import JobDir
 
 if TYPE_CHECKING:
     from orchestrator.job import JobOptions
@@ -179,7 +180,7 @@ def _judge(a: RunRequest, job: JobResult, job_dir: Path, baseline_trials: list[T
     from orchestrator.util import write_json_atomic
 
     trials = [TrialResult.model_validate_json(p.read_text())
-              for p in sorted((job_dir / "trials").glob("*/result.json"))]
+              for p in JobDir(job_dir).trial_results()]
     outcome = RunOutcome(request=a, job_dir=job_dir, job=job, trials=trials, notes=said)
     if job.counts.get("answer_leak", 0):
         outcome.exit_code = ANSWER_LEAK
@@ -211,7 +212,7 @@ def _take_over_resumed(a: RunRequest, note: Say = _silent) -> tuple[RunRequest, 
     from orchestrator.models import JobConfig, Manifest
 
     assert a.resume is not None
-    config_file = a.resume / "config.json"
+    config_file = JobDir(a.resume).config
     if not config_file.is_file():
         raise InputError(f"{config_file}: not a job folder (no config.json)")
     try:
@@ -290,7 +291,7 @@ def _check(a: RunRequest) -> tuple[str, int | None]:
         raise InputError(f"--job-name: {problem}")
     if a.ca_bundle is not None and not a.ca_bundle.is_file():
         raise InputError(f"--ca-bundle: {a.ca_bundle}: no such file")
-    if a.replay_from is not None and not any(a.replay_from.glob("trials/*/model/exchanges.jsonl")):
+    if a.replay_from is not None and not _recorded_exchanges(a.replay_from):
         raise InputError(f"--replay-from: {a.replay_from}: no recorded exchanges "
                          "(trial folders with model/exchanges.jsonl) there")
     if a.retry_errors and a.resume is None:
@@ -317,11 +318,19 @@ def _check(a: RunRequest) -> tuple[str, int | None]:
             raise InputError("--backend ray: Ray is not installed (pip install 'orchestra[ray]')") from None
     if a.layer is not None and a.layer not in ("regression", "workflow"):
         raise InputError(f"--layer: {a.layer!r} is not regression or workflow")
-    if a.resume is None and (a.jobs_dir / name / "result.json").exists():
+    if a.resume is None and JobDir(a.jobs_dir / name).result.exists():
         raise InputError(f"{a.jobs_dir / name}: a finished job is already there; choose another "
                          "--job-name or --resume it (nothing was overwritten)")
     _writable(a.jobs_dir)
     return name, attempts
+
+
+def _recorded_exchanges(job: Path) -> bool:
+    """Whether a job folder holds a trial with recorded model exchanges (what --replay-from
+    reads: services/exchanges.py)."""
+    from orchestrator.services import RECORD
+
+    return any((folder / RECORD).is_file() for folder in JobDir(job).trial_folders())
 
 
 def _tasks(a: RunRequest, note: Say = _silent) -> list[Task]:

@@ -103,11 +103,11 @@ def run(
     flags = dict(locals())  # the parsed flags, before anything else is named here
     from orchestrator.cli.run import execute, parse
 
-    flags["oci_runtime"] = oci_runtime_flag(oci_runtime, flags.pop("old_runtime"))
+    flags["oci_runtime"] = _oci_runtime_flag(oci_runtime, flags.pop("old_runtime"))
     execute(*parse(flags))  # orchestrator.api runs it; cli/run.py shows it
 
 
-def oci_runtime_flag(oci_runtime: str | None, old_runtime: str | None) -> str | None:
+def _oci_runtime_flag(oci_runtime: str | None, old_runtime: str | None) -> str | None:
     """--oci-runtime, or its old name --runtime: one value (both, differing, is exit 2)."""
     if oci_runtime and old_runtime and oci_runtime != old_runtime:
         raise typer.BadParameter(f"{oci_runtime!r}, but --runtime (its old name) says {old_runtime!r}",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from orchestrator.host import touch_images
 from orchestrator.log import get_logger
+from orchestrator.paths import verifier_dockerfile
 from orchestrator.runtime import LABEL_IMAGE_KIND, BuildFailed, Runtime
 from orchestrator.tasks import Task, hash_tree, image_repository
 from orchestrator.trial.images import TaskImages, ensure_task_images, verifier_image
@@ -30,7 +31,7 @@ TOUCH_EVERY_SEC = 600.0  # how often a job says it still uses its images (cleanu
 TOUCH_DELAY_SEC = 0.25
 
 
-def registry_ref(registry: str, local: str) -> str:
+def _registry_ref(registry: str, local: str) -> str:
     """Where a local image lives in the registry: `HOST/PREFIX/orchestra__task__x:tag`.
     Flat on purpose: Podman resolves a short name by suffix, so were the local name the
     tail of the registry's (`HOST/PREFIX/orchestra/task/x:tag`), tagging the pulled image
@@ -142,8 +143,8 @@ class ImageCache:
                 return False
             if not any(t.startswith(f"{image_repository(task)}:{task.environment_hash}") for t in tags):
                 return False
-            tests = task.tests_dirs[-1] if task.tests_dirs else task.path / "tests"
-            if task.config.verifier.environment_mode == "separate" and (tests / "Dockerfile").is_file():
+            tests = task.tests_dirs[-1] if task.tests_dirs else task.paths.tests
+            if task.config.verifier.environment_mode == "separate" and verifier_dockerfile(tests).is_file():
                 verifier = image_repository(task).replace("orchestra/task/", "orchestra/verifier/")
                 return any(t.startswith(f"{verifier}:{hash_tree(tests)[:32]}") for t in tags)
             return True
@@ -190,7 +191,7 @@ class ImageCache:
         local = [images.agent_image] + ([images.task_image] if images.source == "built" else [])
         refs = {}
         for name in local:
-            remote = registry_ref(self.registry, name)
+            remote = _registry_ref(self.registry, name)
             self.runtime.tag_image(name, remote)
             try:
                 self.runtime.push(remote)

@@ -456,8 +456,6 @@ def test_the_dict_check_fails_on_a_planted_dict_return(tmp_path):
 PUBLIC_UNUSED_EXCEPTIONS = {
     ("orchestrator.job.runner", "infeasible_result"),  # the lead's (job/runner.py)
     ("orchestrator.job.scheduler", "backoff_seconds"),  # the lead's (job/scheduler.py)
-    ("orchestrator.cli.commands", "oci_runtime_flag"),  # cli/commands.py, in flight
-    ("orchestrator.trial.imagecache", "registry_ref"),  # trial/imagecache.py, in flight
 }
 
 

@@ -60,3 +60,19 @@ def test_a_trial_found_by_its_id_and_the_folders_of_a_job(tmp_path: Path) -> Non
     assert (job.events.name, mine.agent_stdout.relative_to(mine.root).as_posix(),
             mine.agent_stderr.relative_to(mine.root).as_posix()) == (
         "events.jsonl", "agent/stdout.txt", "agent/stderr.txt")
+
+
+def test_replay_from_needs_a_trial_folder_with_recorded_exchanges(tmp_path: Path) -> None:
+    from orchestrator.api.runs import _recorded_exchanges
+
+    job = JobDir(tmp_path / "job")
+    assert not _recorded_exchanges(job.root)  # no trials/ at all
+    recorded = job.trial("t__aaaaaaaaaaaa").root / "model"
+    (tmp_path / "elsewhere/model").mkdir(parents=True)
+    (tmp_path / "elsewhere/model/exchanges.jsonl").write_text("{}\n")
+    job.trials.mkdir(parents=True)
+    (job.trials / "linked__bbbbbbbbbbbb").symlink_to(tmp_path / "elsewhere")  # a link is not the job's
+    assert not _recorded_exchanges(job.root)
+    recorded.mkdir(parents=True)
+    (recorded / "exchanges.jsonl").write_text("{}\n")
+    assert _recorded_exchanges(job.root)
