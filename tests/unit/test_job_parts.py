@@ -21,7 +21,7 @@ TEST_SH = "/tests/test.sh"
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRuntime]:
-    monkeypatch.setenv("ORCHESTRA_NETWORK_POOL", "0")  # the host's pool of real networks: untouched
+    monkeypatch.setenv("ORCHESTRA_NETWORK_POOL", "0")  # nothing parked: the fake ends empty
     rt = FakeRuntime()
     rt.add_image("python:3.12-slim-bookworm", workdir="/app")  # make_task's FROM
     rt.on_exec(TEST_SH, graded())

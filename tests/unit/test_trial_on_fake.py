@@ -191,7 +191,7 @@ def test_a_separate_verifier_runs_in_its_own_container_and_both_are_removed(rt, 
 # ---- a whole job on the fake: the scheduler's retries, for real -------------------------------
 @pytest.fixture
 def job_rt(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRuntime]:
-    monkeypatch.setenv("ORCHESTRA_NETWORK_POOL", "0")  # the host's pool of real networks: untouched
+    monkeypatch.setenv("ORCHESTRA_NETWORK_POOL", "0")  # nothing parked: the fake ends empty
     fake = FakeRuntime()
     fake.add_image("python:3.12-slim-bookworm", workdir="/app")  # make_task's FROM
     fake.on_exec(TEST_SH, graded())
