@@ -36,6 +36,10 @@ Per configuration:
   dataset_<config>_mean_reward   (the same in every configuration: 1.0)
   dataset_vs_critical_path       the default (`reserve`) wall over the critical path
                                  (target <= 1.25)
+The orchestrator's memory with the build pool:
+  dataset_peak_rss_mb_16_cold_<pool|no_pool>  `orchestra run` (its own process) of 16 small
+                                 tasks, each its own Dockerfile, cold, 16 at a time, with the
+                                 pool (default) and with --build-ahead 0
 And then the same tasks side by side with Harbor (bench/harbor.py, one round, cold and
 warm): harbor_vs_orchestra (cold), harbor_vs_orchestra_warm.
 One run of each, on a shared machine: read the ratios, not the seconds.
@@ -44,6 +48,7 @@ One run of each, on a shared machine: read the ratios, not the seconds.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -154,6 +159,35 @@ def critical_path(before: list[TrialResult], warm: list[TrialResult]) -> dict[st
             "critical_path": max(chain, ideal, floor), "build_share": sum(builds.values()) / sum(chains.values())}
 
 
+def peak_rss_16_cold(runtime, root: Path, emit) -> None:
+    """16 tasks, each its own small Dockerfile, 16 at a time, cold, as `orchestra run` in its
+    own process: its peak RSS with the build pool and without."""
+    orchestra = str(Path(sys.executable).parent / "orchestra")
+    for label, ahead in (("no_pool", ["--build-ahead", "0"]), ("pool", [])):
+        remove_images(runtime)
+        tasks = root / f"rss-{label}"
+        nonce = uuid.uuid4().hex[:12]
+        for i in range(16):
+            task = tasks / f"{PREFIX}-rss-{i:02d}"
+            for sub in ("environment", "tests", "solution"):
+                (task / sub).mkdir(parents=True)
+            (task / "instruction.md").write_text("Touch /app/ok.\n")
+            (task / "task.toml").write_text("[agent]\ntimeout_sec = 60\n[environment]\ncpus = 0.1\nmemory_mb = 128\n")
+            (task / "environment" / "Dockerfile").write_text(f"FROM {BASE}\nWORKDIR /app\nRUN echo {nonce}-{i} > /nonce\n")
+            (task / "solution" / "solve.sh").write_text("#!/bin/bash\ntouch /app/ok\n")
+            (task / "tests" / "test.sh").write_text(
+                "#!/bin/bash\nmkdir -p /logs/verifier\n[ -f /app/ok ] && echo 1 > /logs/verifier/reward.txt "
+                "|| echo 0 > /logs/verifier/reward.txt\n")
+        proc = subprocess.Popen([orchestra, "run", "--path", str(tasks), "--agent", "oracle", "-n", "16",
+                                 "--max-cpus", "16", "-q", "--jobs-dir", str(root / "jobs"),
+                                 "--job-name", f"rss-{label}", *ahead],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        emit(f"dataset_peak_rss_mb_16_cold_{label}", round(usage.ru_maxrss / 1024, 1))
+        emit(f"dataset_rss_16_cold_{label}_exit", os.waitstatus_to_exitcode(status))
+    remove_images(runtime)
+
+
 def dataset(emit, n: int = 6, harbor: bool = True) -> None:
     from orchestrator.runtime.docker import DockerRuntime
 
@@ -181,6 +215,7 @@ def dataset(emit, n: int = 6, harbor: bool = True) -> None:
             emit(f"dataset_{config}_images_built", job.images_built)
             emit(f"dataset_{config}_mean_reward", job.mean_reward)
         emit("dataset_vs_critical_path", round(walls["reserve"] / path["critical_path"], 2))
+        peak_rss_16_cold(runtime, root, emit)
         if harbor:  # the same tasks side by side with Harbor: one round, cold then warm
             from harbor import side_by_side
 

@@ -102,15 +102,15 @@ def compose_env() -> dict[str, str]:
     return env
 
 
-def stand_in_bases(runtime, tasks: list) -> list[str]:
+def stand_in_bases(runtime, api, tasks: list, tagged: list[str]) -> None:
     """Each FROM the engine lacks and no registry serves: orchestra's stand-in, tagged under
-    the FROM name. Returns the names tagged (removed again at the end)."""
+    the FROM name; the names tagged go into `tagged` (removed again at the end, whatever
+    happens)."""
     from orchestrator.runtime import PullFailed
     from orchestrator.tasks.standins import choose
     from orchestrator.trial.baseimage import bootstrap_base
     from orchestrator.trial.images import base_references
 
-    tagged: list[str] = []
     refs = sorted({ref for task in tasks for folder in (task.path / "environment", task.path / "tests")
                    if (folder / "Dockerfile").is_file()
                    for ref in base_references((folder / "Dockerfile").read_text())})
@@ -127,10 +127,9 @@ def stand_in_bases(runtime, tasks: list) -> list[str]:
             raise SystemExit(f"FROM {ref}: not on the engine, not pullable, and no stand-in: pick other tasks")
         bootstrap_base(runtime, chosen.release)
         repository, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
-        runtime.api.tag(chosen.stand_in, repository, tag)
+        api.tag(chosen.stand_in, repository, tag)
         tagged.append(ref)
         say(f"FROM {ref}: stood in by {chosen.stand_in} ({chosen.reason})")
-    return tagged
 
 
 def make_cold(api, keep: set[str]) -> None:
@@ -183,23 +182,26 @@ def run_orchestra(path: Path, jobs: Path, name: str, n: int) -> tuple[float, dic
 
 
 def side_by_side(path: Path, emit: Callable[[str, object], None], rounds: int = 2, n: int = 2) -> None:
+    import docker
+
     from orchestrator.runtime.docker import DockerRuntime
     from orchestrator.tasks.load import load_tasks
 
     runtime = DockerRuntime()
-    api = runtime.api
+    api = docker.APIClient(timeout=300)  # docker-py's own client: listing, tagging, removing
     tasks = load_tasks(path)
     harbor, env = harbor_bin(), compose_env()
-    tagged = stand_in_bases(runtime, tasks)
-    keep = {image["Id"] for image in api.images(all=False)
-            if not any(tag.startswith("orchestra/task/") or tag.startswith("orchestra/verifier/")
-                       for tag in image.get("RepoTags") or [])}
     emit("harbor_tasks", len(tasks))
     emit("harbor_concurrency", n)
     seconds: dict[str, list[float]] = {f"{tool}_{kind}": [] for tool in ("harbor", "orchestra")
                                        for kind in ("cold", "warm")}
     rewards: dict[str, dict[str, float | None]] = {}
+    tagged: list[str] = []
     try:
+        stand_in_bases(runtime, api, tasks, tagged)
+        keep = {image["Id"] for image in api.images(all=False)
+                if not any(tag.startswith(("orchestra/task/", "orchestra/verifier/"))
+                           for tag in image.get("RepoTags") or [])}
         with tempfile.TemporaryDirectory(prefix="bench-harbor-") as work:
             jobs = Path(work)
             for r in range(rounds):
