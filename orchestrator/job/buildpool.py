@@ -41,6 +41,7 @@ from pathlib import Path
 from orchestrator.job.host_needs import FETCHES
 from orchestrator.log import get_logger
 from orchestrator.models import ImageBuild
+from orchestrator.paths import TaskPaths
 from orchestrator.runtime import BuildFailed
 from orchestrator.tasks import Task, joined_lines
 from orchestrator.trial import base_references
@@ -67,14 +68,15 @@ def plan_images(task: Task) -> ImagePlan:
     env = task.config.environment
     if env.docker_image:
         plan.images.append(env.docker_image)
-    if (task.path / "environment" / "Dockerfile").is_file():
-        plan.dockerfiles.append(("task", task.path / "environment"))
-    tests = task.tests_dirs[-1] if task.tests_dirs else task.path / "tests"
+    paths = TaskPaths(task.path)
+    if paths.dockerfile.is_file():
+        plan.dockerfiles.append(("task", paths.environment))
+    tests = task.tests_dirs[-1] if task.tests_dirs else paths.tests
     if task.config.verifier.environment_mode == "separate" and (tests / "Dockerfile").is_file():
         plan.dockerfiles.append(("verifier", tests))
     for name, service in (task.compose.sidecars if task.compose else {}).items():
         if service.build is not None:
-            plan.dockerfiles.append((f"sidecar:{name}", task.path / "environment" / service.build.context))
+            plan.dockerfiles.append((f"sidecar:{name}", paths.environment / service.build.context))
         elif service.image:
             plan.images.append(service.image)
     for _what, folder in plan.dockerfiles:

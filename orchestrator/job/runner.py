@@ -206,7 +206,7 @@ class Job:
         todo = [i for i in items if trial_id(ctx.job, i.task, ctx.agent_id, i.attempt) not in finished]
         for item in [i for i in todo if not self.admission.fits_ever(i.task)]:
             todo.remove(item)
-            finished[trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)] = infeasible_result(
+            finished[trial_id(ctx.job, item.task, ctx.agent_id, item.attempt)] = _infeasible_result(
                 ctx, item.task, item.attempt, self.admission)
         todo, self.order = _ordered(todo, self.agent.name, options)
         self.budget = DiskBudget(self.runtime, self.images, Counter(i.task.name for i in todo),
@@ -377,7 +377,7 @@ def _log_reaped(counts: dict[str, int]) -> None:
         log.info("job.reaped_leftovers", **counts)
 
 
-def infeasible_result(ctx: TrialContext, task: Task, attempt: int,
+def _infeasible_result(ctx: TrialContext, task: Task, attempt: int,
                       admission: Admission) -> TrialResult:
     env = task.config.environment
     tid = trial_id(ctx.job, task, ctx.agent_id, attempt)

@@ -117,7 +117,7 @@ class Admission:
             self._cond.notify_all()
 
 
-def backoff_seconds(retry_number: int, multiplier: float = 1.0, maximum: float = 30.0) -> float:
+def _backoff_seconds(retry_number: int, multiplier: float = 1.0, maximum: float = 30.0) -> float:
     """tenacity's exponential backoff with full jitter, for the n-th retry (1-based)."""
     from tenacity import RetryCallState, Retrying, wait_random_exponential  # only on a retry
 
@@ -249,7 +249,7 @@ class Scheduler:
                                     + (" (the engine was gone: a free retry)" if outage else ""))
                 item.outage_retries += int(outage)
                 # an outage's retry waits for the engine in _attempt, not on a backoff
-                delay = 0.0 if outage else backoff_seconds(len(item.retries) - item.outage_retries,
+                delay = 0.0 if outage else _backoff_seconds(len(item.retries) - item.outage_retries,
                                                            self.backoff_multiplier)
                 log.warning("trial.retry", task=item.task.name, attempt=item.attempt,
                             retry=len(item.retries), delay=round(delay, 2), engine_gone=outage,
