@@ -11,10 +11,12 @@ proxy's record of the exchanges, and then the audit says `incomplete` (what the 
 after its last model call is not seen). The seam itself is agents/cli.py; each CLI added
 since has its own module (claude_code, codex, gemini, openhands).
 
-Python agents need the task image's python3 to be 3.11 (Debian bookworm's, the offline
-base's); the run script says so and exits 127 otherwise. OpenHands (>= 3.12 only) is
-installed for 3.13 (Debian trixie's, python:3.13 images) from wheels, with Debian's tmux
-mounted beside it, and refuses other images the same way.
+Python agents (mini-swe-agent, aider) need the task image's python3 to be 3.11 (Debian
+bookworm's, the offline base's); the run script says so and exits 127 otherwise. OpenHands
+(>= 3.12 only) needs nothing of the image's Python: it is installed for 3.13 from wheels and
+brings Debian trixie's python3.13 and tmux with every library they load, run through their
+own loader (agents/openhands.py), so any x86-64 Linux image with sh does; it refuses a task
+that gives it under 1024 MB of memory instead.
 """
 
 from __future__ import annotations

@@ -79,18 +79,20 @@ class EnvWatch:
         self.client.close()
 
 
-def hello_file(tmp_path: Path, memory_mb: int) -> str:
-    """tasks/examples/hello-file as it is (512 MB), or a copy with more memory."""
-    if memory_mb == 512:
+def hello_file(tmp_path: Path, memory_mb: int | None) -> str:
+    """tasks/examples/hello-file as shipped (1024 MB), or a copy given other memory."""
+    if memory_mb is None:
         return HELLO
     task = tmp_path / "tasks/hello-file"
     shutil.copytree(HELLO, task)
     toml = task / "task.toml"
-    toml.write_text(toml.read_text().replace("memory_mb = 512", f"memory_mb = {memory_mb}", 1))
+    text = toml.read_text()
+    assert "\nmemory_mb = 1024\n" in text
+    toml.write_text(text.replace("\nmemory_mb = 1024\n", f"\nmemory_mb = {memory_mb}\n", 1))
     return str(task)
 
 
-def run_agent(tmp_path: Path, agent: str, apis: list[str], memory_mb: int = 512
+def run_agent(tmp_path: Path, agent: str, apis: list[str], memory_mb: int | None = None
               ) -> tuple[dict, Path, Scripted, EnvWatch]:
     with Scripted(COMMAND, key=FAKE_KEY) as upstream, EnvWatch() as watch:
         config = tmp_path / "endpoints.json"
@@ -143,9 +145,8 @@ def check_solved_without_the_key(tmp_path: Path, agent: str, result: dict, folde
 
 @pytest.mark.parametrize("agent", list(API_OF))
 def test_an_agent_cli_solves_hello_file_in_its_own_api_relayed_and_never_sees_the_key(tmp_path, agent):
-    # Qwen Code's Node heap reaches ~500 MB: it is given hello-file with 1 GB (next test: 512 MB)
-    memory = 1024 if agent == "qwen-code" else 512
-    result, folder, upstream, watch = run_agent(tmp_path, agent, [API_OF[agent]], memory)
+    # hello-file as shipped (1 GB): Qwen Code's Node heap alone reaches ~500 MB
+    result, folder, upstream, watch = run_agent(tmp_path, agent, [API_OF[agent]])
     check_solved_without_the_key(tmp_path, agent, result, folder, upstream, watch)
     paths = {r["path"].split("?")[0] for r in upstream.requests if r["method"] == "POST"}
     expected = {"messages": "/v1/messages", "responses": "/v1/responses", "chat": "/v1/chat/completions",
@@ -162,7 +163,7 @@ def test_an_agent_cli_solves_hello_file_through_translation_to_chat(tmp_path, ag
 
 
 def test_qwen_code_is_refused_with_the_reason_where_the_task_gives_it_too_little_memory(tmp_path):
-    result, folder, upstream, _ = run_agent(tmp_path, "qwen-code", ["chat"])
+    result, folder, upstream, _ = run_agent(tmp_path, "qwen-code", ["chat"], memory_mb=512)  # a copy
     assert result["agent_exit_code"] == 127 and result["agent_outcome"] == "crashed"
     assert "qwen-code needs at least 1024 MB of memory (the task gives 512 MB" in \
         (folder / "agent/stderr.txt").read_text()

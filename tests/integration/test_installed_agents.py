@@ -75,8 +75,8 @@ def test_an_installed_cli_solves_hello_file_on_its_replay_endpoint(tmp_path, age
 
     if agent == "opencode":
         # The worst case, every time: opencode's binary out of the host's page cache, as a
-        # full suite's image builds and prunes leave it. Charged to the task's 512 MB
-        # container, its pages livelocked opencode in page reclaim until the deadline
+        # full suite's image builds and prunes leave it. Charged to the task's container
+        # (512 MB then; hello-file now gives 1 GB), its pages livelocked opencode in page reclaim until the deadline
         # (timeout with reward 1); orchestra reads them in on the host first
         # (OpenCode.binds; docs/upstream/opencode-hang.md).
         from orchestrator.agents.install import install_dir

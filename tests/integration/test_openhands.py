@@ -7,8 +7,8 @@ It solves tasks/examples/hello-file on its shipped image (python:3.12-slim-bookw
 machine without Docker Hub the bookworm stand-in, python3 3.11): OpenHands needs Python >=
 3.12 and runs on Debian trixie's python3.13, mounted with its own glibc and run through
 that loader, so the image's Python is never used. It needs 1 GB (its CLI and its action
-server hold ~690 MB together), so it runs on a copy whose only change is memory_mb = 1024;
-the task as shipped (512 MB) is refused with that reason before any model call. Its calls
+server hold ~690 MB together), which hello-file as shipped gives; a copy lowered to
+memory_mb = 512 is refused with that reason before any model call. Its calls
 are whole answers (as OpenHands asks) or streamed (ORCHESTRA_STREAM=1, a member's env).
 
 Its install (wheels for 3.13 compiled to .pyc, and trixie's Python and tmux from Debian's
@@ -70,17 +70,18 @@ def _installed(host_network: bool) -> None:
     assert agent.is_installed()
 
 
-def with_1_gb(tmp_path: Path, dockerfile: str | None = None) -> str:
-    """hello-file with memory_mb = 1024, its image (unless `dockerfile` is given) and all
-    else as shipped."""
+def hello_file_copy(tmp_path: Path, dockerfile: str | None = None, memory_mb: int | None = None) -> str:
+    """A copy of hello-file with another image (`dockerfile`) or other memory, all else as
+    shipped (1024 MB)."""
     task = tmp_path / "tasks/hello-file"
     shutil.copytree(HELLO, task)
     if dockerfile is not None:
         (task / "environment/Dockerfile").write_text(dockerfile)
-    toml = task / "task.toml"
-    text = toml.read_text()
-    assert "memory_mb = 512" in text
-    toml.write_text(text.replace("memory_mb = 512", "memory_mb = 1024", 1))
+    if memory_mb is not None:
+        toml = task / "task.toml"
+        text = toml.read_text()
+        assert "\nmemory_mb = 1024\n" in text
+        toml.write_text(text.replace("\nmemory_mb = 1024\n", f"\nmemory_mb = {memory_mb}\n", 1))
     return str(task)
 
 
@@ -113,7 +114,7 @@ def run_openhands(tmp_path: Path, task: str, max_turns: int | None = None, strea
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_openhands_solves_hello_file_on_its_shipped_image_through_the_proxy_and_never_sees_the_key(
         tmp_path: Path, stream: bool) -> None:
-    result, folder, upstream, watch = run_openhands(tmp_path, with_1_gb(tmp_path), stream=stream)
+    result, folder, upstream, watch = run_openhands(tmp_path, str(HELLO), stream=stream)  # as shipped
     stderr = (folder / "agent/stderr.txt").read_text(errors="replace")[-3000:]
     # the scripted endpoint answers 401 without the key: reward 1 shows the proxy added it
     assert result["reward"] == {"reward": 1.0}, (result.get("error"), stderr)
@@ -174,7 +175,7 @@ def test_openhands_stopped_by_its_own_iteration_limit_is_a_step_limit_on_an_imag
     # (and a PYTHONPATH of its own, which the agent's shell keeps as the image set it)
     image = ("FROM debian:bullseye-slim\nRUN rm -f /usr/bin/python3* /usr/local/bin/python3*\n"
              "ENV PYTHONPATH=/app/src\nWORKDIR /app\n")
-    result, folder, upstream, _ = run_openhands(tmp_path, with_1_gb(tmp_path, image), max_turns=1)
+    result, folder, upstream, _ = run_openhands(tmp_path, hello_file_copy(tmp_path, image), max_turns=1)
     stderr = (folder / "agent/stderr.txt").read_text(errors="replace")
     seen = (folder / "agent/env-seen.txt").read_text()
     assert result["build_failure"] is None and "PATH=" in seen, stderr[-3000:]
@@ -186,7 +187,7 @@ def test_openhands_stopped_by_its_own_iteration_limit_is_a_step_limit_on_an_imag
 
 
 def test_openhands_is_refused_with_the_reason_where_the_task_gives_it_too_little_memory(tmp_path: Path) -> None:
-    result, folder, upstream, _ = run_openhands(tmp_path, str(HELLO))  # as shipped: 512 MB
+    result, folder, upstream, _ = run_openhands(tmp_path, hello_file_copy(tmp_path, memory_mb=512))
     stderr = (folder / "agent/stderr.txt").read_text()
     assert result["agent_exit_code"] == 127 and result["agent_outcome"] == "crashed", stderr
     assert "openhands needs at least 1024 MB of memory (the task gives 512 MB" in stderr
