@@ -156,7 +156,7 @@ class Job:
         capacity_cpus, capacity_mb = self.executor.capacity() or (engine.cpus, engine.memory_mb)
         self.admission = Admission(options.max_cpus or capacity_cpus,
                                    options.max_memory_mb or capacity_mb, self.cancel,
-                                   options.admission or manifest.sandbox.admission or "reserve")
+                                   options.admission or manifest.sandbox.admission or "cpu-limit")
         in_use = preflight(self.tasks, manifest, options.endpoints, self.admission)
         self.capabilities = check_capabilities(runtime, options, engine, self.tasks, manifest)
         self.lead = lead = manifest.orchestrator

@@ -2,11 +2,12 @@
 retries with backoff that never hold a slot, and prompt cancellation.
 
 - Admission, by the job's policy (--admission, the manifest's sandbox.admission):
-  `reserve` (the default): a trial starts only when the running trials' declared cpus and
-  memory_mb plus its own fit the host budget (--max-cpus, --max-memory-mb), so a quota is
-  never noise. `cpu-limit`: declared cpus are the container's limit only (NanoCpus, set all
-  the same), not a reservation: trials share the cores as the kernel schedules them; memory
-  is reserved under both (it cannot be taken back). A trial whose cpus pass the budget
+  `cpu-limit` (a job's default: Harbor's and Docker's meaning of `cpus`): declared cpus
+  are the container's limit (NanoCpus), not a reservation: trials share the cores as the
+  kernel schedules them. `reserve`: a trial starts only when the running trials' declared
+  cpus plus its own fit the host budget (--max-cpus), so a quota is never noise. Memory is
+  reserved under both (it cannot be taken back): the running trials' memory_mb plus its
+  own fit --max-memory-mb. A trial whose cpus pass the budget
   never runs under either (the engine refuses a limit above its cpus).
 - With a build pool (job/buildpool.py) a trial is submitted only once its images exist, so
   its reservation and its slot start then, not while its image builds.

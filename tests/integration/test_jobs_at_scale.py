@@ -124,12 +124,12 @@ def test_sigint_cancels_promptly_cleans_up_and_marks_trials_cancelled(runtime, t
     job_dir = tmp_path / "jobs" / "interrupted"
     proc = start("run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-k", "6", "-n", "3",
                  "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "interrupted", "-q")
-    # two run at once: the default admission budget is the engine's 2 cpus
+    # at least two run at once (cpu-limit, the default: three; under reserve the engine's 2 cpus: two)
     wait_for(lambda: len(runtime.api.containers(filters={"label": "orchestra.job=interrupted"})) >= 2, 120)
     time.sleep(1)
     proc.send_signal(signal.SIGINT)
     # hang guard: cancelled, the job ends in a few seconds; left running, its six 120 s
-    # trials two at a time would take six minutes
+    # trials three at a time would take four minutes
     proc.wait(timeout=60)
     assert proc.returncode == 130, proc.stderr.read()
     assert orchestra_objects(runtime) == ([], [])
@@ -140,7 +140,8 @@ def test_sigint_cancels_promptly_cleans_up_and_marks_trials_cancelled(runtime, t
 def test_admission_never_oversubscribes_and_a_trial_that_cannot_fit_fails_alone(runtime, tmp_path):
     make_task(tmp_path / "ds", "onecpu", solve="sleep 1\ntouch /app/ok",
               toml="[environment]\ncpus = 1\nmemory_mb = 256\n")
-    options = JobOptions(job_name="admit", jobs_dir=tmp_path / "jobs", n_concurrent=3, k=3, max_cpus=1.5)
+    options = JobOptions(job_name="admit", jobs_dir=tmp_path / "jobs", n_concurrent=3, k=3, max_cpus=1.5,
+                         admission="reserve")  # cpus held (the default, cpu-limit, holds memory only)
     job = run_job(runtime, load_tasks(tmp_path / "ds"), default_manifest("oracle"), options)
     assert job.mean_reward == 1.0 and job.peak_cpus == 1.0 and job.peak_memory_mb == 256
     make_task(tmp_path / "big", "huge", toml="[environment]\ncpus = 8\n")
@@ -219,7 +220,7 @@ def test_trials_past_the_admission_budget_wait_and_the_output_says_why(tmp_path)
                   toml="[environment]\ncpus = 1\nmemory_mb = 256\n")
     orchestra = str(Path(sys.executable).parent / "orchestra")
     run = subprocess.run([orchestra, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-n", "2",
-                          "--max-cpus", "1", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "budget"],
+                          "--admission", "reserve", "--max-cpus", "1", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "budget"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "trials wait for admission (the host budget)" in run.stderr
