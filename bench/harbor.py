@@ -12,9 +12,10 @@ HARBOR_VERSION from PyPI), never a dependency of orchestra. It needs a Python >=
 fetched from Debian's mirror into a private DOCKER_CONFIG for Harbor's process only.
 
 Both tools build on the same bases: a FROM the engine lacks is stood in by orchestra's
-offline bases (the Debian stand-ins) and tagged under the FROM name first, so Harbor's
-`docker compose build` finds it and orchestra uses it as a local image (where a registry
-answers, nothing is tagged: both pull).
+offline bases (the Debian stand-ins), given this host's CA bundle (PyPI is reached through
+a TLS-intercepting proxy on these machines: Harbor has no way to pass a CA to a build) and
+tagged under the FROM name first, so Harbor's `docker compose build` finds it and orchestra
+uses it as a local image (where a registry answers, nothing is tagged: both pull).
 
   harbor_cold_seconds / orchestra_cold_seconds   per round, each tool's whole process
   harbor_warm_seconds / orchestra_warm_seconds   the same, images kept from the cold run
@@ -25,12 +26,14 @@ answers, nothing is tagged: both pull).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -44,6 +47,7 @@ CACHE = Path(os.environ.get("ORCHESTRA_CACHE", Path.home() / ".cache" / "orchest
 VENV = CACHE / "harbor-bench-venv"
 COMPOSE_DIR = CACHE / "harbor-bench-docker-config"
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
+HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
 TRIXIE = "deb http://deb.debian.org/debian trixie main\n"
 
 
@@ -126,10 +130,30 @@ def stand_in_bases(runtime, api, tasks: list, tagged: list[str]) -> None:
         if chosen is None:
             raise SystemExit(f"FROM {ref}: not on the engine, not pullable, and no stand-in: pick other tasks")
         bootstrap_base(runtime, chosen.release)
-        repository, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
-        api.tag(chosen.stand_in, repository, tag)
+        trusting_host_ca(api, chosen.stand_in, ref)
         tagged.append(ref)
-        say(f"FROM {ref}: stood in by {chosen.stand_in} ({chosen.reason})")
+        say(f"FROM {ref}: stood in by {chosen.stand_in} ({chosen.reason}), trusting {HOST_CA}")
+
+
+def trusting_host_ca(api, stand_in: str, ref: str) -> None:
+    """`ref`: the stand-in with this host's CA bundle as its own, for pip and requests too.
+    Where PyPI is reached through a TLS-intercepting proxy (this machine), a build's `pip
+    install` fails on an image that does not trust it; orchestra can pass a CA to a build,
+    Harbor cannot, so both get a base that trusts it (as a machine whose network needs no
+    such CA would give them both a working pip)."""
+    bundle = Path(HOST_CA).read_bytes() if Path(HOST_CA).is_file() else b""
+    dockerfile = (f"FROM {stand_in}\nCOPY ca.crt {HOST_CA}\n"
+                  f"ENV PIP_CERT={HOST_CA} SSL_CERT_FILE={HOST_CA} REQUESTS_CA_BUNDLE={HOST_CA}\n").encode()
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data in (("Dockerfile", dockerfile), ("ca.crt", bundle)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    for chunk in api.build(fileobj=context, custom_context=True, tag=ref, rm=True, decode=True):
+        if "error" in chunk:
+            raise SystemExit(f"FROM {ref}: the stand-in with the host's CA did not build: {chunk['error']}")
 
 
 def make_cold(api, keep: set[str]) -> None:
@@ -167,10 +191,15 @@ def run_harbor(harbor: Path, env: dict[str, str], path: Path, jobs: Path, name: 
     return wall, rewards
 
 
-def run_orchestra(path: Path, jobs: Path, name: str, n: int) -> tuple[float, dict[str, float | None]]:
+def run_orchestra(path: Path, jobs: Path, name: str, n: int,
+                  durations: Path) -> tuple[float, dict[str, float | None]]:
+    """`orchestra run` with default settings; `durations` is this round's own record of
+    trial times (empty before its cold run: a first run on a new dataset knows none, its
+    warm run knows the cold run's, as a second run would)."""
     started = time.perf_counter()
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(path), "--agent", "oracle", "-n", str(n), "-q",
-                           "--jobs-dir", str(jobs), "--job-name", name], capture_output=True, text=True)
+                           "--jobs-dir", str(jobs), "--job-name", name], capture_output=True, text=True,
+                          env={**os.environ, "ORCHESTRA_DURATIONS": str(durations)})
     wall = time.perf_counter() - started
     if proc.returncode not in (0, 1):
         say(f"orchestra exited {proc.returncode}: {proc.stderr[-800:]}")
@@ -213,7 +242,7 @@ def side_by_side(path: Path, emit: Callable[[str, object], None], rounds: int = 
                         if tool == "harbor":
                             wall, got = run_harbor(harbor, env, path, jobs, name, n)
                         else:
-                            wall, got = run_orchestra(path, jobs, name, n)
+                            wall, got = run_orchestra(path, jobs, name, n, jobs / f"durations-{r}.json")
                         seconds[f"{tool}_{kind}"].append(round(wall, 1))
                         rewards.setdefault(f"{tool}_{kind}", {}).update(
                             {k: v for k, v in got.items() if r == 0})
