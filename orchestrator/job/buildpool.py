@@ -12,9 +12,8 @@ quota).
   records trials' durations, not builds', so the estimate is a heuristic: per Dockerfile
   one unit, one per RUN line, FETCH_WEIGHT for a RUN that fetches (apt, pip, curl, ...),
   and one per 50 MB of build context.
-- Pool (`BuildPool`): `workers` builds at once (the job's default: the engine's cpus
-  plus one, at most 4: real builds wait on the network as much as they compute; trials
-  run beside them). A build that
+- Pool (`BuildPool`): `workers` builds at once (the job's default min(2, the engine's
+  cpus): builds are CPU, disk and network, and trials run beside them). A build that
   fails is the task's, said once: the image cache keeps the failure, every trial of the
   task records it from its build phase, nothing builds it again in the job (no retry
   storm). Anything else (the engine gone mid-build) is not the task's: its trials are

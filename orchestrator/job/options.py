@@ -26,7 +26,7 @@ class JobOptions:
     max_cpus: float | None = None  # default: what the engine reports
     max_memory_mb: int | None = None
     admission: str | None = None  # reserve | cpu-limit (scheduler.py); None: the manifest's sandbox.admission, else reserve
-    build_workers: int | None = None  # --build-ahead: images built ahead of trials at once (job/buildpool.py); None: min(4, cpus + 1); 0: none ahead
+    build_workers: int | None = None  # --build-ahead: images built ahead of trials at once (job/buildpool.py); None: min(2, cpus); 0: none ahead
     resume: bool = False
     retry_errors: bool = False  # with resume: re-run infra, launch and build errors too
     ca_bundle: Path | None = None  # trusted in image builds (a TLS-intercepting proxy)

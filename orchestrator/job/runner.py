@@ -238,13 +238,14 @@ class Job:
                            self.builds.start if self.builds is not None else None)
 
     def _build_pool(self) -> BuildPool | None:
-        """Images ahead of trials (job/buildpool.py), the engine's cpus plus one (at most 4)
-        at once by default (24 real tasks, cold, 2 cores: 72.5 s with 2 builders, 61.0 with 3,
-        67.1 with 4); none on Ray (each node builds or pulls its own) or under an image budget
+        """Images ahead of trials (job/buildpool.py), min(2, the engine's cpus) at once by
+        default (2 cores, one run each: 24 real tasks whose builds fetch from PyPI took 72.5 s
+        with 2 builders, 61.0 with 3, 67.1 with 4; bench/dataset.py's CPU-bound builds 32.5 s
+        with 2 and 42.3 s with 3); none on Ray (each node builds or pulls its own) or under an image budget
         (everything built ahead would pass it): there each trial builds its own, as before."""
         options = self.options
         workers = options.build_workers if options.build_workers is not None \
-            else min(4, max(1, int(self.engine.cpus or 1)) + 1)
+            else min(2, max(1, int(self.engine.cpus or 1)))
         if workers <= 0 or options.backend != "local" or options.image_budget_gb is not None:
             return None
         return BuildPool(lambda task: self.images.ahead(task, self.ctx.trust), workers, self.cancel,
