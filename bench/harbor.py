@@ -21,7 +21,9 @@ uses it as a local image (where a registry answers, nothing is tagged: both pull
   harbor_warm_seconds / orchestra_warm_seconds   the same, images kept from the cold run
   harbor_vs_orchestra_cold / _warm               the medians' ratio (issue 48: >= 3 / >= 6)
   harbor_vs_orchestra                            the cold one (what a user sees first)
-  rewards_<tool>_<kind>                          rewards per task (the same, or a bug)
+  rewards_<tool>-<kind>-<round>                  rewards per task (the same, or a bug)
+  rewards_same                                   1 when every run graded every task alike;
+                                                 else the job folders are kept (named)
 """
 
 from __future__ import annotations
@@ -226,29 +228,28 @@ def side_by_side(path: Path, emit: Callable[[str, object], None], rounds: int = 
                                        for kind in ("cold", "warm")}
     rewards: dict[str, dict[str, float | None]] = {}
     tagged: list[str] = []
+    jobs = Path()
     try:
         stand_in_bases(runtime, api, tasks, tagged)
         keep = {image["Id"] for image in api.images(all=False)
                 if not any(tag.startswith(("orchestra/task/", "orchestra/verifier/"))
                            for tag in image.get("RepoTags") or [])}
-        with tempfile.TemporaryDirectory(prefix="bench-harbor-") as work:
-            jobs = Path(work)
-            for r in range(rounds):
-                order = ("harbor", "orchestra") if r % 2 == 0 else ("orchestra", "harbor")
-                for tool in order:
-                    make_cold(api, keep)
-                    for kind in ("cold", "warm"):
-                        name = f"{tool}-{kind}-{r}"
-                        if tool == "harbor":
-                            wall, got = run_harbor(harbor, env, path, jobs, name, n)
-                        else:
-                            wall, got = run_orchestra(path, jobs, name, n, jobs / f"durations-{r}.json")
-                        seconds[f"{tool}_{kind}"].append(round(wall, 1))
-                        rewards.setdefault(f"{tool}_{kind}", {}).update(
-                            {k: v for k, v in got.items() if r == 0})
-                        say(f"round {r}: {name} {wall:.1f} s, mean reward "
-                            f"{statistics.mean([v or 0.0 for v in got.values()] or [0.0]):.2f} over {len(got)}")
-            make_cold(api, keep)
+        jobs = Path(tempfile.mkdtemp(prefix="bench-harbor-"))  # kept when rewards differ (below)
+        for r in range(rounds):
+            order = ("harbor", "orchestra") if r % 2 == 0 else ("orchestra", "harbor")
+            for tool in order:
+                make_cold(api, keep)
+                for kind in ("cold", "warm"):
+                    name = f"{tool}-{kind}-{r}"
+                    if tool == "harbor":
+                        wall, got = run_harbor(harbor, env, path, jobs, name, n)
+                    else:
+                        wall, got = run_orchestra(path, jobs, name, n, jobs / f"durations-{r}.json")
+                    seconds[f"{tool}_{kind}"].append(round(wall, 1))
+                    rewards[name] = got
+                    say(f"round {r}: {name} {wall:.1f} s, mean reward "
+                        f"{statistics.mean([v or 0.0 for v in got.values()] or [0.0]):.2f} over {len(got)}")
+        make_cold(api, keep)
     finally:
         for ref in tagged:
             try:
@@ -262,12 +263,15 @@ def side_by_side(path: Path, emit: Callable[[str, object], None], rounds: int = 
         emit(f"harbor_vs_orchestra_{kind}", round(ratio, 2))
     emit("harbor_vs_orchestra", round(statistics.median(seconds["harbor_cold"])
                                       / statistics.median(seconds["orchestra_cold"]), 2))
-    for key, got in sorted(rewards.items()):
+    for key, got in sorted(rewards.items()):  # every run's, per task (the same, or a bug)
         emit(f"rewards_{key}", json.dumps(dict(sorted(got.items()))))
     names = {t.path.name for t in tasks}
-    same = all(rewards.get(f"{tool}_{kind}", {}).get(task) == rewards.get("harbor_cold", {}).get(task)
-               for tool in ("harbor", "orchestra") for kind in ("cold", "warm") for task in names)
+    same = all(got.get(task) == rewards["harbor-cold-0"].get(task) for got in rewards.values() for task in names)
     emit("rewards_same", int(same))
+    if same:
+        shutil.rmtree(jobs, ignore_errors=True)
+    else:  # a faster job that grades differently is a bug: keep every trial's evidence
+        emit("rewards_differ_jobs_kept", str(jobs))
 
 
 if __name__ == "__main__":
