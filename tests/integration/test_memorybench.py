@@ -95,8 +95,11 @@ def test_an_agent_reading_a_seed_source_is_answer_leak_and_the_job_exits_non_zer
     for later in ("b-later", "c-later"):
         make_task(ds, later, solve="touch /app/ok")
     make_leaky_task(ds, "a-leaky")
+    # --build-ahead 0: the job's order (a-leaky first); with the build pool, cold tasks start
+    # in their builds' finishing order and a later task could be graded before the leak
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(ds), "--agent", "oracle", "--jobs-dir",
-                           str(tmp_path / "jobs"), "--job-name", "leak", "--n-concurrent", "1"],
+                           str(tmp_path / "jobs"), "--job-name", "leak", "--n-concurrent", "1",
+                           "--build-ahead", "0"],
                           capture_output=True, text=True)
     assert proc.returncode == 4, proc.stderr
     assert "answer leak" in proc.stderr
