@@ -65,6 +65,7 @@ os.environ.setdefault("ORCHESTRA_DURATIONS", "")  # the job's order is the folde
 from orchestrator.job.runner import JobOptions, run_job  # noqa: E402
 from orchestrator.models.manifest import default_manifest  # noqa: E402
 from orchestrator.models.result import JobResult, TrialResult  # noqa: E402
+from orchestrator.paths import JobDir  # noqa: E402
 from orchestrator.tasks.load import load_tasks  # noqa: E402
 
 PREFIX = "benchds"
@@ -141,7 +142,7 @@ def run(runtime, root: Path, n: int, name: str, admission: str, build_workers: i
     job = run_job(runtime, load_tasks(tasks), default_manifest("oracle"), options)
     wall = time.perf_counter() - started
     trials = [TrialResult.model_validate_json(p.read_text())
-              for p in sorted((root / "jobs" / options.job_name / "trials").glob("*/result.json"))]
+              for p in JobDir(root / "jobs" / options.job_name).trial_results()]
     return wall, job, trials
 
 

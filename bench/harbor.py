@@ -44,6 +44,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.paths import JobDir  # noqa: E402  (standard library only: cheap)
+
 HARBOR_VERSION = "0.26.0"
 CACHE = Path(os.environ.get("ORCHESTRA_CACHE", Path.home() / ".cache" / "orchestra"))
 VENV = CACHE / "harbor-bench-venv"
@@ -112,7 +114,6 @@ def stand_in_bases(runtime, api, tasks: list, tagged: list[str]) -> None:
     """Each FROM the engine lacks and no registry serves: orchestra's stand-in, tagged under
     the FROM name; the names tagged go into `tagged` (removed again at the end, whatever
     happens)."""
-    from orchestrator.runtime import PullFailed
     from orchestrator.tasks.standins import choose
     from orchestrator.trial.baseimage import bootstrap_base
     from orchestrator.trial.images import base_references
@@ -126,7 +127,7 @@ def stand_in_bases(runtime, api, tasks: list, tagged: list[str]) -> None:
         try:
             runtime.pull(ref, timeout_sec=300)
             continue
-        except (PullFailed, Exception):  # no registry answers here: stand in
+        except Exception:  # PullFailed (no registry answers here) or anything else: stand in
             pass
         chosen = choose(ref)
         if chosen is None:
@@ -167,10 +168,6 @@ def make_cold(api, keep: set[str]) -> None:
                 api.remove_image(image["Id"], force=True)
             except Exception:  # a parent already removed with its child
                 pass
-    try:
-        api.prune_builds()
-    except Exception:
-        pass
     subprocess.run(["docker", "builder", "prune", "-af"], capture_output=True)
 
 
@@ -206,7 +203,7 @@ def run_orchestra(path: Path, jobs: Path, name: str, n: int,
     if proc.returncode not in (0, 1):
         say(f"orchestra exited {proc.returncode}: {proc.stderr[-800:]}")
     rewards: dict[str, float | None] = {}
-    for result in (jobs / name / "trials").glob("*/result.json"):
+    for result in JobDir(jobs / name).trial_results():
         data = json.loads(result.read_text())
         rewards[data["task"].split("/")[-1]] = (data.get("reward") or {}).get("reward")
     return wall, rewards
