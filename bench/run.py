@@ -550,15 +550,19 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["resume"]:
         with tempfile.TemporaryDirectory() as name:
             resume_load(Path(name))
-    elif sys.argv[1:] == ["scale"]:  # the 2,000-trial job: about 35 minutes
-        from scale import scale
+    elif sys.argv[1:2] == ["scale"]:  # the 2,000-trial job RUNS times (bench/scale.py): about 50 min
+        from scale import scale  # for 3 runs; 65 with the kill and resume (BENCH_SCALE_RESUME=0)
 
+        runs = sys.argv[2] if len(sys.argv) == 3 else "3"
+        if len(sys.argv) > 3 or not runs.isdigit() or int(runs) < 1:
+            raise SystemExit("usage: python bench/run.py scale [RUNS]  (RUNS >= 1, default 3)")
         logsetup.configure()
         api = docker.from_env(timeout=120).api
         if not api.networks(names=[FLOOR_NETWORK]):
             api.create_network(FLOOR_NETWORK, driver="bridge")
         with tempfile.TemporaryDirectory() as name:
-            scale(Path(name), DockerRuntime(max_pool_size=16), api, emit, ORCHESTRA, make_task, shared_floor)
+            scale(Path(name), DockerRuntime(max_pool_size=16), api, emit, ORCHESTRA, make_task, shared_floor,
+                  int(runs))
         api.remove_network(FLOOR_NETWORK)
     elif sys.argv[1:2] == ["dataset"]:  # the dataset benchmark (bench/dataset.py): a few minutes
         from dataset import dataset
