@@ -12,6 +12,15 @@ quota).
   records trials' durations, not builds', so the estimate is a heuristic: per Dockerfile
   one unit, one per RUN line, FETCH_WEIGHT for a RUN that fetches (apt, pip, curl, ...),
   and one per 50 MB of build context.
+- Shared steps: Dockerfiles of one dataset often begin alike (the same FROM, then the same
+  `RUN apt-get update && ...` or `RUN pip install pytest ...`). The engine's builder caches
+  each step by its parent and its text, so a step built once is found by every later build
+  that begins the same way, but two builds running it at once both run it (the classic
+  builder does not join them). So a build does not start while a running build shares one
+  of its RUN steps not yet built in this job: a free builder takes the next build that
+  shares nothing pending, or waits for the step to be in the cache (24 real tasks of one
+  dataset: pairs with identical Dockerfiles had built side by side, each paying the pip
+  install; see bench/RESULTS.md).
 - Pool (`BuildPool`): `workers` builds at once (the job's default min(2, the engine's
   cpus): builds are CPU, disk and network, and trials run beside them). A build that
   fails is the task's, said once: the image cache keeps the failure, every trial of the
@@ -30,6 +39,7 @@ before (trial/lifecycle.py's build phase, through the same image cache).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -61,6 +71,7 @@ class ImagePlan:
     images: list[str] = field(default_factory=list)
     bases: list[str] = field(default_factory=list)
     estimate: float = 0.0
+    steps: set[str] = field(default_factory=set)  # shared_steps of every Dockerfile
 
 
 def plan_images(task: Task) -> ImagePlan:
@@ -83,7 +94,29 @@ def plan_images(task: Task) -> ImagePlan:
         text = _read(folder / "Dockerfile")
         plan.bases += [b for b in base_references(text) if b not in plan.bases]
         plan.estimate += dockerfile_cost(text) + _context_bytes(folder) / CONTEXT_UNIT
+        plan.steps.update(shared_steps(text))
     return plan
+
+
+def shared_steps(text: str) -> list[str]:
+    """The RUN steps the engine's build cache can share with another Dockerfile: a key per
+    RUN line of the first stage naming every instruction from the top down to it, up to the
+    first COPY or ADD (from there the cache also hangs on the build context's files) or the
+    next FROM. Two Dockerfiles with a key in common run that step alike: built once, the
+    other finds it in the cache."""
+    keys: list[str] = []
+    seen: list[str] = []
+    for line in joined_lines(text):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        instruction = words[0].upper()
+        if instruction in ("COPY", "ADD") or (instruction == "FROM" and any(s.startswith("FROM ") for s in seen)):
+            break
+        seen.append(" ".join([instruction, *words[1:]]))
+        if instruction == "RUN":
+            keys.append(hashlib.sha256("\n".join(seen).encode()).hexdigest()[:16])
+    return keys
 
 
 def dockerfile_cost(text: str) -> float:
@@ -125,10 +158,11 @@ def _context_bytes(folder: Path, cap: int = 20_000) -> int:
 
 
 class BuildPool:
-    """Builds tasks' images ahead of their trials, `workers` at once, longest first;
-    `on_ready(task)` is called exactly once per task planned, when its images exist, its
-    build failed, or the job was cancelled (the scheduler then submits its trials, which
-    find their images, record the failure, or are cancelled)."""
+    """Builds tasks' images ahead of their trials, `workers` at once, longest first, never
+    two at once that share a RUN step not yet built; `on_ready(task)` is called exactly once
+    per task planned, when its images exist, its build failed, or the job was cancelled (the
+    scheduler then submits its trials, which find their images, record the failure, or are
+    cancelled)."""
 
     def __init__(self, build: Callable[[Task], int], workers: int, cancel: threading.Event,
                  likely_built: Callable[[Task], bool] = lambda task: False):
@@ -139,31 +173,66 @@ class BuildPool:
         self._guard = threading.Lock()
         self._closed = False
         self._pool: ThreadPoolExecutor | None = None
-        self._running: list[Future[None]] = []
+        self._running: list[Future[None] | Future[bool]] = []
+        self._turn = threading.Condition()  # guards the three below
+        self._queue: list[ImagePlan] = []
+        self._building: list[ImagePlan] = []
+        self._built_steps: set[str] = set()
 
     def start(self, tasks: Iterable[Task], on_ready: Callable[[Task], None]) -> list[ImagePlan]:
         """Plan each task's images (once per task name); those `likely_built` are taken in
         the job's order by one thread of their own (a warm job's trials then become ready
         in the job's order, at once), the rest go to the workers, longest first. Returns
-        the plans to build, in build order."""
+        the plans to build, in the order they are offered."""
         unique = {t.name: t for t in tasks}
         built = {name: self.likely_built(t) for name, t in unique.items()}
         warm = [plan_images(t) for t in unique.values() if built[t.name]]
         plans = longest_first(plan_images(t) for t in unique.values() if not built[t.name])
+        self._queue = list(plans)
         self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="build")
+        shared = len({k for p in plans for k in p.steps if sum(k in q.steps for q in plans) > 1})
         log.info("build_pool.start", tasks=len(unique), to_build=len(plans), workers=self.workers,
-                 first=[p.task.name for p in plans[:5]])
-        for plan in plans:
-            self._running.append(self._pool.submit(self._build, plan, on_ready))
+                 shared_steps=shared, first=[p.task.name for p in plans[:5]])
+        for _ in range(min(self.workers, len(plans))):
+            self._running.append(self._pool.submit(self._work, on_ready))
         if warm:
             self._warm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="build-warm")
-            self._running += [self._warm.submit(self._build, plan, on_ready) for plan in warm]
+            self._running += [self._warm.submit(self._build, plan, on_ready, 0) for plan in warm]
         return plans
 
-    def _build(self, plan: ImagePlan, on_ready: Callable[[Task], None]) -> None:
+    def _work(self, on_ready: Callable[[Task], None]) -> None:
+        """One builder: the next build it may start, until none is left."""
+        while (taken := self._next()) is not None:
+            plan, shared = taken
+            ok = False
+            try:
+                ok = self._build(plan, on_ready, shared)
+            finally:
+                with self._turn:
+                    self._building.remove(plan)
+                    if ok:
+                        self._built_steps |= plan.steps
+                    self._turn.notify_all()
+
+    def _next(self) -> tuple[ImagePlan, int] | None:
+        """The first queued plan that shares no unbuilt RUN step with a build running now,
+        and how many of its steps an earlier build made; waits while every queued plan does
+        (the running build puts the step in the cache, or fails and lets the next try)."""
+        with self._turn:
+            while self._queue:
+                pending = {k for p in self._building for k in p.steps} - self._built_steps
+                for i, plan in enumerate(self._queue):
+                    if self.cancel.is_set() or not plan.steps & pending:
+                        self._building.append(plan)
+                        return self._queue.pop(i), len(plan.steps & self._built_steps)
+                self._turn.wait()
+            return None
+
+    def _build(self, plan: ImagePlan, on_ready: Callable[[Task], None], shared: int) -> bool:
+        """Build one task's images and tell `on_ready`; whether they were built."""
         task, started = plan.task, time.time()
         record = ImageBuild(task=task.name, started_at=started, finished_at=started,
-                            estimate=round(plan.estimate, 2))
+                            estimate=round(plan.estimate, 2), shared_steps=shared)
         try:
             if not self.cancel.is_set():
                 record.built = self.build(task)
@@ -178,7 +247,7 @@ class BuildPool:
         finally:
             record.finished_at = time.time()
             log.info("build_pool.done", task=task.name, seconds=round(record.finished_at - started, 2),
-                     built=record.built, failed=record.error is not None)
+                     built=record.built, shared_steps=shared, failed=record.error is not None)
             with self._guard:
                 self.records.append(record)
                 closed = self._closed
@@ -187,6 +256,7 @@ class BuildPool:
                     on_ready(task)
                 except Exception as exc:  # never lose the pool's thread to the scheduler
                     log.error("build_pool.on_ready_failed", task=task.name, error=str(exc))
+        return record.error is None and not self.cancel.is_set()
 
     def stop(self, timeout: float = 15.0) -> None:
         """The job's end: builds still queued start only if the job was not cancelled (a

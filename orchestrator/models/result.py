@@ -301,6 +301,7 @@ class ImageBuild(BaseModel):
     finished_at: float
     estimate: float = 0.0  # the planner's guess that ordered it (longest first)
     built: int = 0  # images this build made (0: all were there)
+    shared_steps: int = 0  # its RUN steps an earlier build of the job had made (waited for, not run twice)
     error: str | None = None  # the build failure every trial of the task records
 
 

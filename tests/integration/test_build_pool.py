@@ -13,6 +13,7 @@ from conftest import make_task
 from orchestrator.job.runner import JobOptions, run_job
 from orchestrator.models.manifest import default_manifest
 from orchestrator.models.result import FailureMode, TrialResult
+from orchestrator.paths import JobDir
 from orchestrator.tasks.load import load_tasks
 
 TWO_CPUS = "[environment]\ncpus = 2\nmemory_mb = 512\n[agent]\ntimeout_sec = 60\n"
@@ -73,3 +74,29 @@ def test_a_build_failure_is_the_tasks_said_once_for_all_its_trials(runtime, tmp_
     assert all(not t.retries for t in broken)
     assert [b.task.split("/")[-1] for b in job.builds if b.error] == ["broken"]  # one build, failed
     assert [t.reward for t in trials if t.task.endswith("fine")] == [{"reward": 1.0}] * 3
+
+
+def test_two_tasks_beginning_alike_build_their_shared_step_once_the_second_from_the_cache(runtime, tmp_path):
+    """Two tasks whose Dockerfiles share a RUN step (then COPY different data), two
+    builders: the second build starts when the first is done and finds the step in the
+    engine's cache, so both images hold the very file that step wrote once (the time it ran,
+    to the nanosecond; run twice it would differ); a third task, sharing nothing, builds
+    beside the first."""
+    tag = uuid.uuid4().hex[:12]
+    shared = f"FROM python:3.12-slim-bookworm\nWORKDIR /app\nRUN sleep 2 && date +%s%N > /built-{tag}\n"
+    test = f"mkdir -p /logs/verifier\ncp /built-{tag} /logs/verifier/built.txt\necho 1 > /logs/verifier/reward.txt\n"
+    for name in ("one", "two"):
+        make_task(tmp_path / "tasks", name, files={"environment/data.txt": name}, test=test,
+                  dockerfile=shared + "COPY data.txt /app/data.txt\n")
+    make_task(tmp_path / "tasks", "other", test=test,
+              dockerfile=f"FROM python:3.12-slim-bookworm\nRUN sleep 2 && date +%s%N > /built-{tag}\n")
+    job, trials = _run(runtime, tmp_path / "tasks", tmp_path / "jobs", "cpu-limit")
+    assert [t.reward for t in trials] == [{"reward": 1.0}] * 3
+    builds = {b.task.split("/")[-1]: b for b in job.builds}
+    first, second = sorted((builds["one"], builds["two"]), key=lambda b: b.started_at)
+    assert second.started_at >= first.finished_at and (first.shared_steps, second.shared_steps) == (0, 1)
+    assert builds["other"].started_at < first.finished_at  # beside the first, not after it
+    folder = JobDir(tmp_path / "jobs" / trials[0].job)
+    stamps = {t.task.split("/")[-1]: (folder.find_trial(t.trial_id) / "verifier" / "built.txt").read_text().strip()
+              for t in trials}
+    assert stamps["one"] == stamps["two"] != stamps["other"]  # one step run once; the other its own

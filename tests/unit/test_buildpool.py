@@ -237,3 +237,74 @@ def test_an_engine_failure_building_ahead_is_not_kept_the_trial_builds_itself(tm
     assert cache(task).agent_image == "a:1"  # the first trial builds, no stale error raised
     assert cache(task).agent_image == "a:1"  # built once: the next trial finds it
     assert len(calls) == 2
+
+
+APT = "FROM python:3.12-slim\n# a comment\nRUN apt-get update && \\\n    apt-get install -y ca-certificates\n"
+
+
+def test_dockerfiles_that_begin_alike_share_their_run_steps_up_to_the_first_copy():
+    from orchestrator.job.buildpool import shared_steps
+
+    a = shared_steps(APT + "RUN pip install pytest==8.4.1\nCOPY data /app/data\nRUN make\n")
+    b = shared_steps(APT.replace("# a comment\n", "\n") + "RUN pip install pytest==8.4.1\nRUN true\n")
+    c = shared_steps(APT + "RUN pip install numpy\n")
+    d = shared_steps(APT.replace("3.12-slim", "3.13-slim"))
+    assert len(a) == 2 and a == b[:2] and len(b) == 3  # comments, blank lines, continuations: no matter
+    assert c[0] == a[0] and c[1] != a[1]  # the same apt step, a different pip step
+    assert not set(d) & set(a)  # another FROM: nothing in common
+    assert shared_steps("FROM a AS build\nRUN make\nFROM b\nRUN make\n") == \
+        shared_steps("FROM a AS build\nRUN make\n")  # the first stage only
+
+
+def _recording_build(guard, running, log, release=None):
+    def build(task):
+        name = _short(task.name)
+        with guard:
+            running.add(name)
+            log.append(sorted(running))
+        if release is not None:
+            release.wait(0.2)  # keep it running long enough for another builder to look
+        with guard:
+            running.discard(name)
+        return 1
+    return build
+
+
+def test_two_builds_sharing_an_unbuilt_run_step_never_run_at_once_the_other_waits_for_the_cache(tmp_path):
+    """`a1` and `a2` begin alike (same FROM, same apt and pip steps): `a2` starts only once
+    `a1` is built and records the two steps it found built; `b`, which shares nothing
+    pending, builds beside `a1` meanwhile."""
+    same = APT + "RUN pip install pytest==8.4.1\n"
+    tasks = [_task(tmp_path, "a1", same), _task(tmp_path, "a2", same),
+             _task(tmp_path, "b", "FROM python:3.12-slim\nRUN pip install numpy\n")]
+    guard, running, seen = threading.Lock(), set(), []
+    pool = BuildPool(_recording_build(guard, running, seen, threading.Event()), workers=2,
+                     cancel=threading.Event())
+    ready = []
+    pool.start(tasks, ready.append)
+    pool.stop(timeout=10)
+    assert len(ready) == 3
+    assert not any({"a1", "a2"} <= set(now) for now in seen)  # never side by side
+    assert ["a1", "b"] in seen  # b beside a1
+    by_task = {_short(r.task): r for r in pool.records}
+    assert by_task["a2"].started_at >= by_task["a1"].finished_at
+    assert (by_task["a1"].shared_steps, by_task["a2"].shared_steps, by_task["b"].shared_steps) == (0, 2, 0)
+
+
+def test_a_failed_build_does_not_count_its_steps_as_built(tmp_path):
+    """The leader's build fails: the follower still runs (after it), counting nothing as
+    found built."""
+    same = APT + "RUN pip install pytest==8.4.1\n"
+    tasks = [_task(tmp_path, "a1", same), _task(tmp_path, "a2", same)]
+
+    def build(task):
+        if _short(task.name) == "a1":
+            raise BuildFailed("RUN apt-get update: exit 100")
+        return 1
+
+    pool = BuildPool(build, workers=2, cancel=threading.Event())
+    pool.start(tasks, lambda t: None)
+    pool.stop(timeout=10)
+    by_task = {_short(r.task): r for r in pool.records}
+    assert by_task["a1"].error and by_task["a2"].error is None
+    assert by_task["a2"].shared_steps == 0 and by_task["a2"].started_at >= by_task["a1"].finished_at
