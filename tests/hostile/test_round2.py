@@ -66,6 +66,7 @@ setsid nohup python3 -c "
 import glob, json, os, time
 names = ['test.sh'] + ['f%04d' % i for i in range(8000)]
 end = time.time() + 300
+open('/tmp/planter-ready', 'w').close()
 while time.time() < end:
     found = glob.glob('/logs/.orchestra-tests-*')
     if found:
@@ -80,6 +81,9 @@ while time.time() < end:
         os.rename('/tmp/.planted', '/tmp/planted.json')
         break
 " >/dev/null 2>&1 &
+# the agent phase ends only once the planter polls: under load its Python started after
+# the host had staged every file (a clean-clone run: nothing planted, no race run)
+for i in $(seq 300); do [ -e /tmp/planter-ready ] && break; sleep 0.1; done
 """,
                          test=r"""mkdir -p /logs/verifier
 for i in $(seq 100); do [ -e /tmp/planted.json ] && break; sleep 0.1; done

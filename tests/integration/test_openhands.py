@@ -144,9 +144,17 @@ def test_openhands_solves_hello_file_on_its_shipped_image_through_the_proxy_and_
     results = [e for e in events if e["kind"] == "tool_result"]
     assert len(results) == 1 and results[0]["tool"]["id"] == calls[0]["tool"]["id"]
     # the exit code is OpenHands' own report, carried over by the converter (its mapping is
-    # tests/unit/test_openhands_convert.py's)
-    assert results[0]["tool"]["name"] == "execute_bash" and results[0]["tool"].get("exit_code") == 0, results
-    assert not results[0]["tool"].get("err")
+    # tests/unit/test_openhands_convert.py's). OpenHands' report is not always 0 here: on an
+    # image without git its runtime's own `git config` fails in the same shell just before
+    # (command not found, 127, every run), and the first command has at times been reported
+    # 127 (2 of ~12 clean-clone runs; most likely that failure's code; the file written and
+    # reward 1 all the same). What this asserts is orchestra's part: the report carried over
+    own = [e for e in json.loads((folder / "agent/openhands.trajectory.json").read_text())
+           if e.get("observation") == "run"]
+    reported = own[0]["extras"]["metadata"]["exit_code"]
+    assert len(own) == 1 and isinstance(reported, int), own
+    assert results[0]["tool"]["name"] == "execute_bash" and results[0]["tool"].get("exit_code") == reported, results
+    assert bool(results[0]["tool"].get("err")) == (reported not in (0, -1)), results
     assert events[-1] == {"kind": "message", "text": DONE_TEXT}
     assert result["memory"]["complete"] is True, result["memory"]
     # ATIF: written from the same trajectory, the call in it, valid by Harbor's own models
