@@ -43,6 +43,7 @@ import hashlib
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -105,17 +106,19 @@ def shared_steps(text: str) -> list[str]:
     next FROM. Two Dockerfiles with a key in common run that step alike: built once, the
     other finds it in the cache."""
     keys: list[str] = []
-    seen: list[str] = []
+    prefix = hashlib.sha256()  # every instruction so far, one running hash (linear in the text)
+    stage = False
     for line in joined_lines(text):
         words = line.split()
         if not words or words[0].startswith("#"):
             continue
         instruction = words[0].upper()
-        if instruction in ("COPY", "ADD") or (instruction == "FROM" and any(s.startswith("FROM ") for s in seen)):
+        if instruction in ("COPY", "ADD") or (instruction == "FROM" and stage):
             break
-        seen.append(" ".join([instruction, *words[1:]]))
+        stage = stage or instruction == "FROM"
+        prefix.update(" ".join([instruction, *words[1:]]).encode() + b"\n")
         if instruction == "RUN":
-            keys.append(hashlib.sha256("\n".join(seen).encode()).hexdigest()[:16])
+            keys.append(prefix.copy().hexdigest()[:16])
     return keys
 
 
@@ -190,7 +193,7 @@ class BuildPool:
         plans = longest_first(plan_images(t) for t in unique.values() if not built[t.name])
         self._queue = list(plans)
         self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="build")
-        shared = len({k for p in plans for k in p.steps if sum(k in q.steps for q in plans) > 1})
+        shared = sum(1 for n in Counter(k for p in plans for k in p.steps).values() if n > 1)
         log.info("build_pool.start", tasks=len(unique), to_build=len(plans), workers=self.workers,
                  shared_steps=shared, first=[p.task.name for p in plans[:5]])
         for _ in range(min(self.workers, len(plans))):

@@ -308,3 +308,19 @@ def test_a_failed_build_does_not_count_its_steps_as_built(tmp_path):
     by_task = {_short(r.task): r for r in pool.records}
     assert by_task["a1"].error and by_task["a2"].error is None
     assert by_task["a2"].shared_steps == 0 and by_task["a2"].started_at >= by_task["a1"].finished_at
+
+
+def test_a_dockerfile_of_tens_of_thousands_of_run_lines_is_planned_in_one_pass(tmp_path):
+    """A hostile dataset's Dockerfile: every RUN a key, each from one running hash (hashing
+    each prefix anew was quadratic: 20,000 lines of 100 bytes, ~20 GB hashed)."""
+    import time
+
+    from orchestrator.job.buildpool import shared_steps
+
+    text = "FROM python:3.12-slim\n" + "".join(f"RUN echo {i} {'x' * 100}\n" for i in range(20_000))
+    started = time.monotonic()
+    keys = shared_steps(text)
+    assert len(keys) == len(set(keys)) == 20_000
+    assert shared_steps(text.replace("RUN echo 19999", "RUN echo other"))[:-1] == keys[:-1]
+    # hang guard only (the quadratic form took minutes): not a timing target
+    assert time.monotonic() - started < 30
