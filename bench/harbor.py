@@ -35,7 +35,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -147,13 +146,9 @@ def trusting_host_ca(api, stand_in: str, ref: str) -> None:
     bundle = Path(HOST_CA).read_bytes() if Path(HOST_CA).is_file() else b""
     dockerfile = (f"FROM {stand_in}\nCOPY ca.crt {HOST_CA}\n"
                   f"ENV PIP_CERT={HOST_CA} SSL_CERT_FILE={HOST_CA} REQUESTS_CA_BUNDLE={HOST_CA}\n").encode()
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        for name, data in (("Dockerfile", dockerfile), ("ca.crt", bundle)):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    context.seek(0)
+    from orchestrator.archive import tar_files
+
+    context = io.BytesIO(tar_files({"Dockerfile": dockerfile, "ca.crt": bundle}))
     for chunk in api.build(fileobj=context, custom_context=True, tag=ref, rm=True, decode=True):
         if "error" in chunk:
             raise SystemExit(f"FROM {ref}: the stand-in with the host's CA did not build: {chunk['error']}")
