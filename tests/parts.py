@@ -89,7 +89,7 @@ def private_registry(root: Path):
 @dataclass
 class Podman:
     url: str  # unix:///.../podman.sock, for DOCKER_HOST
-    storage: list[str]  # podman's own flags for the same store
+    cmd: list[str]  # `podman` on the same store, locks and settings as the service
 
 
 def _mounts() -> list[str]:
@@ -131,35 +131,48 @@ def _unmount_under(root: Path) -> None:
 def podman_engine(root: Path, insecure_registries: tuple[str, ...] = (), load: tuple[str, ...] = ()):
     """Podman's Docker-compatible socket with a store of its own (no image of the Docker
     engine's unless `load` names it); `insecure_registries` are reached over plain HTTP.
-    Nothing of it is left when the block ends (its overlay mounts included)."""
+    Nothing of it is left when the block ends (its overlay mounts included).
+
+    Every podman state it has is its own: store, run root, tmpdir, and file locks in that
+    tmpdir instead of Podman's default, one shared-memory segment (/dev/shm/libpod_lock) for
+    every Podman on the host. A process killed while holding one of those locks (the
+    teardown kills a lingering `podman container cleanup`) leaves it held for the next
+    Podman; a file lock dies with its holder (CI, stop 54: a service made no socket)."""
     if PODMAN is None or not os.path.exists("/usr/libexec/podman/catatonit"):
         pytest.skip("podman and catatonit are not installed (make test installs them)")
     root.mkdir(parents=True, exist_ok=True)
-    storage = ["--root", str(root / "storage"), "--runroot", str(root / "run")]
-    sock = root / "podman.sock"
-    env = dict(os.environ)
+    conf = root / "containers.conf"
+    conf.write_text('[engine]\nlock_type = "file"\n')
+    settings = [f"CONTAINERS_CONF={conf}"]
     if insecure_registries:
-        conf = root / "registries.conf"
-        conf.write_text("".join(f'[[registry]]\nlocation = "{r}"\ninsecure = true\n\n'
-                                for r in insecure_registries))
-        env["CONTAINERS_REGISTRIES_CONF"] = str(conf)
-    service = subprocess.Popen([PODMAN, *storage, "system", "service", "--time=0", f"unix://{sock}"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        registries = root / "registries.conf"
+        registries.write_text("".join(f'[[registry]]\nlocation = "{r}"\ninsecure = true\n\n'
+                                      for r in insecure_registries))
+        settings.append(f"CONTAINERS_REGISTRIES_CONF={registries}")
+    cmd = ["env", *settings, PODMAN, "--root", str(root / "storage"), "--runroot", str(root / "run"),
+           "--tmpdir", str(root / "tmp")]
+    sock = root / "podman.sock"
+    log = root / "service.log"
+    with log.open("wb") as out:
+        service = subprocess.Popen([*cmd, "--log-level", "info", "system", "service", "--time=0",
+                                    f"unix://{sock}"], stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while not sock.exists() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 90  # a bound under a loaded machine, not a retry
+        while not sock.exists() and service.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         if not sock.exists():
-            raise RuntimeError(f"podman system service made no socket at {sock} in 30 s")
+            state = "exited " + str(service.returncode) if service.poll() is not None else "still running"
+            raise RuntimeError(f"podman system service made no socket at {sock} in 90 s ({state}); "
+                               f"it said:\n{log.read_text(errors='replace')[-3000:]}")
         for image in load:  # from the Docker engine
             save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
-            subprocess.run([PODMAN, *storage, "load"], stdin=save.stdout, check=True, capture_output=True)
+            subprocess.run([*cmd, "load"], stdin=save.stdout, check=True, capture_output=True)
             save.wait()
-        yield Podman(f"unix://{sock}", storage)
+        yield Podman(f"unix://{sock}", cmd)
     finally:
         service.terminate()
         service.wait(timeout=30)
-        subprocess.run([PODMAN, *storage, "system", "reset", "--force"], capture_output=True, timeout=120)
+        subprocess.run([*cmd, "system", "reset", "--force"], capture_output=True, timeout=120)
         # conmon runs `podman container cleanup` as its containers exit, which mounts the
         # store's overlay again: end those before unmounting what they left
         _end_processes_under(root)
@@ -169,7 +182,7 @@ def podman_engine(root: Path, insecure_registries: tuple[str, ...] = (), load: t
 
 
 def podman_images(podman: Podman) -> list[str]:
-    out = subprocess.run([PODMAN, *podman.storage, "images", "--format", "{{.Repository}}:{{.Tag}}"],
+    out = subprocess.run([*podman.cmd, "images", "--format", "{{.Repository}}:{{.Tag}}"],
                          capture_output=True, text=True, timeout=60)
     return out.stdout.split()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from parts import PODMAN, podman_engine
+from parts import podman_engine
 
 ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 
@@ -22,12 +22,12 @@ ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
 @pytest.fixture(scope="module")
 def podman(tmp_path_factory):
     with podman_engine(tmp_path_factory.mktemp("podman"), load=("orchestra/base:bookworm",)) as engine:
-        yield engine.url, engine.storage
+        yield engine.url, engine.cmd
 
 
 @pytest.mark.part("podman")
 def test_the_examples_run_on_podmans_socket_and_its_differences_are_recorded(podman, tmp_path):
-    url, storage = podman
+    url, podman_cmd = podman
     env = {**os.environ, "DOCKER_HOST": url}
     proc = subprocess.run([ORCHESTRA, "run", "--path", str(ROOT / "tasks/examples"), "--agent", "oracle",
                            "-q", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "podman", "--json", "-"],
@@ -40,7 +40,7 @@ def test_the_examples_run_on_podmans_socket_and_its_differences_are_recorded(pod
         assert trial["limits"]["host_isolation"] == "none"  # said, never claimed
         assert trial["limits"]["storage_enforcement"] == "loop-volume(/logs)+watchdog"
         assert trial["limits"]["memory_bytes"] > 0 and trial["limits"]["pids_limit"] > 0  # read back
-    left = subprocess.run([PODMAN, *storage, "ps", "-a", "-q", "--filter", "label=orchestra.pid"],
+    left = subprocess.run([*podman_cmd, "ps", "-a", "-q", "--filter", "label=orchestra.pid"],
                           capture_output=True, text=True, timeout=60)
     assert left.stdout.strip() == ""
 
@@ -52,7 +52,7 @@ def test_the_engine_is_told_apart_by_its_ping(podman, runtime):
     from orchestrator.runtime.client import EngineClient
     from orchestrator.runtime.docker import DockerRuntime
 
-    url, _storage = podman
+    url, _cmd = podman
     on_podman = DockerRuntime(engine=EngineClient(base_url=url))
     assert on_podman.podman and on_podman.api.server.startswith("Libpod/")
     assert on_podman.engine_facts().kind == "podman" and not on_podman.volume_copy_up
