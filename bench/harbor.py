@@ -115,7 +115,7 @@ def stand_in_bases(runtime, api, tasks: list, tagged: list[str]) -> None:
     happens)."""
     from orchestrator.tasks.standins import choose
     from orchestrator.trial.baseimage import bootstrap_base
-    from orchestrator.trial.images import base_references
+    from orchestrator.trial.bases import base_references
 
     refs = sorted({ref for task in tasks for folder in (task.path / "environment", task.path / "tests")
                    if (folder / "Dockerfile").is_file()

@@ -1,4 +1,4 @@
-"""One trial, phase by phase: the lifecycle (run_trial, TrialContext), its images,
+"""One trial, phase by phase: the lifecycle (run_trial, TrialContext), its images and bases,
 sandbox, agent and workers, collection, verification, steps and the audit."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from orchestrator import public_face
 if TYPE_CHECKING:
     from orchestrator.trial.atif import TrialFacts, build_atif
     from orchestrator.trial.baseimage import BASE_VERSION, BOOTSTRAP_RELEASES, bootstrap_base
+    from orchestrator.trial.bases import base_references, stand_in_for
     from orchestrator.trial.context import (
         TrialContext,
         cancelled_result,
@@ -18,12 +19,7 @@ if TYPE_CHECKING:
         trial_id,
     )
     from orchestrator.trial.imagecache import ImageCache, Published
-    from orchestrator.trial.images import (
-        TaskImages,
-        base_references,
-        ensure_task_images,
-        stand_in_for,
-    )
+    from orchestrator.trial.images import TaskImages, ensure_task_images
     from orchestrator.trial.lifecycle import run_trial
     from orchestrator.trial.trust import trust_for
     from orchestrator.trial.verify import EnvTemplateError, resolve_env
@@ -48,9 +44,9 @@ __getattr__, __dir__ = public_face(__name__, {
     "ImageCache": "imagecache",
     "Published": "imagecache",
     "TaskImages": "images",
-    "base_references": "images",
+    "base_references": "bases",
     "ensure_task_images": "images",
-    "stand_in_for": "images",
+    "stand_in_for": "bases",
     "run_trial": "lifecycle",
     "trust_for": "trust",
     "EnvTemplateError": "verify",

@@ -15,7 +15,8 @@ from pathlib import Path
 from orchestrator.log import get_logger
 from orchestrator.runtime import LABEL_IMAGE_KIND, BuildFailed, Runtime
 from orchestrator.tasks import RELEASES, base_image
-from orchestrator.trial.images import facts_if_present, image_lock
+from orchestrator.trial.bases import facts_if_present
+from orchestrator.trial.images import image_lock
 
 log = get_logger()
 BOOTSTRAP_RELEASES = ("bookworm", "trixie")  # `orchestra images bootstrap`; bullseye on demand

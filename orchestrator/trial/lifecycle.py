@@ -48,6 +48,7 @@ from orchestrator.trial.agent import (
 )
 from orchestrator.trial.atif import write_trial_atif
 from orchestrator.trial.audit import audit_trajectory, grading_files
+from orchestrator.trial.bases import BaseBuildFailed
 from orchestrator.trial.collect import EVIDENCE_NAME, collect, export_evidence
 from orchestrator.trial.context import (
     Cancelled,
@@ -57,7 +58,6 @@ from orchestrator.trial.context import (
     trial_dir,
     trial_id,
 )
-from orchestrator.trial.images import BaseBuildFailed
 from orchestrator.trial.sandbox import (
     Sandbox,
     applied_limits,

@@ -33,7 +33,8 @@ from orchestrator.tasks import (
     hash_tree,
     image_repository,
 )
-from orchestrator.trial.images import bases_suffix, build_on_bases, build_once, resolve_bases
+from orchestrator.trial.bases import bases_suffix, build_on_bases, resolve_bases
+from orchestrator.trial.images import build_once
 from orchestrator.trial.trust import Trust
 
 if TYPE_CHECKING:

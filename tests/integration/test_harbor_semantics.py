@@ -407,7 +407,8 @@ def test_a_stand_in_never_moves_an_existing_tag_and_a_task_image_is_never_the_ba
     (no stand-in, no tag made or moved), and an image that inherited the base's labels (a
     task image) is never taken for the base. A reference the engine lacks is built on a
     stand-in without any tag being made for it."""
-    from orchestrator.trial.images import BASE_IMAGE, _orchestra_base, resolve_bases
+    from orchestrator.trial.bases import _orchestra_base, resolve_bases
+    from orchestrator.trial.images import BASE_IMAGE
 
     alias = "python:3.11-slim-bookworm"
     before = runtime.api.inspect_image(alias)["Id"] if runtime.image_exists(alias) else None

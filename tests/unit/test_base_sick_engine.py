@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.errors import RuntimeFault
-from orchestrator.trial import baseimage, images
+from orchestrator.trial import baseimage, bases
 
 
 class Sick:
@@ -31,4 +31,4 @@ def test_a_500_while_asking_for_the_base_raises_and_never_debootstraps(monkeypat
 
 def test_a_500_while_asking_for_a_from_image_raises_instead_of_calling_it_absent():
     with pytest.raises(RuntimeFault):
-        images._local(Sick(), "python:3.12-slim")  # type: ignore[arg-type]
+        bases._local(Sick(), "python:3.12-slim")  # type: ignore[arg-type]

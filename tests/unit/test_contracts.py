@@ -13,7 +13,7 @@ from orchestrator.archive import safe_extract, tar_files
 from orchestrator.errors import InputError
 from orchestrator.models.manifest import load_manifest
 from orchestrator.runtime.subnets import SubnetPool
-from orchestrator.trial.images import base_references
+from orchestrator.trial.bases import base_references
 from orchestrator.trial.verify import RewardError, read_reward
 
 

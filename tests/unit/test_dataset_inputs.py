@@ -194,7 +194,7 @@ def test_a_1gib_data_file_costs_tasks_check_no_1gib(tmp_path):
 CONTEXT = """
 import resource, sys, tarfile
 from pathlib import Path
-from orchestrator.trial.images import build_context
+from orchestrator.trial.bases import build_context
 from orchestrator.tasks.standins import StandIn
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 folder = Path(sys.argv[1])

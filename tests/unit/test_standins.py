@@ -13,7 +13,7 @@ from orchestrator.runtime.base import LABEL_IMAGE_KIND, ImageFacts, PulledImage,
 from orchestrator.runtime.docker.images import split_reference, unreachable
 from orchestrator.tasks.standins import choose, parse_reference
 from orchestrator.trial.baseimage import BASE_VERSION, LABEL_BASE_VERSION
-from orchestrator.trial.images import BaseBuildFailed, resolve_bases, with_stand_ins
+from orchestrator.trial.bases import BaseBuildFailed, resolve_bases, with_stand_ins
 
 
 @pytest.mark.parametrize("ref, release, python", [
