@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import TypedDict
+
+from pydantic import BaseModel, ConfigDict
 
 from orchestrator.agents.base import EXIT_STEP_LIMIT
 from orchestrator.agents.claude_code import ClaudeCode
@@ -170,21 +171,22 @@ INSTALLED: dict[str, type[InstalledAgent]] = {
                                      QwenCode, OpenHands)}
 
 
-class AgentRow(TypedDict, total=False):
+class AgentRow(BaseModel):
     """One row of `orchestra agents` (its --json too)."""
 
+    model_config = ConfigDict(frozen=True)
+
     name: str
-    kind: str
+    kind: str  # "built-in", or "installed (<kind> <package>)"
     version: str
-    installed: bool
-    api: str
-    needs: str
-    path: str
+    installed: bool  # this host has it (an installed CLI is installed on first use)
+    api: str = ""  # the model API it speaks ("" for a built-in agent)
+    needs: str = ""  # what the task's image must have for it
+    path: str = ""  # an installed CLI's own folder ("" for a built-in agent)
 
 
 def listing() -> list[AgentRow]:
     """What `orchestra agents` prints for the installed agents."""
-    return [{"name": name, "kind": f"installed ({cls.recipe.kind} {cls.recipe.package})",
-             "version": cls.recipe.version, "installed": cls.is_installed(),
-             "api": cls.api, "needs": cls.needs,
-             "path": str(install_dir(cls.recipe))} for name, cls in INSTALLED.items()]
+    return [AgentRow(name=name, kind=f"installed ({cls.recipe.kind} {cls.recipe.package})",
+                     version=cls.recipe.version, installed=cls.is_installed(), api=cls.api,
+                     needs=cls.needs, path=str(install_dir(cls.recipe))) for name, cls in INSTALLED.items()]

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.agents import AgentRow
 from orchestrator.errors import InfraError, InputError
 
 if TYPE_CHECKING:
-    from orchestrator.agents import AgentRow
     from orchestrator.job import Diagnosis
     from orchestrator.models import Observers
     from orchestrator.runtime import Runtime
@@ -155,18 +155,11 @@ def install_agents(names: list[str], ca_bundle: Path | None = None) -> None:
             ensure_installed(recipe, ca_bundle)
 
 
-class ListedAgent(TypedDict, total=False):
-    """One row of `orchestra agents` (its --json too): the agent's row (agents.AgentRow)
-    and the bytes its install folder takes on disk, measured."""
+class ListedAgent(AgentRow):
+    """One row of `orchestra agents` (its --json too): the agent's row and the bytes its
+    install folder takes on disk, measured."""
 
-    name: str
-    kind: str
-    version: str
-    installed: bool
-    api: str
-    needs: str
-    path: str  # an installed CLI's own folder ("" for a built-in agent)
-    size_bytes: int | None  # that folder's bytes on disk; None: built in, or not installed yet
+    size_bytes: int | None = None  # its folder's bytes on disk; None: built in, or not installed yet
 
 
 def list_agents() -> list[ListedAgent]:
@@ -178,10 +171,10 @@ def list_agents() -> list[ListedAgent]:
     from orchestrator.agents import INSTALLED, listing
     from orchestrator.models import AGENT_NAMES
 
-    built_in: list[AgentRow] = [{"name": n, "kind": "built-in", "version": orchestrator.__version__,
-                                 "installed": True, "path": ""} for n in AGENT_NAMES if n not in INSTALLED]
-    return [ListedAgent(**row, size_bytes=_bytes_on_disk(Path(row["path"]))
-                        if row.get("installed") and row.get("path") else None)
+    built_in = [AgentRow(name=n, kind="built-in", version=orchestrator.__version__, installed=True)
+                for n in AGENT_NAMES if n not in INSTALLED]
+    return [ListedAgent(**row.model_dump(), size_bytes=_bytes_on_disk(Path(row.path))
+                        if row.installed and row.path else None)
             for row in built_in + listing()]
 
 

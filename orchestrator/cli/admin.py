@@ -158,12 +158,12 @@ def agents(json_out: Annotated[bool, typer.Option("--json", help="Print JSON ins
         fail(exc)
     rows = list_agents()
     if json_out:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps([row.model_dump() for row in rows], indent=2))
         return
     print_table(console, "agents", ["agent", "kind", "version", "model API", "the image needs", "installed",
                                     "size on disk"],
-                [[row["name"], row["kind"], row["version"], row.get("api", ""), row.get("needs", ""),
-                  "yes" if row["installed"] else "on first use", _size(row.get("size_bytes"))] for row in rows])
+                [[row.name, row.kind, row.version, row.api, row.needs,
+                  "yes" if row.installed else "on first use", _size(row.size_bytes)] for row in rows])
 
 
 def _size(size_bytes: int | None) -> str:

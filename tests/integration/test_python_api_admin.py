@@ -72,4 +72,4 @@ def test_a_job_read_back_gated_cleaned_and_listed_through_the_api(runtime, tmp_p
         assert server.url.startswith("http://127.0.0.1:")
     finally:
         server.stop()
-    assert {"oracle", "nop"} <= {row["name"] for row in list_agents()}
+    assert {"oracle", "nop"} <= {row.name for row in list_agents()}

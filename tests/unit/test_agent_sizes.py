@@ -42,18 +42,18 @@ def test_list_agents_measures_installed_folders_and_leaves_the_rest_unmeasured(
     from orchestrator.agents import INSTALLED
 
     monkeypatch.setenv("ORCHESTRA_CACHE", str(tmp_path))  # an empty cache: nothing installed
-    rows = {row["name"]: row for row in list_agents()}
-    assert all(row["size_bytes"] is None for row in rows.values() if row["kind"] == "built-in")
-    not_installed = [n for n in INSTALLED if not rows[n]["installed"]]
+    rows = {row.name: row for row in list_agents()}
+    assert all(row.size_bytes is None for row in rows.values() if row.kind == "built-in")
+    not_installed = [n for n in INSTALLED if not rows[n].installed]
     assert not_installed, "the cache was not redirected: every agent reads as installed"
-    assert all(rows[n]["size_bytes"] is None for n in not_installed)
+    assert all(rows[n].size_bytes is None for n in not_installed)
     name = next(n for n in not_installed if len(INSTALLED[n].recipes()) == 1)  # one folder (no shared node)
-    folder = Path(rows[name]["path"])
+    folder = Path(rows[name].path)
     folder.mkdir(parents=True)
     (folder / "bin").write_bytes(os.urandom(50_000))
     (folder / "installed.json").write_text("{}")
-    row = next(r for r in list_agents() if r["name"] == name)
-    assert row["installed"] is True and row["size_bytes"] == du(folder)
+    row = next(r for r in list_agents() if r.name == name)
+    assert row.installed is True and row.size_bytes == du(folder)
 
 
 def test_the_cli_shows_the_size_or_a_dash() -> None:

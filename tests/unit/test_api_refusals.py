@@ -58,10 +58,10 @@ def test_list_agents_lists_the_built_in_ones_first_then_the_installed_clis() -> 
     from orchestrator.agents import INSTALLED
 
     rows = list_agents()
-    built_in = [row["name"] for row in rows if row["kind"] == "built-in"]
+    built_in = [row.name for row in rows if row.kind == "built-in"]
     assert built_in[:3] == ["oracle", "nop", "reference"]
-    assert [row["name"] for row in rows] == built_in + list(INSTALLED)  # built-in first, each once
-    assert all(row["kind"].startswith("installed") for row in rows[len(built_in):])
+    assert [row.name for row in rows] == built_in + list(INSTALLED)  # built-in first, each once
+    assert all(row.kind.startswith("installed") for row in rows[len(built_in):])
 
 
 def test_the_guard_sees_an_engine_opened() -> None:
