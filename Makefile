@@ -63,7 +63,7 @@ test: lint docker
 	  ./scripts/ensure-test-tools.sh; tools=$$?; \
 	  wait $$agents || echo "orchestra: not every agent CLI could be fetched now (log: $(AGENTS_LOG))" >&2; \
 	  wait $$bases && exit $$tools
-	$(BIN)/pytest tests -q --durations=40 --require-parts -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest tests -q --durations=40 --require-parts -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-hostile: base-image
 	$(BIN)/pytest tests/hostile -q

@@ -9,7 +9,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from engineshare import _engine_hold, _exclusive_test, foreign, shared_hold  # noqa: F401  (autouse)
+from engineshare import (  # noqa: F401  (autouse fixtures; the hook orders the files)
+    _engine_hold,
+    _exclusive_test,
+    foreign,
+    pytest_collection_modifyitems,
+    shared_hold,
+)
 from partsline import (  # noqa: F401  (pytest's hooks: the parts line at the session's end)
     pytest_addoption,
     pytest_configure,

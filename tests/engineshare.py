@@ -13,6 +13,14 @@ other engine test file runs under a shared hold. The holds are one flock(2) per 
 suite (a readers-writer lock with a turnstile, so an exclusive waiter is not starved by a
 stream of shared holders). Without xdist nothing is contended and the locks cost nothing.
 
+Order (`pytest_collection_modifyitems`, with `make test`'s `--no-loadscope-reorder`): the
+files that are exclusive whole run first, then the other engine files, then the unit
+tests. A worker's shared hold lasts its whole file, so an exclusive file that comes up while
+the other worker is mid-file waits out the rest of that file with both workers' time lost;
+run back to back at the start, the exclusive files wait only for each other (the first
+clean-clone timing with this order: below in ARCHITECTURE "Test suite"). A test that must be
+alone is best a file of its own: one exclusive test in a shared file trades holds mid-file.
+
 `foreign(labels)` tells the "nothing left behind" checks (conftest.py) which objects belong
 to another worker's job still running, so they are not counted as this test's leftovers;
 under an exclusive hold nothing is foreign, and the checks see the whole engine.
@@ -99,6 +107,28 @@ def _exclusive_test(request: pytest.FixtureRequest) -> Iterator[None]:
     finally:
         HOLD.release()
         HOLD.take("shared")
+
+
+def _file_order(items: list[pytest.Item]) -> dict[str, int]:
+    """Each file's place: 0 every test exclusive, 1 another engine file, 2 the rest."""
+    order: dict[str, int] = {}
+    for item in items:
+        path = str(item.fspath)
+        if not _engine_module(item):
+            order[path] = 2
+        elif item.get_closest_marker("exclusive") is None:
+            order[path] = 1
+        else:
+            order.setdefault(path, 0)
+    return order
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Exclusive files first, then the other engine files, then the unit tests (see the
+    module's docstring); within each, the order of collection, a file's tests together."""
+    order = _file_order(items)
+    items[:] = [item for _, _, item in sorted(
+        (order[str(item.fspath)], index, item) for index, item in enumerate(items))]
 
 
 def _descends_from_us(pid: int) -> bool:

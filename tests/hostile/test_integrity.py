@@ -746,27 +746,3 @@ def test_job_names_are_one_safe_segment_and_outputs_never_replace_devices(runtim
     proc = subprocess.run([ORCHESTRA, "compare", str(tmp_path / "jobs/out"), str(tmp_path / "jobs/off"),
                            "--json", "-"], capture_output=True, text=True)
     assert proc.returncode == 0 and '"paired": 1' in proc.stdout
-
-
-@pytest.mark.exclusive  # `orchestra cleanup --all` removes every job's objects, live ones too
-def test_cleanup_never_touches_what_orchestra_did_not_create(runtime, tmp_path):
-    make_task(tmp_path / "ds", "t", toml=SMALL, solve="touch /app/ok\n")
-    run_job(runtime, load_tasks(tmp_path / "ds"), default_manifest("oracle"),
-            JobOptions(job_name="mine", jobs_dir=tmp_path / "jobs"))
-    image = TrialResult.model_validate_json(
-        next((tmp_path / "jobs/mine/trials").glob("*/result.json")).read_text()).image
-    # Someone else's container from an image orchestra built: it inherits the image's labels.
-    theirs = runtime.api.create_container(image, command=["sleep", "60"], name=f"not-orchestra-{os.getpid()}")["Id"]
-    try:
-        # positive control: it carries the labels it inherited from orchestra's image
-        labels = runtime.api.inspect_container(theirs)["Config"]["Labels"] or {}
-        assert any(key.startswith("orchestra.image.") for key in labels), labels
-        for args in (["--dry-run", "--all"], ["--all"], []):
-            proc = subprocess.run([ORCHESTRA, "cleanup", *args], capture_output=True, text=True)
-            assert proc.returncode == 0, proc.stderr
-            assert theirs[:12] not in proc.stdout
-            assert runtime.api.inspect_container(theirs)["Id"] == theirs
-        dry = subprocess.run([ORCHESTRA, "cleanup", "--dry-run"], capture_output=True, text=True)
-        assert "nothing removed (--dry-run)" in dry.stdout
-    finally:
-        runtime.api.remove_container(theirs, force=True)

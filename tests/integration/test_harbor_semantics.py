@@ -400,18 +400,20 @@ def test_a_separate_verifier_runs_in_the_image_built_from_tests_with_its_own_lim
     assert result.verifier_limits.memory_bytes == 384 * 2**20 and result.verifier_forgeable is False
 
 
-# re-tags python:3.11-slim-bookworm for a while: other tests' builds start FROM it
-@pytest.mark.exclusive
 def test_a_stand_in_never_moves_an_existing_tag_and_a_task_image_is_never_the_base(runtime, tmp_path):
     """An engine-wide name someone else owns stays theirs: FROM it uses their image as is
     (no stand-in, no tag made or moved), and an image that inherited the base's labels (a
     task image) is never taken for the base. A reference the engine lacks is built on a
-    stand-in without any tag being made for it."""
+    stand-in without any tag being made for it. The name is this test's own (a python tag
+    no other test builds FROM), so it runs beside other tests' jobs."""
+    import uuid
+
     from orchestrator.trial.bases import _orchestra_base, resolve_bases
     from orchestrator.trial.images import BASE_IMAGE
 
-    alias = "python:3.11-slim-bookworm"
-    before = runtime.api.inspect_image(alias)["Id"] if runtime.image_exists(alias) else None
+    owned = f"3.11-slim-owned-{uuid.uuid4().hex[:8]}"
+    alias = f"python:{owned}"
+    assert not runtime.image_exists(alias)
     make_task(tmp_path / "ds", "child", solve="touch /app/ok\n",
               dockerfile="FROM python:3.12.99-slim\nWORKDIR /app\n")
     _, (child,) = run(runtime, tmp_path / "ds", tmp_path / "jobs", name="child")
@@ -421,7 +423,7 @@ def test_a_stand_in_never_moves_an_existing_tag_and_a_task_image_is_never_the_ba
     assert not runtime.image_exists("python:3.12.99-slim")  # built on the base, no tag made
     theirs = runtime.api.inspect_image(child.image)["Id"]  # a child of the base, same labels
     assert runtime.api.inspect_image(child.image)["Config"]["Labels"].get("orchestra.image.kind")
-    runtime.api.tag(theirs, "python", "3.11-slim-bookworm")  # someone's image under the name
+    runtime.api.tag(theirs, "python", owned)  # someone's image under the name
     try:
         [used] = resolve_bases(runtime, f"FROM {alias}\nRUN true\n")  # used as it is: no pull, no stand-in
         assert (used.record.source, used.record.image_id, used.stand_in) == ("local", theirs, None)
@@ -429,10 +431,7 @@ def test_a_stand_in_never_moves_an_existing_tag_and_a_task_image_is_never_the_ba
         assert not _orchestra_base(runtime, alias) and not _orchestra_base(runtime, child.image)
         assert _orchestra_base(runtime, BASE_IMAGE)
     finally:
-        if before is not None:
-            runtime.api.tag(before, "python", "3.11-slim-bookworm")
-        else:
-            runtime.api.remove_image(alias)
+        runtime.api.remove_image(alias)
 
 
 def test_tasks_check_lists_what_each_task_needs_that_this_host_lacks(runtime, tmp_path):
