@@ -18,7 +18,7 @@ files that are exclusive whole run first, then the other engine files, then the 
 tests. A worker's shared hold lasts its whole file, so an exclusive file that comes up while
 the other worker is mid-file waits out the rest of that file with both workers' time lost;
 run back to back at the start, the exclusive files wait only for each other (the first
-clean-clone timing with this order: below in ARCHITECTURE "Test suite"). A test that must be
+clean-clone timings are in ARCHITECTURE.md, after the folder layout). A test that must be
 alone is best a file of its own: one exclusive test in a shared file trades holds mid-file.
 
 `foreign(labels)` tells the "nothing left behind" checks (conftest.py) which objects belong
