@@ -34,6 +34,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.api.baseline import gate_names, read_baseline
+from orchestrator.api.resume import take_over_resumed
+from orchestrator.api.say import Say, silent
 from orchestrator.errors import InputError
 from orchestrator.models import JobSource
 from orchestrator.paths import JobDir
@@ -49,13 +52,6 @@ DONE = 0  # the job completed, whatever the rewards
 GATE_FAILED = 1  # the gate asked for (fail_on_regression) found a regression
 GATE_REFUSED = 2  # the job ran, but the gate had nothing it could judge (gate_refused says why)
 ANSWER_LEAK = 4  # an agent read what grades it: the suite stopped, its results are void
-
-Say = Callable[[str], None]
-
-
-def _silent(text: str) -> None:
-    """Where notes go when nobody listens (they are kept in the outcome all the same)."""
-
 
 class RunRequest(BaseModel):
     """`orchestra run`'s options, one field per flag (`--n-concurrent` is `n_concurrent`),
@@ -148,20 +144,20 @@ def run(request: RunRequest, *, observers: Observers | None = None, notes: Say |
 
     def note(text: str) -> None:
         said.append(text)
-        (notes or _silent)(text)
+        (notes or silent)(text)
 
     a = request.model_copy(deep=True)
     with contextlib.ExitStack() as held:  # one writer per job folder, for the whole run
         resumed, from_resume = JobSource(), None
         if a.resume is not None:
             held.enter_context(hold_job(a.resume))  # at once: before anything is read
-            a, resumed, from_resume = _take_over_resumed(a, note)
+            a, resumed, from_resume = take_over_resumed(a, note)
         name, attempts = _check(a)
         a = a.model_copy(update={"job_name": name})
         lineup = _allow_task_env(a, _lineup(a, from_resume))  # before tasks load: their ${VAR}s read it
         tasks = _tasks(a, note)
         options = _job_options(a, name, attempts, resumed)
-        baseline_trials = _read_baseline(a, options, tasks, note)
+        baseline_trials = read_baseline(a, options, tasks, note)
         job_dir = a.jobs_dir / name
         if a.resume is None:
             held.enter_context(hold_job(job_dir))
@@ -191,7 +187,7 @@ def _judge(a: RunRequest, job: JobResult, job_dir: Path, baseline_trials: list[T
 
     try:
         verdict = gate(trials, baseline_trials, a.allow_changed, a.gate_layer, a.flaky, a.alpha,
-                       names=_gate_names(a))
+                       names=gate_names(a))
     except InputError as exc:  # the job's results are written; only the gate refuses
         outcome.gate_refused, outcome.exit_code = exc.problems, GATE_REFUSED
         return outcome
@@ -200,72 +196,6 @@ def _judge(a: RunRequest, job: JobResult, job_dir: Path, baseline_trials: list[T
     if a.fail_on_regression and verdict.failed:
         outcome.exit_code = GATE_FAILED
     return outcome
-
-
-def _take_over_resumed(a: RunRequest, note: Say = _silent) -> tuple[RunRequest, JobSource, Manifest]:
-    """resume: the job's own path, folder, condition, policy, layer, k and endpoints replace
-    the request's (a changed manifest is refused: two conditions in one job). Returns the
-    request so changed, the job's source and its line-up."""
-    from pydantic import ValidationError
-
-    from orchestrator.errors import validation_problems
-    from orchestrator.models import JobConfig, Manifest
-
-    assert a.resume is not None
-    config_file = JobDir(a.resume).config
-    if not config_file.is_file():
-        raise InputError(f"{config_file}: not a job folder (no config.json)")
-    try:
-        config = JobConfig.model_validate_json(config_file.read_text())
-        lineup = Manifest.model_validate(config.manifest)
-    except ValidationError as exc:  # the manifest's fields are named under 'manifest.'
-        prefix = "manifest." if exc.title == "Manifest" else ""
-        raise InputError(validation_problems(config_file, exc, prefix)) from None
-    source = config.source
-    if config.condition_hash and lineup.condition_hash() != config.condition_hash:
-        raise InputError(f"{config_file}: field 'manifest': it no longer gives the "
-                         f"condition hash {config.condition_hash[:12]} this job ran "
-                         "with; resume would mix two conditions. Start a new job.")
-    taken = a.model_copy(update={
-        "path": Path(source.path) if source.path else a.path,
-        "jobs_dir": a.resume.parent, "job_name": a.resume.name,
-        "policy": config.policy, "layer": source.layer,
-        "k": None if config.k is None else str(config.k),
-        "endpoints": _resumed_endpoints(a, [Path(p) for p in source.endpoints], note)})
-    return taken, source, lineup
-
-
-def _resumed_endpoints(a: RunRequest, recorded: list[Path], note: Say = _silent) -> list[Path] | None:
-    """A job folder is input (DESIGN 4): the endpoint files its config.json names never win
-    over the user's. endpoints given: those. Otherwise the user's own config (the default
-    endpoints/*.json), and the job's files are said; where they define an endpoint the user's
-    config lacks or defines otherwise (another base URL, key variable, model), the resume is
-    refused unless trust_job_endpoints says to use them."""
-    from orchestrator.models import default_endpoint_files, load_endpoints
-
-    if a.endpoints or not recorded:
-        return a.endpoints
-    try:
-        theirs = load_endpoints(recorded).endpoints
-    except InputError as exc:
-        note(f"--resume: the endpoint files the job folder names are not readable ({exc}); "
-             "using your own endpoint config")
-        return a.endpoints
-    note("--resume: the job folder names endpoint files " + ", ".join(map(str, recorded)) + ": "
-         + ", ".join(f"{n} -> {e.base_url or e.provider}" for n, e in sorted(theirs.items())))
-    mine_files = [p.resolve() for p in default_endpoint_files()]
-    mine = load_endpoints(mine_files).endpoints if mine_files else {}
-    differ = sorted(n for n, e in theirs.items() if n not in mine or mine[n].model_dump() != e.model_dump())
-    if not differ:
-        return a.endpoints  # the same endpoints: the user's own files serve them
-    if not a.trust_job_endpoints:
-        raise InputError(f"--resume {a.resume}: the job folder's endpoint files define "
-                         f"{', '.join(differ)} otherwise than your endpoint config "
-                         f"({', '.join(map(str, mine_files)) or 'none'}) does (base URL, key "
-                         "variable or model); pass --endpoints to choose yours, or "
-                         "--trust-job-endpoints to use the job's")
-    note(f"--resume: --trust-job-endpoints: using the job folder's endpoints for {', '.join(differ)}")
-    return recorded
 
 
 def _check(a: RunRequest) -> tuple[str, int | None]:
@@ -333,7 +263,7 @@ def _recorded_exchanges(job: Path) -> bool:
     return any((folder / RECORD).is_file() for folder in JobDir(job).trial_folders())
 
 
-def _tasks(a: RunRequest, note: Say = _silent) -> list[Task]:
+def _tasks(a: RunRequest, note: Say = silent) -> list[Task]:
     """The tasks under path (with skip_broken, without those the doctor found unfit),
     narrowed to layer; the keys Harbor ignores are said."""
     from orchestrator.tasks import load_tasks
@@ -439,64 +369,10 @@ def _job_options(a: RunRequest, name: str, attempts: int | None, resumed: JobSou
                          manifest_dir=str(manifest_dir) if manifest_dir else None))
 
 
-def _gate_names(a: RunRequest) -> tuple[str, str]:
-    """The two jobs as the gate's messages name them."""
-    return f"job {a.jobs_dir / (a.job_name or '')}", f"job {a.baseline}"
-
-
-def _read_baseline(a: RunRequest, options: JobOptions, tasks: list[Task],
-                   note: Say = _silent) -> list[TrialResult] | None:
-    """The baseline, read now: a bad one is refused before any trial runs, and so is one the
-    gate could compare nothing with (no task in common by name or content hash, none of
-    gate_layer's, none graded there) or whose tasks changed (without allow_changed).
-    It also gives -k auto its attempts and the scheduler its durations (longest first)."""
-    if a.baseline is None:
-        return None
-    from orchestrator.job import measured
-    from orchestrator.report import TaskKey, check_comparable, check_options, load_trials
-
-    baseline_trials = load_trials(a.baseline)
-    check_options(a.flaky, a.alpha)
-    here = {t.name: TaskKey(frozenset({t.content_hash}), t.config.metadata.evaluation_layer) for t in tasks}
-    check_comparable(here, baseline_trials, _gate_names(a), a.allow_changed, a.gate_layer)
-    if a.k is not None and str(a.k) == "auto":
-        options.k = _auto_k(baseline_trials, a.detect_drop, a.alpha, a.gate_layer, note)
-    options.durations = measured(baseline_trials)
-    return baseline_trials
-
-
 def _positive_int(option: str, value: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise InputError(f"{option}: {value!r} is not a whole number of attempts (1 or more) or 'auto'")
     return int(value)
-
-
-def _auto_k(baseline_trials: list[TrialResult], drop: float, alpha: float, gate_layer: str | None,
-            say: Say = _silent) -> int:
-    """-k auto: attempts enough to tell a drop of `drop` from chance against the baseline,
-    said with what they cannot tell: tasks the baseline ran too few times for any k (run
-    with the baseline's own attempts), and tasks left to the one-attempt rule at k=1."""
-    from orchestrator.report import attempts_to_tell
-
-    if gate_layer is not None:
-        baseline_trials = [t for t in baseline_trials if t.layer == gate_layer]
-    plan = attempts_to_tell(baseline_trials, drop, alpha)
-    told = [t for t in plan.tasks if t.k is not None]
-    say(f"-k auto: k={plan.k} against the baseline's attempts (it ran each task up to "
-        f"{plan.baseline_k} time(s)); {len(told)} of {len(plan.tasks)} task(s) it passed can tell a "
-        f"drop of {drop:g} in pass rate from chance with 80% power at alpha {alpha:g}")
-    if cannot := plan.cannot:
-        shown = ", ".join(f"{t.task} ({t.baseline} in the baseline)" for t in cannot[:5])
-        need = (f"rerun the baseline with -k {plan.baseline_k_needed} (and this job with as many) to tell it"
-                if plan.baseline_k_needed else f"no k up to {plan.most} on both sides tells it")
-        say(f"-k auto: no k up to {plan.most} can tell it for {len(cannot)} task(s) the baseline ran "
-            f"too few times ({shown}{', ...' if len(cannot) > 5 else ''}): they run with the "
-            f"baseline's own attempts and the gate cannot promise to catch that drop; {need}")
-    if plan.one_attempt:
-        say(f"-k auto: k=1 against {len(plan.one_attempt)} task(s) the baseline ran once: they are "
-            "judged by the one-attempt rule (passed there, failed now), which cannot tell a "
-            "regression from chance: a task that passes 90% of the time fails the gate 1 time in 10")
-    return plan.k
 
 
 def _writable(jobs_dir: Path) -> None:
@@ -512,7 +388,7 @@ def _writable(jobs_dir: Path) -> None:
                          f"({exc.strerror or exc})") from None
 
 
-def _note_ignored_fields(tasks: list[Task], note: Say = _silent) -> None:
+def _note_ignored_fields(tasks: list[Task], note: Say = silent) -> None:
     """Keys Harbor ignores are accepted, never silently: one note per set of keys (and per
     schema warning), naming its tasks (each result.json records its own)."""
     lines: dict[str, list[str]] = {}

@@ -218,7 +218,7 @@ def test_one_writer_per_job_folder(tmp_path):
 
 
 def test_resume_never_takes_endpoints_from_the_job_folder_over_yours(tmp_path, monkeypatch):
-    from orchestrator.api.runs import _resumed_endpoints
+    from orchestrator.api.resume import resumed_endpoints
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "endpoints").mkdir()
@@ -230,14 +230,14 @@ def test_resume_never_takes_endpoints_from_the_job_folder_over_yours(tmp_path, m
     same = tmp_path / "job" / "same.json"
     same.write_text(mine.read_text())
     # --endpoints given: the user's, whatever the job says
-    assert _resumed_endpoints(_run_args(endpoints=[mine], resume=tmp_path / "job"), [theirs]) == [mine]
+    assert resumed_endpoints(_run_args(endpoints=[mine], resume=tmp_path / "job"), [theirs]) == [mine]
     # the job's files define what the user's config does: the user's own files serve them
-    assert _resumed_endpoints(_run_args(endpoints=None, resume=tmp_path / "job"), [same]) is None
+    assert resumed_endpoints(_run_args(endpoints=None, resume=tmp_path / "job"), [same]) is None
     # another base URL: refused, unless confirmed
     with pytest.raises(InputError, match="evil|live") as refused:
-        _resumed_endpoints(_run_args(endpoints=None, resume=tmp_path / "job"), [theirs])
+        resumed_endpoints(_run_args(endpoints=None, resume=tmp_path / "job"), [theirs])
     assert "--trust-job-endpoints" in str(refused.value)
-    assert _resumed_endpoints(_run_args(endpoints=None, resume=tmp_path / "job", trust_job_endpoints=True),
+    assert resumed_endpoints(_run_args(endpoints=None, resume=tmp_path / "job", trust_job_endpoints=True),
                               [theirs]) == [theirs]
 
 
