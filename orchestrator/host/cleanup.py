@@ -172,7 +172,9 @@ def prune_images(runtime: Runtime, keep_gb: float | None, keep: frozenset[str] =
     left fits keep_gb (all of them when keep_gb is None). The offline base is kept, and so
     is every image tagged with a reference in `keep`; with `spare_used_within_sec`, so is
     every image used that recently unless one of its tags is in `mine` (a running job's
-    budget: another job on this host may be using it). Returns the images removed."""
+    budget: another job on this host may be using it). What the images take is their
+    disk (`DiskUse`): a base many of them were built on counts once. Returns the images
+    removed."""
     try:
         usage = json.loads(USAGE_FILE.read_text())
     except (OSError, json.JSONDecodeError):
@@ -184,12 +186,12 @@ def prune_images(runtime: Runtime, keep_gb: float | None, keep: frozenset[str] =
         return max([usage.get(t, 0.0) for t in image.tags] + [image.created])
 
     images.sort(key=lambda i: (last_used(i), -i.created))  # a child (agent image) before its parent
-    total = sum(i.size for i in images)
+    disk = DiskUse(runtime.image_tree(), images)
     budget = None if keep_gb is None else keep_gb * 1024 ** 3
     removed = []
     now = time.time()
     for image in images:
-        if budget is not None and total <= budget:
+        if budget is not None and disk.total <= budget:
             break
         if keep & set(image.tags):
             continue
@@ -198,6 +200,45 @@ def prune_images(runtime: Runtime, keep_gb: float | None, keep: frozenset[str] =
             continue
         if not try_remove("image", runtime.remove_image, image.id):
             continue
-        total -= image.size
+        disk.forget(image)
         removed.append(image)
     return removed
+
+
+class DiskUse:
+    """The bytes a set of images takes on disk: each image's own (its size less what it was
+    built on, which the engine counts in its size too), counted once however many of the
+    set were built on it. Summing the images' sizes instead counts a shared base once per
+    image (80 task images on one 226 MB base read as ~20 GB of ~5.5 GB on disk, and a budget
+    of 20 GB pruned 25 images). `forget` takes one image out: what only it used is freed."""
+
+    def __init__(self, tree: dict[str, tuple[str, int]], images: list[ImageFacts]):
+        self._tree = tree
+        self._users: dict[str, int] = {}
+        self.total = 0
+        for image in images:
+            for node in self._chain(image):
+                if self._users.get(node, 0) == 0:
+                    self.total += self._own(node, image)
+                self._users[node] = self._users.get(node, 0) + 1
+
+    def _chain(self, image: ImageFacts) -> list[str]:
+        """The image and what it was built on, down to an image built on nothing (or one the
+        engine no longer lists: its bytes are then the last one's own)."""
+        chain, node, seen = [image.id], self._tree.get(image.id, (image.parent, image.size))[0], {image.id}
+        while node and node in self._tree and node not in seen:
+            chain.append(node)
+            seen.add(node)
+            node = self._tree[node][0]
+        return chain
+
+    def _own(self, node: str, image: ImageFacts) -> int:
+        parent, size = self._tree.get(node, (image.parent, image.size))
+        below = self._tree[parent][1] if parent in self._tree else 0
+        return max(size - below, 0)
+
+    def forget(self, image: ImageFacts) -> None:
+        for node in self._chain(image):
+            self._users[node] -= 1
+            if self._users[node] == 0:
+                self.total -= self._own(node, image)

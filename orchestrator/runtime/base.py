@@ -85,7 +85,7 @@ class Part(enum.StrEnum):
     SPAWN = "spawn"  # spawn, spawned_exit_code (background commands: workers)
     HEALTH = "health"  # health (compose services' healthchecks)
     LAYER_SIZES = "layer-sizes"  # writable_layer_bytes (the disk watchdog)
-    LISTING = "listing"  # images_labelled, owned_objects (pruning, the reaper by owner)
+    LISTING = "listing"  # images_labelled, image_tree, owned_objects (pruning, the reaper by owner)
 
 
 PART_METHODS: dict[Part, tuple[str, ...]] = {
@@ -98,7 +98,7 @@ PART_METHODS: dict[Part, tuple[str, ...]] = {
     Part.SPAWN: ("spawn", "spawned_exit_code"),
     Part.HEALTH: ("health",),
     Part.LAYER_SIZES: ("writable_layer_bytes",),
-    Part.LISTING: ("images_labelled", "owned_objects"),
+    Part.LISTING: ("images_labelled", "image_tree", "owned_objects"),
 }
 
 
@@ -465,6 +465,13 @@ class Runtime(ABC):
         """Local images carrying `label` ("key" or "key=value"). Raises: RuntimeFault;
         NotSupported without Part.LISTING."""
         self._lacks(Part.LISTING, "images_labelled")
+
+    def image_tree(self) -> dict[str, tuple[str, int]]:
+        """Every local image, a build's intermediate steps included: id -> (the id it was
+        built on, "" for none; its size in bytes, what it was built on included). What
+        pruning frees is told from it: a layer shared by many images is on disk once.
+        Raises: RuntimeFault; NotSupported without Part.LISTING."""
+        self._lacks(Part.LISTING, "image_tree")
 
     def owned_objects(self) -> list[OwnedObject]:
         """Every container, network and volume orchestra created (LABEL_PID): the reaper's

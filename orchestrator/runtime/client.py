@@ -214,8 +214,9 @@ class EngineClient:
     def inspect_image(self, ref: str) -> JsonObject:
         return self.api.inspect_image(ref)
 
-    def images(self, filters: JsonObject | None = None) -> list[JsonObject]:
-        return self.api.images(filters=filters)
+    def images(self, filters: JsonObject | None = None, all_images: bool = False) -> list[JsonObject]:
+        """The engine's image list; `all_images`: a build's intermediate steps too."""
+        return self.api.images(filters=filters, all=all_images)
 
     def tag(self, image: str, repository: str, tag: str) -> bool:
         return bool(self.api.tag(image, repository, tag))

@@ -126,11 +126,14 @@ class FakeRuntime(Runtime):
 
     # ---- scripting ------------------------------------------------------------------
     def add_image(self, ref: str, files: dict[str, bytes] | None = None, workdir: str = "",
-                  env: list[str] | None = None, labels: dict[str, str] | None = None) -> str:
-        """An image the fake holds (as built or pulled); returns its id."""
+                  env: list[str] | None = None, labels: dict[str, str] | None = None,
+                  size: int = 0, parent: str = "") -> str:
+        """An image the fake holds (as built or pulled: `parent` the id it was built on,
+        `size` its bytes with the parent's); returns its id."""
         image_id = f"sha256:{self._next():064x}"
         self.images[ref] = FakeImage(ImageFacts(id=image_id, tags=[ref], labels=dict(labels or {}),
-                                                env=list(env or []), workdir=workdir),
+                                                env=list(env or []), workdir=workdir, size=size,
+                                                parent=parent),
                                      dict(files or {}))
         return image_id
 
@@ -466,6 +469,10 @@ class FakeRuntime(Runtime):
     def images_labelled(self, label: str) -> list[ImageFacts]:
         self._call("images_labelled")
         return [i.facts for i in self.images.values() if _carries(i.facts.labels, [label])]
+
+    def image_tree(self) -> dict[str, tuple[str, int]]:
+        self._call("image_tree")
+        return {i.facts.id: (i.facts.parent, i.facts.size) for i in self.images.values()}
 
 
 def _carries(labels: dict[str, str], wanted: list[str]) -> bool:

@@ -135,6 +135,7 @@ class ImageFacts:
     created: float = 0.0
     digests: list[str] = field(default_factory=list)  # repository@sha256:..., where it came from a registry
     layers: int = 0  # filesystem layers (an imported root filesystem has one)
+    parent: str = ""  # the image it was built on (its last build step's), "" when pulled or imported
 
 
 @dataclass

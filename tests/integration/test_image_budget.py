@@ -52,3 +52,44 @@ def test_a_job_under_an_image_budget_prunes_what_it_no_longer_needs(runtime, tmp
     assert runtime.image_exists(bystander_images.agent_image)  # another job's, used within the hour
     assert runtime.image_exists("orchestra/base:bookworm")
     assert nothing_left(runtime) == {}
+
+
+def test_the_pruner_counts_a_shared_base_once_on_the_real_engine(runtime):
+    """Three task images built on orchestra's base take the base's bytes once on disk: the
+    engine's image tree (each image's parent and size) says so, and a budget of exactly
+    what orchestra's images take prunes nothing; a byte less prunes the least recently
+    used image alone (its own few bytes were all that was over)."""
+    import time
+    import uuid
+
+    from orchestrator.archive import tar_files
+    from orchestrator.host.cleanup import DiskUse, prune_images
+
+    run = uuid.uuid4().hex[:8]
+    mine = [f"orchestra/task/prune-{run}-{i}:h" for i in range(3)]
+    for i, tag in enumerate(mine):
+        dockerfile = f"FROM orchestra/base:bookworm\nRUN echo {run}-{i} > /mark\nLABEL {LABEL_IMAGE_KIND}=task-image\n"
+        runtime.build_image(tar_files({"Dockerfile": dockerfile.encode()}), tag, {}, 300)
+        time.sleep(1.1)  # created a second apart: the least recently used is the first
+    try:
+        tree = runtime.image_tree()
+        facts = {t: next(i for i in runtime.images_labelled(LABEL_IMAGE_KIND) if t in i.tags) for t in mine}
+        base = runtime.image_facts("orchestra/base:bookworm")
+        for image in facts.values():  # built on the base, through the RUN step's image
+            assert tree[image.id][0] and tree[tree[image.id][0]][0] == base.id, tree[image.id]
+        three = DiskUse(tree, list(facts.values())).total
+        summed = sum(i.size for i in facts.values())
+        assert base.size < three < base.size + 3 * 2**20, (three, base.size)  # the base once
+        assert summed > 3 * base.size  # what the old count took them for
+        candidates = [i for i in runtime.images_labelled(LABEL_IMAGE_KIND)
+                      if i.labels.get(LABEL_IMAGE_KIND) in ("task-image", "agent-image", "snapshot")]
+        others = frozenset(t for i in candidates for t in i.tags if t not in mine)
+        taken = DiskUse(tree, candidates).total
+        assert prune_images(runtime, keep_gb=taken / 2**30, keep=others) == []
+        assert all(runtime.image_exists(t) for t in mine)
+        removed = prune_images(runtime, keep_gb=(taken - 1) / 2**30, keep=others)
+        assert [i.tags for i in removed] == [[mine[0]]]
+        assert runtime.image_exists(mine[1]) and runtime.image_exists(mine[2])
+    finally:
+        for tag in mine:
+            runtime.remove_image(tag)

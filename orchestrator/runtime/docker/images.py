@@ -141,8 +141,12 @@ class ImagesMixin(DockerState):
     def images_labelled(self, label: str) -> list[ImageFacts]:
         return [ImageFacts(id=row["Id"], tags=list(row.get("RepoTags") or []),
                            labels=dict(row.get("Labels") or {}), size=int(row.get("Size") or 0),
-                           created=_created(row.get("Created")))
+                           created=_created(row.get("Created")), parent=str(row.get("ParentId") or ""))
                 for row in self.api.images(filters={"label": label})]
+
+    def image_tree(self) -> dict[str, tuple[str, int]]:
+        return {row["Id"]: (str(row.get("ParentId") or ""), int(row.get("Size") or 0))
+                for row in self.api.images(all_images=True)}
 
 
 # What the engine says when no registry answered (the name does not resolve, nothing listens,
