@@ -48,7 +48,7 @@ Flaky = Literal["gate", "report", "ignore"]
 def run(
     path: Annotated[Path | None, typer.Option("--path", "-p", help="Task folder or dataset to run.")] = None,
     manifest: Annotated[Path | None, typer.Option(help="Agent lineup (YAML).")] = None,
-    agent: Annotated[str | None, typer.Option(help="Override the orchestrator's agent: oracle | nop | reference | command, or an installed CLI (mini-swe-agent | aider | opencode; see `orchestra agents`).")] = None,
+    agent: Annotated[str | None, typer.Option(help="Override the orchestrator's agent: a built-in one (oracle | nop | reference | command | acp | acp-opencode | acp-qwen-code) or an installed CLI (mini-swe-agent | aider | opencode | claude-code | codex | gemini-cli | qwen-code | openhands), installed on first use; `orchestra agents` lists them.")] = None,
     n_concurrent: Annotated[int, typer.Option("--n-concurrent", "-n", min=1, help="Trials at a time.")] = 4,
     k: Annotated[str | None, typer.Option("-k", help="Attempts per task (default: per layer, regression 1, workflow 3, else 1). 'auto' with --baseline: enough attempts to tell a drop of --detect-drop in a task's pass rate from chance (printed).")] = None,
     layer: Annotated[Layer | None, typer.Option(help="Only tasks whose task.toml says this metadata.evaluation_layer.")] = None,

@@ -56,3 +56,13 @@ def test_help_shows_flags_without_a_value(monkeypatch):
 def test_flags_still_take_no_value():
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.startswith("orchestra ")
+
+
+def test_run_help_names_every_agent_run_takes(monkeypatch):
+    """`--agent`'s help is written out (the CLI does not import the agents to start); it
+    names every agent `run --agent` takes, so a new one cannot be left out of it."""
+    from orchestrator.models import AGENT_NAMES
+
+    text = " ".join(every_help(monkeypatch)["run"].replace("│", " ").split())
+    missing = [name for name in AGENT_NAMES if not re.search(rf"[(| ]{re.escape(name)}[ |)]", text)]
+    assert missing == [], text[:3000]
