@@ -205,9 +205,9 @@ class ObjectInScope(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    kind: str  # container, network, volume
-    name: str
-    job: str | None  # its job's label (None: none)
+    kind: str  # container, network, volume; image (with images: a task image the prune would remove)
+    name: str  # an image by its first tag
+    job: str | None  # its job's label (None: none, and for an image)
 
 
 @dataclass(frozen=True)
@@ -235,16 +235,18 @@ class Cleaned:
     removed: Removed
 
 
-def cleanup_plan(job: str | None = None, everything: bool = False) -> CleanupPlan:
+def cleanup_plan(job: str | None = None, everything: bool = False, images: bool = False,
+                 keep_gb: float | None = None) -> CleanupPlan:
     """What `clean_up` with the same scope would remove: every orchestra object
     (everything), one job's, or (default) those of jobs whose orchestrator on this host is
-    gone plus the idle pool networks. Objects orchestra did not create are never listed.
+    gone plus the idle pool networks; with `images`, the task images its prune would remove
+    (keep_gb as for clean_up). Objects orchestra did not create are never listed.
 
     Raises:
         InputError: both job and everything.
         InfraError: no engine answers.
     """
-    from orchestrator.host import LABEL_JOB, plan, remove_idle
+    from orchestrator.host import LABEL_JOB, plan, prune_images, remove_idle
 
     runtime = _cleanup_runtime(job, everything)
     objects = [ObjectInScope(kind=r.kind, name=r.name, job=r.labels.get(LABEL_JOB))
@@ -252,6 +254,9 @@ def cleanup_plan(job: str | None = None, everything: bool = False) -> CleanupPla
     if job is None and not everything:
         objects += [ObjectInScope(kind="network", name=n, job="(idle, kept between jobs)")
                     for n in remove_idle(runtime, dry_run=True)]
+    if images:
+        objects += [ObjectInScope(kind="image", name=(i.tags or [i.id])[0], job=None)
+                    for i in prune_images(runtime, keep_gb, dry_run=True)]
     return CleanupPlan(_scope(job, everything), objects)
 
 

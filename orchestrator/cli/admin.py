@@ -182,7 +182,7 @@ def cleanup(
     everything: Annotated[bool, typer.Option("--all", help="Remove every object orchestra created on this engine, live jobs included.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
     images: Annotated[bool, typer.Option("--images", help="Also prune orchestra's task images.")] = False,
-    keep_gb: Annotated[float | None, typer.Option(help="With --images: keep the most recently used up to this size.")] = None,
+    keep_gb: Annotated[float | None, typer.Option(help="With --images: keep the most recently used up to this many GB on disk (a base many images share counts once).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON: the objects in scope (--dry-run) or the counts removed.")] = False,
 ) -> None:
     """Remove containers, networks and volumes orchestra created (and the loop disks behind
@@ -195,7 +195,7 @@ def cleanup(
     configure_logs()
     try:
         if dry_run:
-            shown = cleanup_plan(job, everything)
+            shown = cleanup_plan(job, everything, images, keep_gb)
         else:
             done = clean_up(job, everything, images, keep_gb)
     except (InputError, InfraError) as exc:
@@ -206,7 +206,8 @@ def cleanup(
             typer.echo(json.dumps([o.model_dump(mode="json") for o in shown.objects], indent=2))
             return
         for row in shown.objects:
-            console.print(f"would remove {row.kind} {row.name[:64]}  (job {row.job or '?'})", markup=False)
+            owner = "" if row.kind == "image" else f"  (job {row.job or '?'})"
+            console.print(f"would remove {row.kind} {row.name[:64]}{owner}", markup=False)
         console.print(f"{len(shown.objects)} object(s) in scope ({shown.scope}); nothing removed (--dry-run)",
                       soft_wrap=True)
         return

@@ -167,14 +167,14 @@ def touch_images(refs: list[str]) -> None:
 
 def prune_images(runtime: Runtime, keep_gb: float | None, keep: frozenset[str] = frozenset(),
                  spare_used_within_sec: float | None = None,
-                 mine: frozenset[str] = frozenset()) -> list[ImageFacts]:
+                 mine: frozenset[str] = frozenset(), dry_run: bool = False) -> list[ImageFacts]:
     """Remove orchestra's task and agent images, least recently used first, until what is
     left fits keep_gb (all of them when keep_gb is None). The offline base is kept, and so
     is every image tagged with a reference in `keep`; with `spare_used_within_sec`, so is
     every image used that recently unless one of its tags is in `mine` (a running job's
     budget: another job on this host may be using it). What the images take is their
     disk (`DiskUse`): a base many of them were built on counts once. Returns the images
-    removed."""
+    removed (with `dry_run`, those it would remove; none is)."""
     try:
         usage = json.loads(USAGE_FILE.read_text())
     except (OSError, json.JSONDecodeError):
@@ -198,7 +198,7 @@ def prune_images(runtime: Runtime, keep_gb: float | None, keep: frozenset[str] =
         if (spare_used_within_sec is not None and not mine & set(image.tags)
                 and now - last_used(image) < spare_used_within_sec):
             continue
-        if not try_remove("image", runtime.remove_image, image.id):
+        if not dry_run and not try_remove("image", runtime.remove_image, image.id):
             continue
         disk.forget(image)
         removed.append(image)

@@ -87,6 +87,8 @@ def test_the_pruner_counts_a_shared_base_once_on_the_real_engine(runtime):
         taken = DiskUse(tree, candidates).total
         assert prune_images(runtime, keep_gb=taken / 2**30, keep=others) == []
         assert all(runtime.image_exists(t) for t in mine)
+        would = prune_images(runtime, keep_gb=(taken - 1) / 2**30, keep=others, dry_run=True)
+        assert [i.tags for i in would] == [[mine[0]]] and runtime.image_exists(mine[0])  # said, not done
         removed = prune_images(runtime, keep_gb=(taken - 1) / 2**30, keep=others)
         assert [i.tags for i in removed] == [[mine[0]]]
         assert runtime.image_exists(mine[1]) and runtime.image_exists(mine[2])

@@ -60,3 +60,12 @@ def test_an_image_whose_parent_the_engine_no_longer_lists_counts_whole():
                  labels={LABEL_IMAGE_KIND: "task-image"})
     use = DiskUse(rt.image_tree(), rt.images_labelled(LABEL_IMAGE_KIND))
     assert use.total == 700 * MB
+
+
+def test_a_dry_run_names_what_the_prune_would_remove_and_removes_nothing():
+    rt, _ = _engine(10)
+    before = set(rt.images)
+    would = prune_images(rt, keep_gb=1.5, dry_run=True)
+    assert [t for image in would for t in image.tags] == [f"orchestra/task/t{i}:h" for i in range(4)]
+    assert set(rt.images) == before and "remove_image" not in rt.calls
+    assert [i.tags for i in prune_images(rt, keep_gb=1.5)] == [i.tags for i in would]  # as said
