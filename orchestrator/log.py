@@ -1,4 +1,4 @@
-"""structlog set-up: key/value events to stderr, and JSON lines into the job directory."""
+"""structlog set-up: a line per event for a person on stderr, and JSON lines into the job directory."""
 
 from __future__ import annotations
 
@@ -63,31 +63,39 @@ get_logger = structlog.get_logger
 
 
 def configure(verbose: bool = False, json_file: Path | None = None) -> None:
+    """Events to stderr as one human line each (warnings and worse; everything with
+    `verbose`), and every event as a JSON line into `json_file` (the job's events.jsonl).
+    Both are scrubbed of live secrets; so are other libraries' log records."""
+    shared = [structlog.processors.add_log_level, scrub.structlog_processor,
+              structlog.processors.TimeStamper(fmt="iso")]
     handlers: list[logging.Handler] = []
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(logging.DEBUG if verbose else logging.WARNING)
-    console.setFormatter(logging.Formatter("%(message)s"))
+    console.setFormatter(_formatter(structlog.dev.ConsoleRenderer(colors=False), shared))
     handlers.append(console)
     if json_file is not None:
         json_file.parent.mkdir(parents=True, exist_ok=True)
         _end_the_last_line(json_file)
         file_handler = logging.FileHandler(json_file)
         file_handler.setLevel(logging.DEBUG)
-        file_handler.setFormatter(logging.Formatter("%(message)s"))
+        file_handler.setFormatter(_formatter(structlog.processors.JSONRenderer(), shared))
         handlers.append(file_handler)
     logging.basicConfig(level=logging.DEBUG, handlers=handlers, force=True)
     for noisy in ("urllib3", "docker", "filelock"):  # their debug lines are not events
         logging.getLogger(noisy).setLevel(logging.WARNING)
     structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            scrub.structlog_processor,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.JSONRenderer(),
-        ],
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=False,
     )
+
+
+def _formatter(render: object, shared: list[object]) -> logging.Formatter:
+    """One handler's rendering of the events (each handler its own: JSON into the file,
+    a line for a person on stderr); `shared` runs first on other libraries' records."""
+    return structlog.stdlib.ProcessorFormatter(
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, render],
+        foreign_pre_chain=shared)
 
 
 def _end_the_last_line(path: Path) -> None:
