@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -137,7 +138,14 @@ def podman_engine(root: Path, insecure_registries: tuple[str, ...] = (), load: t
     tmpdir instead of Podman's default, one shared-memory segment (/dev/shm/libpod_lock) for
     every Podman on the host. A process killed while holding one of those locks (the
     teardown kills a lingering `podman container cleanup`) leaves it held for the next
-    Podman; a file lock dies with its holder (CI, stop 54: a service made no socket)."""
+    Podman; a file lock dies with its holder.
+
+    The run root and tmpdir are in a short folder of their own under /tmp, not under
+    `root`: Podman refuses a run root longer than 50 characters (its sockets' paths must
+    fit), and pytest's temp folder grows with the machine's history. CI's stop-54 failure
+    was this: /tmp/pytest-of-root/pytest-11/popen-gw0/podman0/run is 51 characters (50 with
+    pytest-0 here), the service exited at once saying so, and the old fixture had thrown
+    its words away and waited 30 s for a socket."""
     if PODMAN is None or not os.path.exists("/usr/libexec/podman/catatonit"):
         pytest.skip("podman and catatonit are not installed (make test installs them)")
     root.mkdir(parents=True, exist_ok=True)
@@ -149,8 +157,9 @@ def podman_engine(root: Path, insecure_registries: tuple[str, ...] = (), load: t
         registries.write_text("".join(f'[[registry]]\nlocation = "{r}"\ninsecure = true\n\n'
                                       for r in insecure_registries))
         settings.append(f"CONTAINERS_REGISTRIES_CONF={registries}")
-    cmd = ["env", *settings, PODMAN, "--root", str(root / "storage"), "--runroot", str(root / "run"),
-           "--tmpdir", str(root / "tmp")]
+    short = Path(tempfile.mkdtemp(prefix="orchestra-pm-", dir="/tmp"))  # 26 characters
+    cmd = ["env", *settings, PODMAN, "--root", str(root / "storage"), "--runroot", str(short / "run"),
+           "--tmpdir", str(short / "tmp")]
     sock = root / "podman.sock"
     log = root / "service.log"
     with log.open("wb") as out:
@@ -175,10 +184,12 @@ def podman_engine(root: Path, insecure_registries: tuple[str, ...] = (), load: t
         subprocess.run([*cmd, "system", "reset", "--force"], capture_output=True, timeout=120)
         # conmon runs `podman container cleanup` as its containers exit, which mounts the
         # store's overlay again: end those before unmounting what they left
-        _end_processes_under(root)
-        _unmount_under(root)  # its storage's overlay mount outlives the service
-        shutil.rmtree(root, ignore_errors=True)
-    assert not [m for m in _mounts() if m.startswith(str(root))]
+        for folder in (root, short):
+            _end_processes_under(folder)
+        for folder in (root, short):
+            _unmount_under(folder)  # its storage's overlay mount outlives the service
+            shutil.rmtree(folder, ignore_errors=True)
+    assert not [m for m in _mounts() if m.startswith((str(root), str(short)))]
 
 
 def podman_images(podman: Podman) -> list[str]:
