@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from orchestrator.log import get_logger
@@ -165,6 +166,15 @@ def touch_images(refs: list[str]) -> None:
             log.warning("images.usage_not_recorded", error=str(exc))
 
 
+PRUNABLE = ("task-image", "agent-image", "snapshot")  # kinds of image a prune may remove
+
+
+def prunable(runtime: Runtime) -> list[ImageFacts]:
+    """The images a prune may remove: orchestra's task, agent and snapshot images (never
+    a base, a verifier's or a sidecar's)."""
+    return [i for i in runtime.images_labelled(LABEL_IMAGE_KIND) if i.labels.get(LABEL_IMAGE_KIND) in PRUNABLE]
+
+
 def prune_images(runtime: Runtime, keep_gb: float | None, keep: frozenset[str] = frozenset(),
                  spare_used_within_sec: float | None = None,
                  mine: frozenset[str] = frozenset(), dry_run: bool = False) -> list[ImageFacts]:
@@ -179,8 +189,7 @@ def prune_images(runtime: Runtime, keep_gb: float | None, keep: frozenset[str] =
         usage = json.loads(USAGE_FILE.read_text())
     except (OSError, json.JSONDecodeError):
         usage = {}
-    images = [i for i in runtime.images_labelled(LABEL_IMAGE_KIND)
-              if i.labels.get(LABEL_IMAGE_KIND) in ("task-image", "agent-image", "snapshot")]
+    images = prunable(runtime)
 
     def last_used(image: ImageFacts) -> float:
         return max([usage.get(t, 0.0) for t in image.tags] + [image.created])
@@ -213,32 +222,28 @@ class DiskUse:
     of 20 GB pruned 25 images). `forget` takes one image out: what only it used is freed."""
 
     def __init__(self, tree: dict[str, tuple[str, int]], images: list[ImageFacts]):
-        self._tree = tree
-        self._users: dict[str, int] = {}
-        self.total = 0
-        for image in images:
-            for node in self._chain(image):
-                if self._users.get(node, 0) == 0:
-                    self.total += self._own(node, image)
-                self._users[node] = self._users.get(node, 0) + 1
+        # the engine's tree, and any of the images it no longer lists as they were read
+        self._tree = {**{i.id: (i.parent, i.size) for i in images}, **tree}
+        self._chains = {i.id: self._chain(i.id) for i in images}
+        self._users = Counter(node for chain in self._chains.values() for node in chain)
+        self.total = sum(self._own(node) for node in self._users)
 
-    def _chain(self, image: ImageFacts) -> list[str]:
+    def _chain(self, image: str) -> list[str]:
         """The image and what it was built on, down to an image built on nothing (or one the
         engine no longer lists: its bytes are then the last one's own)."""
-        chain, node, seen = [image.id], self._tree.get(image.id, (image.parent, image.size))[0], {image.id}
-        while node and node in self._tree and node not in seen:
+        chain: list[str] = []
+        node = image
+        while node and node in self._tree and node not in chain:
             chain.append(node)
-            seen.add(node)
             node = self._tree[node][0]
         return chain
 
-    def _own(self, node: str, image: ImageFacts) -> int:
-        parent, size = self._tree.get(node, (image.parent, image.size))
-        below = self._tree[parent][1] if parent in self._tree else 0
-        return max(size - below, 0)
+    def _own(self, node: str) -> int:
+        parent, size = self._tree[node]
+        return max(size - (self._tree[parent][1] if parent in self._tree else 0), 0)
 
     def forget(self, image: ImageFacts) -> None:
-        for node in self._chain(image):
+        for node in self._chains[image.id]:
             self._users[node] -= 1
             if self._users[node] == 0:
-                self.total -= self._own(node, image)
+                self.total -= self._own(node)

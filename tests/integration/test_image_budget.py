@@ -63,7 +63,7 @@ def test_the_pruner_counts_a_shared_base_once_on_the_real_engine(runtime):
     import uuid
 
     from orchestrator.archive import tar_files
-    from orchestrator.host.cleanup import DiskUse, prune_images
+    from orchestrator.host.cleanup import DiskUse, prunable, prune_images
 
     run = uuid.uuid4().hex[:8]
     mine = [f"orchestra/task/prune-{run}-{i}:h" for i in range(3)]
@@ -81,8 +81,7 @@ def test_the_pruner_counts_a_shared_base_once_on_the_real_engine(runtime):
         summed = sum(i.size for i in facts.values())
         assert base.size < three < base.size + 3 * 2**20, (three, base.size)  # the base once
         assert summed > 3 * base.size  # what the old count took them for
-        candidates = [i for i in runtime.images_labelled(LABEL_IMAGE_KIND)
-                      if i.labels.get(LABEL_IMAGE_KIND) in ("task-image", "agent-image", "snapshot")]
+        candidates = prunable(runtime)
         others = frozenset(t for i in candidates for t in i.tags if t not in mine)
         taken = DiskUse(tree, candidates).total
         assert prune_images(runtime, keep_gb=taken / 2**30, keep=others) == []
