@@ -189,7 +189,16 @@ for s in held:
 for s in held:
     s.close()
 out["connections"] = {"attempted": 300, "connected": len(held), "failed": failed, "told_503": told_503}
-out["ok_after"] = call(json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode())
+# a normal call once the flood has drained: the closed connections leave the cap as the
+# proxy reads their ends, the byte debt (at most 5 s) runs out; until then it is refused
+# (503 or 429, or a broken pipe when the refusal comes before the body is sent: cc80)
+recovering = time.monotonic()
+while True:
+    out["ok_after"] = call(json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode())
+    if out["ok_after"] == "200" or time.monotonic() - recovering > 20:
+        break
+    time.sleep(0.2)
+out["ok_after_sec"] = round(time.monotonic() - recovering, 2)
 json.dump(out, open("/logs/artifacts/flood.json", "w"))
 PY
 touch /app/ok
@@ -393,8 +402,11 @@ def test_a_proxy_flood_is_refused_clearly_and_costs_the_orchestrator_little(inte
     assert flood["negative"].startswith("HTTP/1.1 400") and flood["abc"].startswith("HTTP/1.1 400")
     assert flood["chunked"].startswith("HTTP/1.1 411") and flood["huge"].startswith("HTTP/1.1 413")
     assert flood["no_token_huge"].startswith("HTTP/1.1 401")
-    # and the proxy still answers a normal call after; the trial is graded
-    assert flood["ok_after"] == "200" and result.reward == {"reward": 1.0} and result.failure_mode == "none"
+    # and the proxy answers a normal call again once the flood drained (its connections
+    # closed, at most 5 s of byte debt: within 15 s), and the trial is graded
+    FIGURES["proxy_recovered_sec"] = flood["ok_after_sec"]
+    assert flood["ok_after"] == "200" and flood["ok_after_sec"] < 15, flood
+    assert result.reward == {"reward": 1.0} and result.failure_mode == "none"
     assert result.model.calls >= bodies["200"]
 
 
