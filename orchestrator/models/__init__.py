@@ -4,6 +4,7 @@ from or written to a file (a bad one fails naming the file and the field):
 - task: task.toml (Harbor's task format, a superset of it)
 - manifest: the agent lineup and the condition it defines
 - endpoint: endpoint configs (where and how a model is called)
+- prices: what a model's tokens cost (the default table, and which price wins)
 - wiring: the variables orchestra sets in a container, which no dataset or endpoint may set
 - result: trial and job results (result.json)
 - failures: which FailureMode a trial ends in and which are retried (the one place)
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
         is_agent_kind,
         load_manifest,
     )
+    from orchestrator.models.prices import DEFAULT_PRICES, PRICES_AS_OF, Prices, price_of
     from orchestrator.models.records import (
         ArmShadow,
         CollectedPath,
@@ -119,7 +121,7 @@ if TYPE_CHECKING:
     from orchestrator.models.wiring import is_wiring
 
 __all__ = [
-    "AGENT_KILLED", "AGENT_NAMES", "AdmissionWaiting", "AppliedLimits", "ArmShadow", "BaseImage",
+    "AGENT_KILLED", "AGENT_NAMES", "AdmissionWaiting", "DEFAULT_PRICES", "PRICES_AS_OF", "Prices", "price_of", "AppliedLimits", "ArmShadow", "BaseImage",
     "Budget", "BuildFailure", "ClassDelta", "CollectedPath", "CompareReport", "DirectoryEntry",
     "ERRORED", "EgressRecord", "EndpointConfig", "EngineOutage", "EngramSeeded",
     "EvidenceIdentity", "EvidenceTrial", "Failure", "FailureMode", "Healthcheck", "ImageBuild",
@@ -184,6 +186,10 @@ __getattr__, __dir__ = public_face(__name__, {
     "flag_env": "manifest",
     "is_agent_kind": "manifest",
     "load_manifest": "manifest",
+    "DEFAULT_PRICES": "prices",
+    "PRICES_AS_OF": "prices",
+    "Prices": "prices",
+    "price_of": "prices",
     "ArmShadow": "records",
     "CollectedPath": "records",
     "EgressRecord": "records",

@@ -12,12 +12,24 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import InputError, validation_problems
+from orchestrator.models.prices import Prices
 from orchestrator.models.wiring import is_wiring
 
 ApiName = Literal["chat", "responses", "messages", "gemini"]
+
+
+class Timeouts(BaseModel):
+    """One model call's waits upstream, in seconds (services.apis.forward.Deadlines). The
+    defaults suit a CPU server: a 15k-token prompt at ~100 tokens/s is minutes before the
+    answer's first byte. A call past its first-byte or idle wait is never sent again."""
+
+    model_config = ConfigDict(extra="forbid")
+    connect_sec: float = Field(default=10.0, gt=0, le=600)
+    first_byte_sec: float = Field(default=600.0, gt=0, le=86_400)
+    idle_sec: float = Field(default=300.0, gt=0, le=86_400)
 
 
 class Endpoint(BaseModel):
@@ -32,6 +44,14 @@ class Endpoint(BaseModel):
     # /v1beta for gemini): an agent's call in one of them is relayed, any other translated
     # to chat (orchestrator.services.apis).
     apis: list[ApiName] = ["chat"]
+    timeouts: Timeouts = Timeouts()
+    # what the model costs (else the manifest's prices, else models.prices' default table)
+    prices: Prices | None = None
+    # the chat field that caps a translated call's output: OpenAI's reasoning models take
+    # max_completion_tokens only (a 400 naming the field switches it for the trial anyway)
+    output_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    # the output cap a budgeted call gets when the agent names none (the model's own maximum)
+    max_output_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
 
     @field_validator("env")
     @classmethod

@@ -142,15 +142,20 @@ def verifier_error(message: str) -> Failure:
 
 def endpoint_failed(mode: FailureMode, headline: float, *, upstream_errors: int, abandoned: int,
                     last_error: str | None) -> Failure | None:
-    """The provider failed, not the agent: an otherwise clean trial below a pass whose model
-    calls failed after the proxy's retries (or were abandoned) is an endpoint error (retried),
-    never the agent's 0."""
-    if not (upstream_errors or abandoned) or mode != FailureMode.NONE or headline >= 1.0:
+    """The provider failed, not the agent: a trial any of whose model calls the upstream
+    failed after the proxy's retries (down, rate-limited past them, an error or a break
+    after its stream began, no first byte in time) is an endpoint error, retried from a
+    fresh folder and never graded, whatever its reward (what the agent made of a cut
+    answer is not its work). An otherwise clean trial below a pass whose calls the agent
+    abandoned is one too."""
+    if mode != FailureMode.NONE:
         return None
-    return Failure(FailureMode.ENDPOINT_ERROR,
-                   "the model endpoint failed after retries: " + (last_error or "")
-                   if upstream_errors else "the model endpoint did not answer before "
-                   "the agent stopped waiting (the proxy did not re-send)")
+    if upstream_errors:
+        return Failure(FailureMode.ENDPOINT_ERROR, "the model endpoint failed after retries: " + (last_error or ""))
+    if abandoned and headline < 1.0:
+        return Failure(FailureMode.ENDPOINT_ERROR, "the model endpoint did not answer before the agent "
+                                                   "stopped waiting (the proxy did not re-send)")
+    return None
 
 
 def cancelled_in_phase(mode: FailureMode, error: str | None, graded: bool) -> Failure | None:

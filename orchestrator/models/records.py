@@ -33,19 +33,47 @@ from pydantic import (
 
 class ProxyCounts(BaseModel):
     """What the per-trial model proxy counts as calls go through it (services/apis/calls.py
-    adds to one while the trial runs): calls, refusals, retries, tokens, cost."""
+    and ledger.py add to one while the trial runs): calls, refusals, retries, tokens, cost.
+
+    Tokens: `prompt_tokens` / `completion_tokens` are all the trial's, each call's either as
+    the upstream counted it (`counted_*`, `usage_counted_calls`) or, where the upstream sent
+    no usage, estimated at ~4 bytes a token (`estimated_*`, `usage_estimated_calls`): the
+    two are never mixed up. `budget_charged_*` is what the budget was charged: counted usage,
+    or for an estimated call its upper bound (a token a byte), so a ceiling holds either way.
+    Cost: dollars from counted usage and the model's prices only; `cost_unknown_calls` calls
+    added none (no usage, or no price), and a report says the cost is unknown then."""
 
     calls: int = 0
     refused_budget: int = 0
-    upstream_errors: int = 0  # down after every retry: an endpoint_error trial
+    upstream_errors: int = 0  # the upstream failed the call after every retry: an endpoint_error trial
     upstream_refusals: int = 0  # a 4xx (e.g. context overflow): the agent's request failed
+    stream_errors: int = 0  # of upstream_errors: an error event or a break after the stream began
+    rate_limited: int = 0  # of upstream_errors: 429 past the retries (the agent got its API's 429)
     abandoned: int = 0  # the agent gave up waiting; the proxy did not re-send
     retries: int = 0
     last_error: str | None = None  # the upstream's last error: status and body, cut, scrubbed
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    counted_prompt_tokens: int = 0
+    counted_completion_tokens: int = 0
+    estimated_prompt_tokens: int = 0
+    estimated_completion_tokens: int = 0
+    usage_counted_calls: int = 0
+    usage_estimated_calls: int = 0
+    budget_charged_tokens: int = 0
+    budget_charged_cost: float = 0.0
     cost: float = 0.0
+    cost_unknown_calls: int = 0
+    output_field: str | None = None  # the chat output cap's field, when learned from a 400
     by_api: dict[str, int] = {}  # calls per agent API
+
+    @property
+    def tokens_estimated(self) -> bool:
+        return self.usage_estimated_calls > 0
+
+    @property
+    def cost_known(self) -> bool:
+        return self.cost_unknown_calls == 0
 
 
 class ModelUsage(ProxyCounts):

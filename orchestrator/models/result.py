@@ -231,6 +231,17 @@ class TrialResult(BaseModel):
     finished_at: float = 0.0
 
     @property
+    def tokens_estimated(self) -> bool:
+        """Some calls' usage was not reported by the upstream: their tokens are estimated."""
+        return self.model is not None and self.model.tokens_estimated
+
+    @property
+    def cost_known(self) -> bool:
+        """False when some call's dollars are unknown (no usage, or no price): `cost` is then
+        only what the priced, counted calls cost, and reports say so."""
+        return self.model is None or self.model.cost_known
+
+    @property
     def headline(self) -> float:
         """The reward that counts: 0 for errored and voided trials (headline_of otherwise)."""
         if self.reward is None or self.failure_mode in VOID:

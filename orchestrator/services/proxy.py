@@ -4,8 +4,9 @@ One per trial, bound to the trial network's gateway. The agent calls it in its o
 (orchestrator.services.apis: Chat Completions, Responses, Messages, Gemini), at the paths
 its client uses, with the per-trial token in the header that API uses (`Authorization:
 Bearer`, `x-api-key`, `x-goog-api-key` or `?key=`), compared in constant time. The proxy
-maps every model name asked for to the trial's model (recording the name asked), caps the
-call to what the budget has left (or refuses it), then either
+maps every model name asked for to the trial's model (recording the name asked), admits the
+call against the budget (apis.ledger: its input bound and output cap reserved beside the
+calls in flight, the cap sent upstream lowered to what is left, or refused), then either
 
 - relays it (the upstream speaks the agent's API, `apis` in the endpoint config): the
   body as the agent sent it, the key added in that API's header, a stream passed on event
@@ -13,10 +14,13 @@ call to what the budget has left (or refuses it), then either
 - translates it to Chat Completions and answers in the agent's API (a stream translated
   as the upstream's chunks arrive, with that API's keep-alive lines until they do).
 
-Upstream calls are retried on 429 and 5xx (apis.forward: never past the trial's deadline,
-never once the agent left). Tokens and cost are counted per API (prices from the
-manifest); every refusal is in the agent's API's error shape; error bodies from upstream
-are scrubbed of the key before they reach the agent. Every exchange is recorded
+Upstream calls are retried only where nothing was generated (apis.forward: the request
+never sent, 429 with its Retry-After, 5xx; never past the trial's deadline, never once the
+agent left), under the endpoint's connect, first-byte and idle deadlines. Usage read from
+the upstream settles each call's reservation (estimated, and said so, where it sent none);
+cost from the prices of the manifest, the endpoint config or the default table
+(models.prices). Every refusal is in the agent's API's error shape; error bodies from
+upstream are scrubbed of the key before they reach the agent. Every exchange is recorded
 (services.exchanges), chat-shaped, with the agent's API and its own request beside it.
 """
 
@@ -33,10 +37,10 @@ from pathlib import Path
 
 from orchestrator.models import Budget, ModelUsage
 from orchestrator.services import apis
-from orchestrator.services.apis import chat
 from orchestrator.services.apis.calls import KIND_OF_STATUS, Call, CallWays, ProxyCounts, Refusal
-from orchestrator.services.apis.common import Api, Route
-from orchestrator.services.apis.forward import ClientGone, Pool, Retryable, upstream_said
+from orchestrator.services.apis.common import Route
+from orchestrator.services.apis.forward import ClientGone, Deadlines, Pool, Retryable, upstream_said
+from orchestrator.services.apis.ledger import MAX_OUTPUT, Ledger, Refused, Reservation, input_bound
 from orchestrator.services.apis.upstreams import Upstream, Upstreams
 from orchestrator.services.exchanges import ExchangeLog
 from orchestrator.services.httpserve import BackgroundServer, HttpError, JsonHandler, OnOneServer
@@ -50,7 +54,11 @@ MAX_REQUEST = 2 * 1024 * 1024
 REQUEST_RATE = 25
 MAX_CHOICES = 8  # n / candidateCount: more choices a call are refused (each is a generation)
 KEEPALIVE_SEC = 5.0  # a streaming client waiting on a translated call hears from us this often
-__all__ = ["ClientGone", "ModelProxy", "ProxyCounts", "Retryable", "Upstream", "Upstreams", "upstream_said"]
+# the output cap a budgeted call gets when the agent asks for none (the endpoint config's
+# max_output_tokens overrides it): what the budget reserves for the answer
+UNASKED_OUTPUT = 32_768
+__all__ = ["ClientGone", "Deadlines", "ModelProxy", "ProxyCounts", "Retryable", "Upstream", "Upstreams",
+           "upstream_said"]
 
 
 class ModelProxy(CallWays, OnOneServer):
@@ -58,16 +66,23 @@ class ModelProxy(CallWays, OnOneServer):
                  budget: Budget, prices: dict[str, float], deadline: float,
                  max_attempts: int = 6, backoff_max: float = 8.0, record: Path | None = None,
                  upstream_apis: tuple[str, ...] = ("chat",), keepalive_sec: float = KEEPALIVE_SEC,
-                 tls: ssl.SSLContext | None = None):
-        """`tls`: how an HTTPS upstream is verified (default: the system's CAs)."""
+                 tls: ssl.SSLContext | None = None, deadlines: Deadlines | None = None,
+                 output_field: str = "max_tokens", max_output: int | None = None):
+        """`tls`: how an HTTPS upstream is verified (default: the system's CAs); `deadlines`:
+        each call's connect, first-byte and idle waits upstream; `output_field`: the chat
+        output cap's field the upstream takes (learned from its 400 otherwise); `max_output`:
+        the cap a budgeted call gets when the agent asks for none."""
         self.upstream, self.model, self.api_key = upstream.rstrip("/"), model, api_key
         self.budget, self.prices, self.deadline = budget, prices, deadline
         self.max_attempts, self.backoff_max = max_attempts, backoff_max
         self.upstream_apis, self.keepalive_sec = tuple(upstream_apis), keepalive_sec
+        self.deadlines, self.output_field = deadlines or Deadlines(), output_field
+        self.max_output = max_output or UNASKED_OUTPUT
         self.token = secrets.token_hex(24)
         self.pool = Pool(tls)
         self.stats = ProxyCounts()
         self._lock = threading.Lock()
+        self.ledger = Ledger(budget, prices, self.stats, self._lock)
         self._in_flight = 0
         self.record = ExchangeLog(record, self.scrub) if record is not None else None
         proxy = self
@@ -100,8 +115,9 @@ class ModelProxy(CallWays, OnOneServer):
         url = upstream.url
         if upstream.replay:
             url = f"{upstream.url.rstrip('/')}/trial/{urllib.parse.quote(trial or '-', safe='')}"
-        return cls(host, url, upstream.model, upstream.api_key, budget, prices.get(upstream.model, {}),
-                   deadline=deadline, record=record, upstream_apis=upstream.apis).start()
+        return cls(host, url, upstream.model, upstream.api_key, budget, upstream.prices_for(prices),
+                   deadline=deadline, record=record, upstream_apis=upstream.apis, deadlines=upstream.deadlines,
+                   output_field=upstream.output_field, max_output=upstream.max_output_tokens).start()
 
     @property
     def root_url(self) -> str:
@@ -146,12 +162,13 @@ class ModelProxy(CallWays, OnOneServer):
                 body = handler.read_body(MAX_REQUEST)
                 unread = False
                 request = json.loads(body or b"{}")
+                size = len(body)
                 del body
             except (ValueError, RecursionError):
                 raise Refusal("invalid", "body is not JSON") from None
             if not isinstance(request, dict):
                 raise Refusal("invalid", "body is not a JSON object")
-            self._call(handler, route, request)
+            self._call(handler, route, request, size)
         except HttpError as exc:
             self._refuse(handler, api, Refusal(KIND_OF_STATUS.get(exc.status, "invalid"), str(exc), exc.status,
                                                exc.retry_after), close=True)
@@ -170,7 +187,7 @@ class ModelProxy(CallWays, OnOneServer):
             ok |= hmac.compare_digest(value.encode(errors="replace"), token)
         return ok
 
-    def _call(self, handler: JsonHandler, route: Route, request: JsonObject) -> None:
+    def _call(self, handler: JsonHandler, route: Route, request: JsonObject, size: int) -> None:
         api = route.api
         if reason := api.stateful(request):
             raise Refusal("invalid", reason)
@@ -185,16 +202,40 @@ class ModelProxy(CallWays, OnOneServer):
         if route.op == "count_tokens":
             self._count_tokens(handler, call, relayed)
             return
-        self._admit(api)
-        if (left := self._left()) is not None:
-            api.cap(request, left)
+        call.reservation = self._admit(handler, call, size, relayed)
         with self._lock:
+            self.stats.by_api[api.name] = self.stats.by_api.get(api.name, 0) + 1
             self._in_flight += 1
         try:
             (self._relay if relayed else self._translate)(handler, call)
         finally:
+            self.ledger.release(call.reservation)  # a call that spent nothing: its hold back
             with self._lock:
                 self._in_flight -= 1
+
+    def _admit(self, handler: JsonHandler, call: Call, size: int, relayed: bool) -> Reservation:
+        """Reserve the call's input bound and output cap (apis.ledger) and send upstream the
+        cap it was given; refused in the agent's API when the budget cannot hold it. The
+        bound is of the larger of the agent's request and what goes upstream (a translated
+        request can be the larger), with room for the cap's own digits."""
+        api, request = call.api, call.request
+        asked = api.output_cap(request)
+        budgeted = self.budget.tokens is not None or self.budget.cost is not None
+        want = asked or (self.max_output if budgeted else None)
+        if want is not None:
+            want *= max(1, api.choices(request))
+        budgeted_size = size if relayed or not budgeted else max(size, len(json.dumps(api.to_chat(request))))
+        try:
+            reservation = self.ledger.admit(input_bound(budgeted_size + 64, bool(request.get("tools"))), want,
+                                            self.deadline, handler.client_gone)
+        except Refused as exc:
+            # Worded so agent CLIs stop instead of retrying: aider, for one, retries every
+            # APIError except a 402 that says "insufficient credits".
+            raise Refusal("budget", f"orchestra budget exceeded: {exc}; no more model calls in this "
+                                    'trial (insufficient credits, "code":402)') from None
+        if budgeted or (asked is not None and asked > MAX_OUTPUT):
+            api.cap(request, reservation.output)
+        return reservation
 
     # ---- token counts ------------------------------------------------------------------------
     def _count_tokens(self, handler: JsonHandler, call: Call, relayed: bool) -> None:
@@ -212,41 +253,6 @@ class ModelProxy(CallWays, OnOneServer):
         else:
             handler.reply(up.status, self.scrub(up.body))
 
-    # ---- the budget -----------------------------------------------------------------------
-    def _over_budget(self) -> str | None:
-        b, s = self.budget, self.stats
-        if b.max_calls is not None and s.calls >= b.max_calls:
-            return f"max_calls={b.max_calls} reached"
-        if b.tokens is not None and s.prompt_tokens + s.completion_tokens >= b.tokens:
-            return f"tokens={b.tokens} reached"
-        if b.cost is not None and s.cost >= b.cost:
-            return f"cost={b.cost} reached"
-        return None
-
-    def _admit(self, api: Api) -> None:
-        with self._lock:
-            refusal = self._over_budget()
-            if refusal:
-                self.stats.refused_budget += 1
-            else:
-                self.stats.calls += 1
-                self.stats.by_api[api.name] = self.stats.by_api.get(api.name, 0) + 1
-        if refusal:
-            # Worded so agent CLIs stop instead of retrying: aider, for one, retries every
-            # APIError except a 402 that says "insufficient credits".
-            raise Refusal("budget", f"orchestra budget exceeded: {refusal}; no more model calls in this "
-                                    'trial (insufficient credits, "code":402)')
-
-    def _left(self) -> int | None:
-        if self.budget.tokens is None:
-            return None
-        with self._lock:
-            return max(1, self.budget.tokens - self.stats.prompt_tokens - self.stats.completion_tokens)
-
-    def _cap(self, request: JsonObject) -> None:
-        """A chat call may not spend more than the token budget has left (apis.chat.cap)."""
-        if (left := self._left()) is not None:
-            chat.API.cap(request, left)
     def summary(self) -> ModelUsage:
         """What the trial's result records of this proxy: the call counts, then the
         server's own refusals and waits, then the exchanges record's."""

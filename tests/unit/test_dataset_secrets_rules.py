@@ -328,37 +328,37 @@ def test_a_trials_proxy_names_its_trial_to_the_replay_server(tmp_path):
 
 # ---- 5. the budget caps each call ----------------------------------------------------------
 def test_each_call_is_capped_to_what_the_token_budget_has_left():
-    import time
+    import threading
 
+    from orchestrator.models import ProxyCounts
     from orchestrator.models.manifest import Budget
-    from orchestrator.services.proxy import ModelProxy
+    from orchestrator.services.apis import chat
+    from orchestrator.services.apis.ledger import MAX_OUTPUT, Ledger, Refused
 
-    proxy = ModelProxy("127.0.0.1", "http://127.0.0.1:9/v1", "m", None, Budget(tokens=1000), {},
-                       deadline=time.time() + 30)
-    try:
-        request = {"n": 1000, "max_tokens": 10**9}
-        proxy._cap(request)
-        assert request == {"n": 1, "max_tokens": 1000}  # 524x the budget before
-        request = {"max_completion_tokens": 10**9, "max_tokens": 200, "n": 3}
-        proxy._cap(request)
-        assert request == {"max_completion_tokens": 1000, "max_tokens": 200, "n": 3}
-        request = {}
-        proxy._cap(request)
-        assert request == {"max_tokens": 1000}
-        proxy.stats.prompt_tokens, proxy.stats.completion_tokens = 700, 250
-        request = {"n": 4, "max_tokens": 20}
-        proxy._cap(request)
-        assert request == {"n": 2, "max_tokens": 20}
-        request = {"n": "lots", "max_tokens": -5}
-        proxy._cap(request)
-        assert request == {"n": 1, "max_tokens": 50}
-        proxy.stats.completion_tokens = 300  # nothing left: refused before the call
-        assert proxy._over_budget() == "tokens=1000 reached"
-        unlimited = ModelProxy("127.0.0.1", "http://127.0.0.1:9/v1", "m", None, Budget(), {},
-                               deadline=time.time() + 30)
-        request = {"n": 1000, "max_tokens": 10**9}
-        unlimited._cap(request)
-        assert request == {"n": 1000, "max_tokens": 10**9}
-        unlimited.server.httpd.server_close()
-    finally:
-        proxy.server.httpd.server_close()
+    request = {"n": 1000, "max_tokens": 10**9}
+    chat.API.cap(request, 1000)
+    assert request == {"n": 1, "max_tokens": 1000}  # 524x the budget before
+    request = {"max_completion_tokens": 10**9, "max_tokens": 200, "n": 3}
+    chat.API.cap(request, 1000)
+    assert request == {"max_completion_tokens": 1000, "max_tokens": 200, "n": 3}
+    request = {}
+    chat.API.cap(request, 1000)
+    assert request == {"max_tokens": 1000}
+    request = {"n": 4, "max_tokens": 20}
+    chat.API.cap(request, 50)
+    assert request == {"n": 2, "max_tokens": 20}
+    request = {"n": "lots", "max_tokens": -5}
+    chat.API.cap(request, 50)
+    assert request == {"n": 1, "max_tokens": 50}
+    # the ledger gives each call what is left once its input bound is reserved
+    stats = ProxyCounts()
+    ledger = Ledger(Budget(tokens=1000), {}, stats, threading.Lock())
+    held = ledger.admit(300, 10**9, deadline=0)
+    assert (held.input, held.output) == (300, 700)
+    ledger.settle(held, None, sent_bytes=200, answer_bytes=250)  # no usage: charged its upper bound
+    assert stats.budget_charged_tokens == 550 and (stats.estimated_prompt_tokens, stats.usage_estimated_calls) == (50, 1)
+    with pytest.raises(Refused, match="tokens=1000: 450 left"):
+        ledger.admit(450, None, deadline=0)  # not one output token would fit
+    assert stats.refused_budget == 1
+    unlimited = Ledger(Budget(), {}, ProxyCounts(), threading.Lock())
+    assert unlimited.admit(10**6, 10**12, deadline=0).output == MAX_OUTPUT  # never 10^12 upstream

@@ -113,7 +113,9 @@ def test_how_the_verifier_ended(disk: bool, timed_out: bool, code: int | None, e
 @pytest.mark.parametrize(("mode", "headline", "errors", "abandoned", "expected"), [
     (M.NONE, 0.0, 2, 0, M.ENDPOINT_ERROR),
     (M.NONE, 0.0, 0, 1, M.ENDPOINT_ERROR),
-    (M.NONE, 1.0, 2, 0, None),  # it passed anyway: the agent's pass
+    # the upstream failed a call (a cut stream, say): never graded, even a pass (issue 59)
+    (M.NONE, 1.0, 2, 0, M.ENDPOINT_ERROR),
+    (M.NONE, 1.0, 0, 1, None),  # it abandoned a call and passed anyway: the agent's pass
     (M.AGENT_TIMEOUT, 0.0, 2, 0, None),  # an earlier mode stays
     (M.NONE, 0.0, 0, 0, None),
 ])

@@ -165,19 +165,19 @@ def test_the_upstream_error_is_kept_and_a_4xx_is_the_agents_request_failing(upst
 
 
 def test_a_request_the_client_abandoned_is_never_sent_again():
+    from orchestrator.services.apis.forward import open_upstream
     from orchestrator.services.proxy import ClientGone
 
-    proxy = ModelProxy("127.0.0.1", "http://127.0.0.1:9/v1", "m", None, Budget(), {},
-                       deadline=time.time() + 60, max_attempts=5, backoff_max=0.05)
-    attempts = []
+    attempts, retried, tries = [], [], [0]
 
     def gone():
         attempts.append(1)
         return True
 
-    with pytest.raises(ClientGone):
-        proxy._forward(b"{}", client_gone=gone)  # port 9 refuses: one try, then the client is gone
-    assert attempts == [1] and proxy.stats.retries == 0
+    with pytest.raises(ClientGone):  # port 9 refuses: one try, then the client is gone
+        open_upstream("http://127.0.0.1:9/v1/chat/completions", b"{}", {}, time.time() + 60, 5, 0.05, gone,
+                      lambda: retried.append(1), tries)
+    assert attempts == [1] and retried == [] and tries == [2]
 
 
 def stream_post(url: str, token: str, body: dict) -> tuple[str, list[dict]]:

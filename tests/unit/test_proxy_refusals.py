@@ -24,8 +24,9 @@ from test_proxy_apis import (
 )
 
 from orchestrator.models.manifest import Budget
+from orchestrator.services.apis.ledger import input_bound
 from orchestrator.services.apis.scripted import Script
-from orchestrator.services.exchanges import recorded_answers
+from orchestrator.services.exchanges import read_exchanges, recorded_answers
 from orchestrator.services.proxy import ModelProxy
 from orchestrator.services.replay import ReplayServer
 
@@ -106,23 +107,28 @@ def test_a_huge_number_of_choices_is_refused(stack, api, extra, kind):
 
 
 @pytest.mark.parametrize("apis", [("chat",), ALL], ids=["translated", "relayed"])
-def test_each_call_is_capped_to_what_the_token_budget_has_left(stack, apis):
-    proxy, upstream = stack(apis=apis, budget=Budget(tokens=500))
+def test_each_call_is_capped_to_what_the_token_budget_has_left_after_its_input(stack, apis):
+    proxy, upstream = stack(apis=apis, budget=Budget(tokens=5000))
     huge = {"chat": {"max_tokens": 10**9, "n": 3}, "responses": {"max_output_tokens": 10**9},
             "messages": {"max_tokens": 10**9}, "gemini": {"generationConfig": {"maxOutputTokens": 10**9,
                                                                               "candidateCount": 3}}}
-    seen = {}
+    caps, before, sizes = {}, {}, {}
+    field = {"chat": "max_tokens", "responses": "max_output_tokens", "messages": "max_tokens",
+             "gemini": "maxOutputTokens"}
     for api in ALL:
-        status, _, _ = send(proxy, api, path_of(api, False), first_turn(api, False, **huge[api]))
+        body = first_turn(api, False, **huge[api])
+        before[api] = 5000 - proxy.stats.budget_charged_tokens
+        status, _, _ = send(proxy, api, path_of(api, False), body)
         assert status == 200
-        seen[api] = upstream.seen[-1].body
-    if apis == ALL:  # each in its own field
-        assert (seen["chat"]["max_tokens"], seen["chat"]["n"]) == (500, 1)
-        assert seen["responses"]["max_output_tokens"] == 482 and seen["messages"]["max_tokens"] == 464
-        assert seen["gemini"]["generationConfig"] == {"maxOutputTokens": 446, "candidateCount": 1}
-    else:  # each translated to chat's
-        assert [seen[api]["max_tokens"] for api in ALL] == [500, 482, 464, 446]
-        assert seen["gemini"]["n"] == 1
+        sent = upstream.seen[-1].body
+        caps[api] = sent.get("generationConfig", sent)[field[api]] if apis == ALL else sent["max_tokens"]
+        sizes[api] = max(len(json.dumps(body)), len(json.dumps(sent)))
+        assert sent.get("n", 1) == 1 and sent.get("generationConfig", {}).get("candidateCount", 1) == 1
+    assert proxy.stats.budget_charged_tokens == 4 * 18  # the upstream's counts (11 + 7 a call) settled each
+    assert proxy.stats.counted_prompt_tokens == 44 and proxy.stats.usage_estimated_calls == 0
+    for api in ALL:  # the input (every byte a token, at worst) and the cap fit in what was left...
+        assert caps[api] + input_bound(sizes[api], tools=True) <= before[api], api
+        assert caps[api] > before[api] - input_bound(sizes[api], tools=True) - 200, api  # ...and no less
 
 
 @pytest.mark.parametrize("api,status,kind", [("chat", 402, "budget_exceeded"), ("responses", 402, "budget_exceeded"),
@@ -243,12 +249,23 @@ def test_a_large_exchange_keeps_its_chat_shaped_pair_before_the_agents_own_copy(
 
 
 @pytest.mark.parametrize("apis", [("chat",), ALL], ids=["translated", "relayed"])
-def test_an_upstream_that_counts_no_tokens_is_estimated_so_the_budget_still_holds(stack, apis):
-    proxy, upstream = stack(apis=apis, script=Script(usage=(0, 0)), budget=Budget(tokens=60))
-    codes = [send(proxy, "messages", "/v1/messages", first_turn("messages", stream))[0] for stream in (True, False)]
-    assert proxy.stats.prompt_tokens > 50 and proxy.stats.completion_tokens > 5  # ~4 bytes a token
+def test_an_upstream_that_counts_no_tokens_is_estimated_and_said_so_and_the_budget_still_holds(stack, apis):
+    proxy, upstream = stack(apis=apis, script=Script(usage=(0, 0)), budget=Budget(tokens=2500))
+    bodies = [first_turn("messages", stream) for stream in (True, False)]
+    codes = [send(proxy, "messages", "/v1/messages", body)[0] for body in bodies]
+    s = proxy.stats
+    assert codes == [200, 200] and (s.usage_estimated_calls, s.usage_counted_calls) == (2, 0)
+    assert s.counted_prompt_tokens == s.counted_completion_tokens == 0  # never shown as counted
+    sent = [len(json.dumps(seen.body)) for seen in upstream.seen]  # what went upstream (translated or not)
+    assert s.estimated_prompt_tokens == sum(n // 4 for n in sent) and s.prompt_tokens == s.estimated_prompt_tokens
+    assert s.completion_tokens == s.estimated_completion_tokens > 5  # ~4 bytes a token of the answer
+    # the budget is charged each call's upper bound (its input bound, a token a byte of answer)
+    assert sum(input_bound(n, tools=True) for n in sent) < s.budget_charged_tokens <= 2500
+    assert not s.cost_known and s.cost == 0.0  # no usage: its dollars are unknown, not $0
     status, body, _ = send(proxy, "messages", "/v1/messages", first_turn("messages", True))
-    assert codes[0] == 200 and (status, shape("messages", body)) == (402, "billing_error")
+    assert (status, shape("messages", body)) == (402, "billing_error") and len(upstream.seen) == 2
+    usage = [x["usage"] for x in read_exchanges(proxy.record.path)]
+    assert [u["counted"] for u in usage] == [False, False] and [u["cost"] for u in usage] == [None, None]
 
 
 @pytest.mark.parametrize("api", ["messages", "gemini"])

@@ -58,6 +58,19 @@ class ChatApi(Api):
         if n is not None and (as_int(n) or left + 1) * per_choice > left:
             request["n"] = max(1, min(as_int(n) or 1, left // per_choice))
 
+    def output_cap(self, request: JsonObject) -> int | None:
+        caps = [c for c in (as_int(request.get("max_tokens")), as_int(request.get("max_completion_tokens"))) if c]
+        return min(caps) if caps else None
+
+    def stream_failure(self, event: JsonObject) -> str | None:
+        error = event.get("error")
+        if error is None:
+            return None
+        return str(as_dict(error).get("message") or error)[:500]
+
+    def stream_finished(self, event: JsonObject) -> bool:
+        return any(as_dict(c).get("finish_reason") for c in as_list(event.get("choices")))
+
     def to_chat(self, request: JsonObject) -> JsonObject:
         return request
 

@@ -119,6 +119,10 @@ class Api(ABC):
     def cap(self, request: JsonObject, left: int) -> None:
         """Lower the call's output cap (and choice count) to `left` tokens in all."""
 
+    @abstractmethod
+    def output_cap(self, request: JsonObject) -> int | None:
+        """The output cap the request asks for, per choice (None: it names none)."""
+
     def count_tokens(self, request: JsonObject) -> JsonObject:
         """A token count answered here (when the upstream cannot): ~4 bytes a token."""
         return {"input_tokens": estimate_tokens(request)}
@@ -164,6 +168,15 @@ class Api(ABC):
     @abstractmethod
     def collect(self, events: list[JsonObject]) -> JsonObject:
         """A relayed stream's decoded `data:` payloads folded into one answer."""
+
+    @abstractmethod
+    def stream_failure(self, event: JsonObject) -> str | None:
+        """What an upstream's stream event says went wrong, when it is an error event."""
+
+    @abstractmethod
+    def stream_finished(self, event: JsonObject) -> bool:
+        """Whether a stream event is the one that ends a whole answer (a stream that stops
+        before it broke off)."""
 
 
 # ---- helpers every API uses --------------------------------------------------------------

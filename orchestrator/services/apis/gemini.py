@@ -148,6 +148,18 @@ class GeminiApi(Api):
     def choices(self, request: JsonObject) -> int:
         return as_int(field(_config_of(request), "candidateCount")) or 1
 
+    def output_cap(self, request: JsonObject) -> int | None:
+        return as_int(field(_config_of(request), "maxOutputTokens"))
+
+    def stream_failure(self, event: JsonObject) -> str | None:
+        if "error" not in event:
+            return None
+        return str(as_dict(event.get("error")).get("message") or event.get("error"))[:500]
+
+    def stream_finished(self, event: JsonObject) -> bool:
+        candidate = as_dict((as_list(event.get("candidates")) or [{}])[0])
+        return bool(candidate.get("finishReason") or candidate.get("finish_reason"))
+
     def cap(self, request: JsonObject, left: int) -> None:
         key = "generation_config" if "generation_config" in request and "generationConfig" not in request \
             else "generationConfig"

@@ -150,6 +150,17 @@ class MessagesApi(Api):
     def cap(self, request: JsonObject, left: int) -> None:
         request["max_tokens"] = capped(request.get("max_tokens"), left)
 
+    def output_cap(self, request: JsonObject) -> int | None:
+        return as_int(request.get("max_tokens"))
+
+    def stream_failure(self, event: JsonObject) -> str | None:
+        if event.get("type") != "error":
+            return None
+        return str(as_dict(event.get("error")).get("message") or event.get("error"))[:500]
+
+    def stream_finished(self, event: JsonObject) -> bool:
+        return event.get("type") == "message_stop"
+
     def to_chat(self, request: JsonObject) -> JsonObject:
         system = request.get("system")
         messages: list[JsonObject] = []

@@ -141,6 +141,21 @@ class ResponsesApi(Api):
     def cap(self, request: JsonObject, left: int) -> None:
         request["max_output_tokens"] = capped(request.get("max_output_tokens"), left)
 
+    def output_cap(self, request: JsonObject) -> int | None:
+        return as_int(request.get("max_output_tokens"))
+
+    def stream_failure(self, event: JsonObject) -> str | None:
+        kind = event.get("type")
+        if kind == "error":
+            return str(event.get("message") or as_dict(event.get("error")).get("message") or "error")[:500]
+        if kind == "response.failed":
+            error = as_dict(as_dict(event.get("response")).get("error"))
+            return str(error.get("message") or "response.failed")[:500]
+        return None
+
+    def stream_finished(self, event: JsonObject) -> bool:
+        return event.get("type") in ("response.completed", "response.incomplete")
+
     def to_chat(self, request: JsonObject) -> JsonObject:
         messages: list[JsonObject] = []
         if request.get("instructions"):

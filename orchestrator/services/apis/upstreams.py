@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator import scrub
+from orchestrator.models import Prices, price_of
+from orchestrator.services.apis.forward import Deadlines
 
 if TYPE_CHECKING:
     from orchestrator.models import EndpointConfig
@@ -26,6 +28,15 @@ class Upstream:
     env: dict[str, str]
     replay: bool = False  # a --replay-from recording: each trial names itself in the path
     apis: tuple[str, ...] = ("chat",)  # the model APIs it speaks (replay servers: chat)
+    deadlines: Deadlines = Deadlines()
+    prices: Prices | None = None  # the endpoint config's
+    output_field: str = "max_tokens"
+    max_output_tokens: int | None = None
+
+    def prices_for(self, manifest: dict[str, dict[str, float]]) -> dict[str, float]:
+        """This endpoint's model's prices ({}: unknown), the manifest's first."""
+        prices = price_of(self.model, manifest, self.prices)
+        return prices.model_dump() if prices is not None else {}
 
 
 class Upstreams:
@@ -58,8 +69,12 @@ class Upstreams:
             else:
                 url, key = endpoint.base_url, config.api_key(name)
             speaks = ("chat",) if recorded is not None or endpoint.provider == "replay" else tuple(endpoint.apis)
-            upstreams.by_name[name] = Upstream(name, url, endpoint.model, key, dict(endpoint.env),
-                                               replay=recorded is not None, apis=speaks)
+            timeouts = endpoint.timeouts
+            upstreams.by_name[name] = Upstream(
+                name, url, endpoint.model, key, dict(endpoint.env), replay=recorded is not None, apis=speaks,
+                deadlines=Deadlines(timeouts.connect_sec, timeouts.first_byte_sec, timeouts.idle_sec),
+                prices=endpoint.prices,
+                output_field=endpoint.output_field, max_output_tokens=endpoint.max_output_tokens)
         scrub.register(*upstreams.secrets())
         return upstreams
 
