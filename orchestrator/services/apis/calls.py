@@ -264,6 +264,11 @@ class CallWays:
                 handler.reply(502, self.scrub(body))
                 return
             native = _object(body)
+            if (failure := api.stream_failure(native)) is not None:  # a 200 that is an error
+                up = self._failed(call, f"the endpoint answered 200 with an error: {failure}", 502)
+                self._record(call, 502, body, None)
+                handler.reply(502, self.scrub(body))
+                return
         self._settle(call, api.usage(native), len(data), native)
         answer = json.dumps(native).encode() if streamed else body  # a whole answer: as it came
         self._record(call, 502 if call.fault else 200, answer, native)  # before the client's last byte
@@ -500,11 +505,21 @@ class CallWays:
 
 
 def read_capped(response: Answer) -> bytes:
-    """A whole answer's body, at most MAX_ANSWER bytes (past it: Broke, an upstream fault)."""
-    body = response.read(MAX_ANSWER + 1)
-    if len(body) > MAX_ANSWER:
+    """A whole answer's body, at most MAX_ANSWER bytes; past it, or short of its
+    Content-Length (the connection dropped), Broke: an upstream fault."""
+    pieces, total = [], 0
+    while total <= MAX_ANSWER:
+        piece = response.read(min(1 << 20, MAX_ANSWER + 1 - total))
+        if not piece:
+            break
+        pieces.append(piece)
+        total += len(piece)
+    if total > MAX_ANSWER:
         raise Broke(f"the answer is larger than {MAX_ANSWER // (1024 * 1024)} MiB")
-    return body
+    short = getattr(getattr(response, "response", response), "length", None)
+    if short:
+        raise Broke(f"the answer ended {short} bytes short of its Content-Length")
+    return b"".join(pieces)
 
 
 def _object(body: bytes) -> JsonObject:
