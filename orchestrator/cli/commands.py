@@ -209,7 +209,7 @@ def _write_report(opened: "JobReport", human: "Console") -> list[tuple[str, list
     for problem in opened.left_out:
         err.print(f"left out of the report: {problem}", markup=False)
     human.print(f"[bold]job {job.job}[/]: {job.n_trials} trials, mean reward {job.mean_reward:.3f}, "
-                f"tokens {aggregate.tokens}, cost {aggregate.cost:.4f}")
+                f"{aggregate.tokens_text}, {aggregate.cost_text}")
     blocks = sections(job, aggregate)
     for title, header, rows in blocks:
         print_table(human, title, header, rows)

@@ -57,6 +57,11 @@ def write_junit(job_name: str, job_dir: Path, trials: list[TrialResult], out: Pa
         total_time += seconds
         case = ET.SubElement(suite, "testcase", classname=t.task.split("/")[0],
                              name=f"{t.task.split('/')[-1]}#{t.attempt}", time=f"{seconds:.3f}")
+        if t.model is not None:  # what the trial's model calls spent, counted or estimated
+            facts = ET.SubElement(case, "properties")
+            for key, value in (("tokens", str(t.tokens)), ("tokens_estimated", str(t.tokens_estimated).lower()),
+                               ("cost_usd", f"{t.cost:.6f}" if t.cost_known else "unknown")):
+                ET.SubElement(facts, "property", name=f"orchestra.{key}", value=value)
         if t.failure_mode in ERRORED:
             errors += 1
             node = ET.SubElement(case, "error", type=t.failure_mode.value, message=t.error or t.failure_mode.value)

@@ -87,7 +87,7 @@ def to_markdown(job: JobResult, t: JobTables, compare: CompareReport | None = No
              "trials count 0)",
              f"- void (answer leak, counted as failed): {len(job.void)}"
              + (f": {', '.join(md_cell(n) for n in _void_names(job))}" if job.void else ""),
-             f"- tokens {t.tokens}, cost {t.cost:.4f}", f"- images built: {job.images_built}", ""]
+             f"- {md_cell(t.tokens_text)}, {md_cell(t.cost_text)}", f"- images built: {job.images_built}", ""]
     if job.pass_at_k is not None:
         lines.insert(-1, f"- pass@k {job.pass_at_k:.3f}, pass^k {job.pass_hat_k:.3f}")
     for title, header, rows in sections(job, t):

@@ -56,6 +56,23 @@ class JobTables:
     cost: float
     k: int
     regression_behaviours: list[tuple[str, str, str]]  # (task, verdict, failure mode)
+    tokens_estimated: int = 0  # of `tokens`: calls whose upstream sent no usage (~4 bytes a token)
+    cost_unknown_trials: int = 0  # trials with a call whose dollars are unknown (no usage or no price)
+
+    @property
+    def tokens_text(self) -> str:
+        """The job's tokens as a person should read them: counted, and what is estimated."""
+        if not self.tokens_estimated:
+            return f"tokens {self.tokens}"
+        return f"tokens {self.tokens} ({self.tokens_estimated} estimated: the upstream counted no usage for some calls)"
+
+    @property
+    def cost_text(self) -> str:
+        """The job's cost, or that it is unknown (never $0 for calls nobody priced or counted)."""
+        if not self.cost_unknown_trials:
+            return f"cost ${self.cost:.4f}"
+        return (f"cost unknown ({self.cost_unknown_trials} trials had calls with no usage or no price; "
+                f"the rest cost ${self.cost:.4f})")
 
 
 def tables(trials: list[TrialResult]) -> JobTables:
@@ -79,4 +96,7 @@ def tables(trials: list[TrialResult]) -> JobTables:
         tokens=sum(t.tokens for t in trials), cost=round(sum(t.cost for t in trials), 6),
         k=max(per_task.values(), default=1),
         regression_behaviours=regression,
+        tokens_estimated=sum(t.model.estimated_prompt_tokens + t.model.estimated_completion_tokens
+                             for t in trials if t.model is not None),
+        cost_unknown_trials=sum(not t.cost_known for t in trials),
     )
