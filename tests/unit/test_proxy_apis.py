@@ -335,13 +335,16 @@ def test_a_long_translated_call_keeps_a_streaming_client_alive(stack, api, line)
     assert answer_of(api, {}, evs)[0][0]["name"] == "shell"
 
 
-def test_a_translated_tool_call_that_takes_long_keeps_the_client_alive_until_it_is_whole(stack):
-    proxy, _ = stack(apis=("chat",), script=Script(chunk_delay=0.08), keepalive_sec=0.05)
+def test_a_translated_tool_call_streams_its_arguments_as_they_arrive(stack):
+    proxy, upstream = stack(apis=("chat",), script=Script(chunk_delay=0.08), keepalive_sec=0.05)
     status, _, evs = send(proxy, "messages", "/v1/messages", first_turn("messages", True))
     names = [name for name, _ in evs]
-    # pings before message_start are the wait for the upstream's headers (the test above), which
-    # a loaded host can stretch past keepalive_sec; what this asserts is a ping inside the answer
-    while names and names[0] == "ping":
-        names.pop(0)
-    assert status == 200 and names[0] == "message_start" and "ping" in names[1:names.index("content_block_start")]
-    assert answer_of("messages", {}, evs)[0][0]["name"] == "shell"
+    assert status == 200 and "message_start" in names
+    starts = [d for name, d in evs if name == "content_block_start"]
+    pieces = [d["delta"]["partial_json"] for name, d in evs
+              if name == "content_block_delta" and d["delta"]["type"] == "input_json_delta"]
+    assert [s["content_block"]["type"] for s in starts] == ["tool_use"]
+    args = json.dumps(upstream.script.args)
+    assert pieces == [args[:5], args[5:]]  # the upstream's two pieces, each as it came
+    assert names.index("content_block_start") < names.index("message_delta")
+    assert answer_of("messages", {}, evs)[0][0] == {"id": "call_up1", "name": "shell", "args": upstream.script.args}

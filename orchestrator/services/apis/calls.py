@@ -46,6 +46,7 @@ from orchestrator.services.apis.common import (
     as_list,
     chat_choice,
     event_data,
+    stable_id,
 )
 from orchestrator.services.apis.forward import (
     MAX_ANSWER,
@@ -441,6 +442,7 @@ class CallWays:
         if not started:
             handler.start_stream(200, api.stream_type)
         finished, gone, said = False, False, time.monotonic()
+        tools: dict[object, list[str]] = {}  # a tool call's chunk index -> [its id, its name]
         try:
             with response:
                 for raw in events_of(response):
@@ -456,8 +458,12 @@ class CallWays:
                     chunks.append(data)
                     finished = finished or chat.API.stream_finished(data)
                     delta = as_dict(as_dict((as_list(data.get("choices")) or [{}])[0]).get("delta"))
+                    if isinstance(delta.get("reasoning_content"), str) and delta["reasoning_content"]:
+                        out += api.live_reasoning(live, delta["reasoning_content"])
                     if isinstance(delta.get("content"), str) and delta["content"]:
                         out += api.live_text(live, delta["content"])
+                    for piece in map(as_dict, as_list(delta.get("tool_calls"))):
+                        out += self._live_tool(api, live, tools, piece)
                     if not out and time.monotonic() - said > self.keepalive_sec:
                         out = api.keepalive  # a long tool call: nothing to say until its end
                     if out:
@@ -482,6 +488,23 @@ class CallWays:
             else api.live_end(live, completion)
         handler.send_chunk(self.scrub(end))
         handler.end_stream()
+
+    @staticmethod
+    def _live_tool(api: Api, live: Live, tools: dict[object, list[str]], piece: JsonObject) -> bytes:
+        """One chat tool-call piece as the agent's API streams a call: begun once its name
+        is known (the id the upstream gave, else one of ours), its arguments as they come."""
+        function = as_dict(piece.get("function"))
+        index = piece.get("index", len(tools))
+        call = tools.setdefault(index if isinstance(index, (int, str)) else len(tools), ["", "", ""])
+        call[0] = call[0] or str(piece.get("id") or "")
+        call[1] += str(function.get("name") or "")
+        arguments = str(function.get("arguments") or "")
+        if not call[1]:  # no name yet: its arguments wait for it
+            call[2] += arguments
+            return b""
+        call[0] = call[0] or stable_id("toolu_", live.rid, index)
+        arguments, call[2] = call[2] + arguments, ""
+        return api.live_tool(live, call[0], call[1], arguments)
 
     # ---- the record ----------------------------------------------------------------------------
     def _record(self, call: Call, status: int, answer: bytes, native: JsonObject | None,

@@ -24,7 +24,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from orchestrator.util import JsonObject
@@ -46,16 +46,23 @@ class Route:
 
 @dataclass
 class Live:
-    """A translated answer streamed as the upstream's chat chunks arrive: its text passes on
-    as it comes (`Api.live_text`), its tool calls, stop reason and usage at the end
-    (`Api.live_end`, given the chunks folded into a completion)."""
+    """A translated answer streamed as the upstream's chat chunks arrive: its reasoning and
+    text pass on as they come (`Api.live_reasoning`, `Api.live_text`), its tool calls'
+    arguments piece by piece where the API streams them (`Api.live_tool`), the rest (stop
+    reason, usage, what was not streamed) at the end (`Api.live_end`, given the chunks
+    folded into a completion)."""
 
     model: str
     request: JsonObject
     rid: str = "orchestra"  # the answer's id (from the upstream's first chunk)
     input_tokens: int = 0  # when known at the start (a whole answer played back)
     opened: bool = False  # the text block / message item is open
+    closed: bool = False  # the text block was closed (a tool call began after it)
+    reasoned: bool = False  # reasoning was streamed
     seq: int = 0  # Responses' sequence_number
+    tools: list[str] = field(default_factory=list)  # the ids of the tool calls streamed, in order
+    held: list[str] = field(default_factory=list)  # text after a streamed tool call: sent at the end
+    thought: list[str] = field(default_factory=list)  # the reasoning streamed so far
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -142,6 +149,16 @@ class Api(ABC):
 
     def live_text(self, live: Live, text: str) -> bytes:
         """A piece of the answer's text, as this API streams text."""
+        return b""
+
+    def live_reasoning(self, live: Live, text: str) -> bytes:
+        """A piece of the answer's reasoning, where this API streams it before the answer
+        (b"": it is given whole at the end, or not at all)."""
+        return b""
+
+    def live_tool(self, live: Live, call_id: str, name: str, arguments: str) -> bytes:
+        """A tool call's first piece (`call_id` new in live.tools: its start) or a further
+        piece of its arguments, where this API streams them (b"": whole at the end)."""
         return b""
 
     def live_end(self, live: Live, completion: JsonObject) -> bytes:

@@ -121,8 +121,11 @@ def _config_of(request: JsonObject) -> JsonObject:
 class GeminiApi(Api):
     name = "gemini"
     # Google's SDKs read a stream with an anchored `^data: ...` pattern: a comment line
-    # would stall them, so a waiting Gemini client gets the headers and nothing more
-    keepalive = b""
+    # would stall them, so a waiting Gemini client hears an empty thought (a valid chunk
+    # that adds no text: Gemini CLI keeps thoughts out of the answer and its history)
+    keepalive = b'data: {"candidates": [{"content": {"role": "model", "parts": [{"text": "", "thought": true}]}, ' \
+                b'"index": 0}]}\n\n'
+
 
     def error(self, kind: str, message: str) -> JsonObject:
         code, status = STATUS.get(kind, (400, "INVALID_ARGUMENT"))
@@ -231,6 +234,12 @@ class GeminiApi(Api):
                                   "totalTokenCount": usage.input + usage.output},
                 "modelVersion": model, "responseId": str(completion.get("id") or "")}
 
+    def live_reasoning(self, live: Live, text: str) -> bytes:
+        """Thought parts as they come, before the answer's text (Gemini's order)."""
+        live.reasoned = True
+        return sse({"candidates": [{"content": {"role": "model", "parts": [{"text": text, "thought": True}]},
+                                    "index": 0}], "modelVersion": live.model, "responseId": live.rid})
+
     def live_text(self, live: Live, text: str) -> bytes:
         live.opened = True
         return sse({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}],
@@ -241,7 +250,8 @@ class GeminiApi(Api):
         reason and usage (a chunk is a whole GenerateContentResponse)."""
         answer = self.from_chat(completion, live.model, live.request)
         candidate = answer["candidates"][0]
-        parts = [p for p in candidate["content"]["parts"] if not live.opened or "text" not in p or p.get("thought")]
+        parts = [p for p in candidate["content"]["parts"]
+                 if "text" not in p or (not live.reasoned if p.get("thought") else not live.opened)]
         candidate["content"]["parts"] = parts or [{"text": ""}]
         return sse(answer)
 

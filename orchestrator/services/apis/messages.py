@@ -209,6 +209,9 @@ class MessagesApi(Api):
             "usage": {"input_tokens": live.input_tokens, "output_tokens": 0}}}, "message_start")
 
     def live_text(self, live: Live, text: str) -> bytes:
+        if live.tools:  # after a tool call began: the text waits for the end (a block of its own)
+            live.held.append(text)
+            return b""
         head = b""
         if not live.opened:
             live.opened = True
@@ -217,13 +220,47 @@ class MessagesApi(Api):
         return head + sse({"type": "content_block_delta", "index": 0,
                            "delta": {"type": "text_delta", "text": text}}, "content_block_delta")
 
+    @staticmethod
+    def _tool_index(live: Live, position: int) -> int:
+        return (1 if live.opened else 0) + position
+
+    def live_tool(self, live: Live, call_id: str, name: str, arguments: str) -> bytes:
+        """A tool_use block opened at the call's first piece (the text block closed before
+        it), each piece of its arguments an input_json_delta as it arrives."""
+        out = b""
+        if call_id not in live.tools:
+            if live.opened and not live.closed:
+                live.closed = True
+                out += sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
+            if live.tools:
+                out += sse({"type": "content_block_stop", "index": self._tool_index(live, len(live.tools) - 1)},
+                           "content_block_stop")
+            live.tools.append(call_id)
+            out += sse({"type": "content_block_start", "index": self._tool_index(live, len(live.tools) - 1),
+                        "content_block": {"type": "tool_use", "id": call_id, "name": name, "input": {}}},
+                       "content_block_start")
+        if arguments:
+            out += sse({"type": "content_block_delta", "index": self._tool_index(live, live.tools.index(call_id)),
+                        "delta": {"type": "input_json_delta", "partial_json": arguments}}, "content_block_delta")
+        return out
+
     def live_end(self, live: Live, completion: JsonObject) -> bytes:
-        """The text block closed, each tool call as a block (its input as one delta), then
-        message_delta (stop reason, usage) and message_stop."""
+        """The open block closed, each block not yet streamed (text, tool calls; text that
+        came after a streamed tool call) whole, then message_delta (stop reason, usage) and
+        message_stop."""
         message = self.from_chat(completion, live.model, live.request)
-        blocks = [b for b in message["content"] if b["type"] != "text" or not live.opened]
-        out = [sse({"type": "content_block_stop", "index": 0}, "content_block_stop")] if live.opened else []
-        for index, block in enumerate(blocks, 1 if live.opened else 0):
+        texts = [b for b in message["content"] if b["type"] == "text"]
+        calls = [b for b in message["content"] if b["type"] == "tool_use"]
+        out = []
+        if live.opened and not live.closed:
+            out.append(sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+        if live.tools:
+            out.append(sse({"type": "content_block_stop", "index": self._tool_index(live, len(live.tools) - 1)},
+                           "content_block_stop"))
+        rest = ([] if live.opened else texts) + calls[len(live.tools):]
+        if live.opened and live.held:
+            rest.append({"type": "text", "text": "".join(live.held)})
+        for index, block in enumerate(rest, self._tool_index(live, len(live.tools))):
             start: JsonObject
             delta: JsonObject
             if block["type"] == "text":

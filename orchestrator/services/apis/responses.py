@@ -231,31 +231,63 @@ class ResponsesApi(Api):
                     "model": live.model, "output": []}
         return self._event(live, "response.created", response=response)
 
+    def live_reasoning(self, live: Live, text: str) -> bytes:
+        """A reasoning item at output_index 0, its summary text as it comes (before the
+        message, as the API orders them); closed when the text begins or at the end."""
+        if live.opened:  # reasoning after the answer began: given whole at the end
+            return b""
+        head, out = {"output_index": 0, "item_id": "rs_" + live.rid[-24:]}, b""
+        if not live.reasoned:
+            live.reasoned = True
+            out = self._event(live, "response.output_item.added", output_index=0,
+                              item={"type": "reasoning", "id": head["item_id"], "summary": []}) + self._event(
+                live, "response.reasoning_summary_part.added", **head, summary_index=0,
+                part={"type": "summary_text", "text": ""})
+        live.thought.append(text)
+        return out + self._event(live, "response.reasoning_summary_text.delta", **head, summary_index=0, delta=text)
+
+    def _reasoning_done(self, live: Live) -> bytes:
+        if not live.reasoned or live.closed:
+            return b""
+        live.closed = True
+        head, text = {"output_index": 0, "item_id": "rs_" + live.rid[-24:]}, "".join(live.thought)
+        part = {"type": "summary_text", "text": text}
+        return (self._event(live, "response.reasoning_summary_text.done", **head, summary_index=0, text=text)
+                + self._event(live, "response.reasoning_summary_part.done", **head, summary_index=0, part=part)
+                + self._event(live, "response.output_item.done", output_index=0,
+                              item={"type": "reasoning", "id": head["item_id"], "summary": [part]}))
+
     def live_text(self, live: Live, text: str) -> bytes:
-        head, out = {"output_index": 0, "item_id": "msg_" + live.rid[-24:]}, b""
+        index = 1 if live.reasoned else 0
+        head, out = {"output_index": index, "item_id": "msg_" + live.rid[-24:]}, b""
         if not live.opened:
+            out = self._reasoning_done(live)
             live.opened = True
             item = {"type": "message", "id": head["item_id"], "status": "in_progress", "role": "assistant",
                     "content": []}
-            out = self._event(live, "response.output_item.added", output_index=0, item=item) + self._event(
+            out += self._event(live, "response.output_item.added", output_index=index, item=item) + self._event(
                 live, "response.content_part.added", **head, content_index=0, part=EMPTY_PART)
         return out + self._event(live, "response.output_text.delta", **head, content_index=0, delta=text)
 
     def live_end(self, live: Live, completion: JsonObject) -> bytes:
-        """The message item done, each other item (its arguments as one delta) added and
-        done, then response.completed (or .incomplete) with the whole response."""
+        """The reasoning and message items done, each other item (its arguments as one
+        delta) added and done, then response.completed (or .incomplete) with the whole
+        response, its output in the order streamed (reasoning, message, calls)."""
         response = self.from_chat(completion, live.model, live.request)
         items = response["output"]
-        message = [i for i in items if i["type"] == "message" and live.opened]
-        response["output"] = message + [i for i in items if i not in message]
-        out = []
+        streamed = [i for i in items if (i["type"] == "reasoning" and live.reasoned)
+                    or (i["type"] == "message" and live.opened)]
+        response["output"] = streamed + [i for i in items if i not in streamed]
+        out = [self._reasoning_done(live)]
+        message = [i for i in streamed if i["type"] == "message"]
         if message:
-            head, text = {"output_index": 0, "item_id": message[0]["id"]}, message[0]["content"][0]["text"]
+            index = streamed.index(message[0])
+            head, text = {"output_index": index, "item_id": message[0]["id"]}, message[0]["content"][0]["text"]
             out += [self._event(live, "response.output_text.done", **head, content_index=0, text=text),
                     self._event(live, "response.content_part.done", **head, content_index=0,
                                 part={**EMPTY_PART, "text": text}),
-                    self._event(live, "response.output_item.done", output_index=0, item=message[0])]
-        for index, item in enumerate(response["output"][len(message):], len(message)):
+                    self._event(live, "response.output_item.done", output_index=index, item=message[0])]
+        for index, item in enumerate(response["output"][len(streamed):], len(streamed)):
             head = {"output_index": index, "item_id": item["id"]}
             if item["type"] == "function_call":
                 out += [self._event(live, "response.output_item.added", output_index=index,

@@ -1,0 +1,65 @@
+"""Each API's own order and keep-alive in a translated stream (issue 59): reasoning before
+the answer where the API puts it first (Gemini's thought parts, Responses' reasoning item),
+and a Gemini client that hears a chunk it parses while the upstream is silent."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from test_proxy_apis import path_of, send
+from test_proxy_faults import Upstream, _chunk, _end, _send, _start_stream, prompt, proxy_before  # noqa: F401
+
+THOUGHT, ANSWER = "let me think", "the answer"
+
+
+def reasoning_first(h, body) -> None:
+    _start_stream(h)
+    _send(h, _chunk({"role": "assistant", "content": ""}))
+    for piece in ("let me ", "think"):
+        _send(h, _chunk({"reasoning_content": piece}))
+    for piece in ("the ", "answer"):
+        _send(h, _chunk({"content": piece}))
+    _send(h, _chunk({}, "stop"))
+    _send(h, b"data: [DONE]\n\n")
+    _end(h)
+
+
+def test_gemini_thoughts_stream_before_the_answer(proxy_before):
+    proxy = proxy_before(Upstream([reasoning_first]))
+    code, _, evs = send(proxy, "gemini", path_of("gemini", True), prompt("gemini", True))
+    parts = [p for _, d in evs for c in d.get("candidates", []) for p in c["content"]["parts"]]
+    thoughts = [i for i, p in enumerate(parts) if p.get("thought") and p["text"]]
+    texts = [i for i, p in enumerate(parts) if not p.get("thought") and p.get("text")]
+    assert code == 200 and thoughts and texts and max(thoughts) < min(texts)
+    assert "".join(parts[i]["text"] for i in thoughts) == THOUGHT  # once, not again at the end
+    assert "".join(parts[i]["text"] for i in texts) == ANSWER
+
+
+def test_responses_reasoning_is_the_first_item_streamed_and_in_the_response(proxy_before):
+    proxy = proxy_before(Upstream([reasoning_first]))
+    code, _, evs = send(proxy, "responses", path_of("responses", True), prompt("responses", True))
+    added = [(d["output_index"], d["item"]["type"]) for name, d in evs if name == "response.output_item.added"]
+    assert code == 200 and added == [(0, "reasoning"), (1, "message")]
+    deltas = "".join(d["delta"] for name, d in evs if name == "response.reasoning_summary_text.delta")
+    (done,) = [d["response"] for name, d in evs if name == "response.completed"]
+    assert deltas == THOUGHT and [i["type"] for i in done["output"]] == ["reasoning", "message"]
+    assert done["output"][0]["summary"][0]["text"] == THOUGHT
+    assert done["output"][1]["content"][0]["text"] == ANSWER
+    sequence = [d["sequence_number"] for _, d in evs if isinstance(d, dict) and "sequence_number" in d]
+    assert sequence == list(range(len(sequence)))
+
+
+def test_a_waiting_gemini_client_hears_empty_thoughts_that_add_nothing(proxy_before):
+    from test_proxy_faults import slow
+
+    proxy = proxy_before(Upstream([slow(1.2)]), keepalive_sec=0.2)
+    started = time.monotonic()
+    code, _, evs = send(proxy, "gemini", path_of("gemini", True), prompt("gemini", True))
+    chunks = [d for _, d in evs if isinstance(d, dict)]
+    waits = [c for c in chunks if c["candidates"][0]["content"]["parts"] == [{"text": "", "thought": True}]]
+    assert code == 200 and len(waits) >= 3 and time.monotonic() - started >= 1.2
+    text = "".join(p.get("text", "") for c in chunks for p in c["candidates"][0]["content"]["parts"]
+                   if not p.get("thought"))
+    assert text == "hello from the upstream"
+    assert all(json.dumps(c).startswith('{"candidates"') for c in waits)  # what `^data: {` parsers read
