@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import time
 
+import test_proxy_faults
 from test_proxy_apis import path_of, send
-from test_proxy_faults import Upstream, _chunk, _end, _send, _start_stream, prompt, proxy_before  # noqa: F401
+from test_proxy_faults import Upstream, _chunk, _end, _send, _start_stream, prompt
+
+proxy_before = test_proxy_faults.proxy_before  # the fault matrix's fixture: a proxy before its upstream
 
 THOUGHT, ANSWER = "let me think", "the answer"
 
@@ -25,7 +28,7 @@ def reasoning_first(h, body) -> None:
     _end(h)
 
 
-def test_gemini_thoughts_stream_before_the_answer(proxy_before):
+def test_gemini_thoughts_stream_before_the_answer(proxy_before):  # noqa: F811
     proxy = proxy_before(Upstream([reasoning_first]))
     code, _, evs = send(proxy, "gemini", path_of("gemini", True), prompt("gemini", True))
     parts = [p for _, d in evs for c in d.get("candidates", []) for p in c["content"]["parts"]]
@@ -36,7 +39,7 @@ def test_gemini_thoughts_stream_before_the_answer(proxy_before):
     assert "".join(parts[i]["text"] for i in texts) == ANSWER
 
 
-def test_responses_reasoning_is_the_first_item_streamed_and_in_the_response(proxy_before):
+def test_responses_reasoning_is_the_first_item_streamed_and_in_the_response(proxy_before):  # noqa: F811
     proxy = proxy_before(Upstream([reasoning_first]))
     code, _, evs = send(proxy, "responses", path_of("responses", True), prompt("responses", True))
     added = [(d["output_index"], d["item"]["type"]) for name, d in evs if name == "response.output_item.added"]
@@ -50,7 +53,7 @@ def test_responses_reasoning_is_the_first_item_streamed_and_in_the_response(prox
     assert sequence == list(range(len(sequence)))
 
 
-def test_a_waiting_gemini_client_hears_empty_thoughts_that_add_nothing(proxy_before):
+def test_a_waiting_gemini_client_hears_empty_thoughts_that_add_nothing(proxy_before):  # noqa: F811
     from test_proxy_faults import slow
 
     proxy = proxy_before(Upstream([slow(1.2)]), keepalive_sec=0.2)
