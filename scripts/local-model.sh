@@ -6,11 +6,14 @@
 #   endpoints/local.json pointing at it. Re-running reuses the venv and the model;
 #   the server is (re)started in the background and its log kept beside the model.
 # Settings: ORCHESTRA_LOCAL_MODEL_DIR (default ~/.cache/orchestra/local-model),
-#           ORCHESTRA_LOCAL_MODEL_PORT (default 8765), ORCHESTRA_LOCAL_MODEL_CTX (default 8192).
+#           ORCHESTRA_LOCAL_MODEL_PORT (default 8765), ORCHESTRA_LOCAL_MODEL_CTX (default 32768:
+#           Claude Code's first prompt alone is ~12,000 tokens).
+# endpoints/local.json says "text_parts": "join": llama-cpp-python's chat templates take a
+# message's content as a string, and a list of parts fails mid-stream.
 set -eu
 DIR=${ORCHESTRA_LOCAL_MODEL_DIR:-$HOME/.cache/orchestra/local-model}
 PORT=${ORCHESTRA_LOCAL_MODEL_PORT:-8765}
-CTX=${ORCHESTRA_LOCAL_MODEL_CTX:-8192}
+CTX=${ORCHESTRA_LOCAL_MODEL_CTX:-32768}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL=$DIR/qwen2.5-coder-0.5b-instruct.gguf
 SHA256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
@@ -56,6 +59,7 @@ cat > "$ROOT/endpoints/local.json" <<JSON
     "provider": "openai",
     "base_url": "http://127.0.0.1:$PORT/v1",
     "model": "qwen2.5-coder-0.5b-instruct",
+    "text_parts": "join",
     "env": {}
   }
 }

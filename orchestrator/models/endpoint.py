@@ -52,6 +52,10 @@ class Endpoint(BaseModel):
     output_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     # the output cap a budgeted call gets when the agent names none (the model's own maximum)
     max_output_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
+    # "join": a chat message's text-only content parts go upstream as one string, for servers
+    # whose chat templates take content as a string only (llama-cpp-python's: a list fails
+    # mid-stream); "keep": as the agent sent them
+    text_parts: Literal["keep", "join"] = "keep"
 
     @field_validator("env")
     @classmethod

@@ -67,17 +67,19 @@ class ModelProxy(CallWays, OnOneServer):
                  max_attempts: int = 6, backoff_max: float = 8.0, record: Path | None = None,
                  upstream_apis: tuple[str, ...] = ("chat",), keepalive_sec: float = KEEPALIVE_SEC,
                  tls: ssl.SSLContext | None = None, deadlines: Deadlines | None = None,
-                 output_field: str = "max_tokens", max_output: int | None = None):
+                 output_field: str = "max_tokens", max_output: int | None = None, text_parts: str = "keep"):
         """`tls`: how an HTTPS upstream is verified (default: the system's CAs); `deadlines`:
         each call's connect, first-byte and idle waits upstream; `output_field`: the chat
         output cap's field the upstream takes (learned from its 400 otherwise); `max_output`:
-        the cap a budgeted call gets when the agent asks for none."""
+        the cap a budgeted call gets when the agent asks for none; `text_parts`: "join" sends
+        a chat message's text-only content parts as one string (apis.calls.join_text_parts)."""
         self.upstream, self.model, self.api_key = upstream.rstrip("/"), model, api_key
         self.budget, self.prices, self.deadline = budget, prices, deadline
         self.max_attempts, self.backoff_max = max_attempts, backoff_max
         self.upstream_apis, self.keepalive_sec = tuple(upstream_apis), keepalive_sec
         self.deadlines, self.output_field = deadlines or Deadlines(), output_field
         self.max_output = max_output or UNASKED_OUTPUT
+        self.text_parts = text_parts
         self.token = secrets.token_hex(24)
         self.pool = Pool(tls)
         self.stats = ProxyCounts()
@@ -117,7 +119,8 @@ class ModelProxy(CallWays, OnOneServer):
             url = f"{upstream.url.rstrip('/')}/trial/{urllib.parse.quote(trial or '-', safe='')}"
         return cls(host, url, upstream.model, upstream.api_key, budget, upstream.prices_for(prices),
                    deadline=deadline, record=record, upstream_apis=upstream.apis, deadlines=upstream.deadlines,
-                   output_field=upstream.output_field, max_output=upstream.max_output_tokens).start()
+                   output_field=upstream.output_field, max_output=upstream.max_output_tokens,
+                   text_parts=upstream.text_parts).start()
 
     @property
     def root_url(self) -> str:

@@ -66,3 +66,18 @@ def test_a_waiting_gemini_client_hears_empty_thoughts_that_add_nothing(proxy_bef
                    if not p.get("thought"))
     assert text == "hello from the upstream"
     assert all(json.dumps(c).startswith('{"candidates"') for c in waits)  # what `^data: {` parsers read
+
+
+def test_text_only_content_parts_are_joined_for_an_upstream_that_takes_strings(proxy_before):  # noqa: F811
+    parts = {"model": "m", "messages": [
+        {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
+        {"role": "user", "content": [{"type": "text", "text": "say"}, {"type": "text", "text": "hello"}]},
+        {"role": "user", "content": [{"type": "text", "text": "look"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}]}
+    for text_parts, expected in (("keep", parts["messages"]), ("join", [
+            {"role": "system", "content": "be brief"}, {"role": "user", "content": "say\n\nhello"},
+            parts["messages"][2]])):  # an image part keeps its list
+        upstream = Upstream()
+        proxy = proxy_before(upstream, text_parts=text_parts)
+        code, _, _ = send(proxy, "chat", path_of("chat", False), json.loads(json.dumps(parts)))
+        assert code == 200 and upstream.requests[0]["messages"] == expected, text_parts

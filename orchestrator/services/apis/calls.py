@@ -138,6 +138,7 @@ class CallWays:
     backoff_max: float
     keepalive_sec: float
     output_field: str  # the chat output cap's field the upstream takes
+    text_parts: str  # "join": a chat message's text-only content parts sent as one string
     stats: ProxyCounts
     ledger: Ledger
     record: ExchangeLog | None
@@ -234,6 +235,8 @@ class CallWays:
     # ---- relay: the upstream speaks the agent's API ---------------------------------------
     def _relay(self, handler: JsonHandler, call: Call) -> None:
         api, request = call.api, call.request
+        if api is chat.API and self.text_parts == "join":
+            join_text_parts(request)
         wants_usage = bool(as_dict(request.get("stream_options")).get("include_usage"))
         if api is chat.API and call.stream:  # usage is counted from the stream's last chunk
             request["stream_options"] = {**as_dict(request.get("stream_options")), "include_usage": True}
@@ -332,6 +335,8 @@ class CallWays:
         request.pop("stream_options", None)
         if call.stream:  # the upstream streams too (its text passes on as it comes), usage last
             request["stream_options"] = {"include_usage": True}
+        if self.text_parts == "join":
+            join_text_parts(request)
         other = "max_tokens" if self.output_field == "max_completion_tokens" else "max_completion_tokens"
         if other in request:
             cap = request.pop(other)
@@ -525,6 +530,17 @@ class CallWays:
         native_response = json.dumps(native).encode() if relayed_other else None
         self.record.write(call.recorded_request, status, response, call.started, call.attempts[0], call.stream,
                           meta=meta, api_request=call.api_request, api_response=native_response)
+
+
+def join_text_parts(request: JsonObject) -> None:
+    """Each chat message whose content is a list of text parts only, as one string (the
+    parts a paragraph each): servers whose chat templates concatenate content as a string
+    (llama-cpp-python's Jinja templates) fail on a list, mid-stream."""
+    for message in as_list(request.get("messages")):
+        content = as_dict(message).get("content")
+        if isinstance(content, list) and content and all(
+                isinstance(p, dict) and p.get("type") == "text" for p in content):
+            message["content"] = "\n\n".join(str(p.get("text") or "") for p in content)
 
 
 def read_capped(response: Answer) -> bytes:

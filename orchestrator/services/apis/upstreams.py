@@ -32,6 +32,7 @@ class Upstream:
     prices: Prices | None = None  # the endpoint config's
     output_field: str = "max_tokens"
     max_output_tokens: int | None = None
+    text_parts: str = "keep"
 
     def prices_for(self, manifest: dict[str, dict[str, float]]) -> dict[str, float]:
         """This endpoint's model's prices ({}: unknown), the manifest's first."""
@@ -74,7 +75,8 @@ class Upstreams:
                 name, url, endpoint.model, key, dict(endpoint.env), replay=recorded is not None, apis=speaks,
                 deadlines=Deadlines(timeouts.connect_sec, timeouts.first_byte_sec, timeouts.idle_sec),
                 prices=endpoint.prices,
-                output_field=endpoint.output_field, max_output_tokens=endpoint.max_output_tokens)
+                output_field=endpoint.output_field, max_output_tokens=endpoint.max_output_tokens,
+                text_parts=endpoint.text_parts)
         scrub.register(*upstreams.secrets())
         return upstreams
 
