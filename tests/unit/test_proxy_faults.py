@@ -70,6 +70,7 @@ class Upstream:
         self.requests: list[dict] = []
         self.billed: list[tuple[int, int]] = []
         self.lock = threading.Lock()
+        self.active = self.peak = 0  # calls being answered at once, and the most there were
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -85,7 +86,13 @@ class Upstream:
                 with upstream.lock:
                     upstream.requests.append(body)
                     behaviour = upstream.plan.pop(0) if upstream.plan else ok
-                behaviour(self, body)
+                    upstream.active += 1
+                    upstream.peak = max(upstream.peak, upstream.active)
+                try:
+                    behaviour(self, body)
+                finally:
+                    with upstream.lock:
+                        upstream.active -= 1
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -508,3 +515,17 @@ def test_a_reasoning_models_400_on_max_tokens_switches_the_field_once(proxy_befo
     assert again["max_completion_tokens"] == 64 and "max_tokens" not in again
     assert second["max_completion_tokens"] == 64  # learned for the rest of the trial
     assert proxy.stats.output_field == "max_completion_tokens" and proxy.stats.upstream_refusals == 0
+
+
+def test_max_calls_counts_the_calls_in_flight_once(proxy_before):
+    upstream = Upstream(hold=0.3)
+    proxy = proxy_before(upstream, Budget(max_calls=3))
+    codes: list[int] = []
+    threads = [threading.Thread(target=lambda: codes.append(
+        send(proxy, "chat", path_of("chat", False), prompt("chat", False))[0])) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(codes) == [200, 200, 200, 402, 402] and len(upstream.requests) == 3
+    assert upstream.peak == 3  # the three ran at once: a call in flight is counted once, not twice

@@ -81,7 +81,7 @@ class Ledger:
     def _fit(self, bound: int, asked: int | None, with_in_flight: bool) -> int | str:
         """The output cap this call gets now (an int), or why it cannot (a str)."""
         b, s = self.budget, self.stats
-        calls = s.calls + (self.in_flight if with_in_flight else 0)
+        calls = s.calls if with_in_flight else s.calls - self.in_flight  # s.calls: every call admitted
         if b.max_calls is not None and calls >= b.max_calls:
             return f"max_calls={b.max_calls} reached"
         cap = min(asked or MAX_OUTPUT, MAX_OUTPUT)
