@@ -8,8 +8,12 @@
 # Settings: ORCHESTRA_LOCAL_MODEL_DIR (default ~/.cache/orchestra/local-model),
 #           ORCHESTRA_LOCAL_MODEL_PORT (default 8765), ORCHESTRA_LOCAL_MODEL_CTX (default 32768:
 #           Claude Code's first prompt alone is ~12,000 tokens).
-# endpoints/local.json says "text_parts": "join": llama-cpp-python's chat templates take a
-# message's content as a string, and a list of parts fails mid-stream.
+# endpoints/local.json says "text_parts": "join" (llama-cpp-python's chat templates take a
+# message's content as a string; a list of parts fails mid-stream) and "stream": false (its
+# streams carry no usage, whatever stream_options asks: whole answers are counted). The
+# server queues calls (--interrupt_requests False): by default a new call cuts the stream
+# under way short, a [DONE] with no finish reason, which two trials at once would do to
+# each other.
 set -eu
 DIR=${ORCHESTRA_LOCAL_MODEL_DIR:-$HOME/.cache/orchestra/local-model}
 PORT=${ORCHESTRA_LOCAL_MODEL_PORT:-8765}
@@ -44,7 +48,7 @@ fi
 
 if ! curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null 2>&1; then
     nohup "$DIR/venv/bin/python" -m llama_cpp.server --model "$MODEL" --model_alias qwen2.5-coder-0.5b-instruct \
-        --host 127.0.0.1 --port "$PORT" --n_ctx "$CTX" > "$DIR/server.log" 2>&1 &
+        --host 127.0.0.1 --port "$PORT" --n_ctx "$CTX" --interrupt_requests False > "$DIR/server.log" 2>&1 &
     echo $! > "$DIR/server.pid"
     for _ in $(seq 1 120); do
         curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null 2>&1 && break
@@ -60,6 +64,7 @@ cat > "$ROOT/endpoints/local.json" <<JSON
     "base_url": "http://127.0.0.1:$PORT/v1",
     "model": "qwen2.5-coder-0.5b-instruct",
     "text_parts": "join",
+    "stream": false,
     "env": {}
   }
 }

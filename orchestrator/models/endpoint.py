@@ -56,6 +56,10 @@ class Endpoint(BaseModel):
     # whose chat templates take content as a string only (llama-cpp-python's: a list fails
     # mid-stream); "keep": as the agent sent them
     text_parts: Literal["keep", "join"] = "keep"
+    # false: the upstream is asked for whole answers and a streaming agent is answered as a
+    # stream from each (keep-alives while it waits), for servers that count no usage in a
+    # stream (llama-cpp-python): its tokens are then the server's count, not an estimate
+    stream: bool = True
 
     @field_validator("env")
     @classmethod

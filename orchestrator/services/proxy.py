@@ -37,6 +37,7 @@ from pathlib import Path
 
 from orchestrator.models import Budget, ModelUsage
 from orchestrator.services import apis
+from orchestrator.services.apis import chat
 from orchestrator.services.apis.calls import KIND_OF_STATUS, Call, CallWays, ProxyCounts, Refusal
 from orchestrator.services.apis.common import Route
 from orchestrator.services.apis.forward import ClientGone, Deadlines, Pool, Retryable, upstream_said
@@ -67,19 +68,22 @@ class ModelProxy(CallWays, OnOneServer):
                  max_attempts: int = 6, backoff_max: float = 8.0, record: Path | None = None,
                  upstream_apis: tuple[str, ...] = ("chat",), keepalive_sec: float = KEEPALIVE_SEC,
                  tls: ssl.SSLContext | None = None, deadlines: Deadlines | None = None,
-                 output_field: str = "max_tokens", max_output: int | None = None, text_parts: str = "keep"):
+                 output_field: str = "max_tokens", max_output: int | None = None, text_parts: str = "keep",
+                 upstream_streams: bool = True):
         """`tls`: how an HTTPS upstream is verified (default: the system's CAs); `deadlines`:
         each call's connect, first-byte and idle waits upstream; `output_field`: the chat
         output cap's field the upstream takes (learned from its 400 otherwise); `max_output`:
         the cap a budgeted call gets when the agent asks for none; `text_parts`: "join" sends
-        a chat message's text-only content parts as one string (apis.calls.join_text_parts)."""
+        a chat message's text-only content parts as one string (apis.calls.join_text_parts);
+        `upstream_streams` False: every call is asked whole upstream, a streaming agent's
+        answered as a stream from it (for servers that count no usage in a stream)."""
         self.upstream, self.model, self.api_key = upstream.rstrip("/"), model, api_key
         self.budget, self.prices, self.deadline = budget, prices, deadline
         self.max_attempts, self.backoff_max = max_attempts, backoff_max
         self.upstream_apis, self.keepalive_sec = tuple(upstream_apis), keepalive_sec
         self.deadlines, self.output_field = deadlines or Deadlines(), output_field
         self.max_output = max_output or UNASKED_OUTPUT
-        self.text_parts = text_parts
+        self.text_parts, self.upstream_streams = text_parts, upstream_streams
         self.token = secrets.token_hex(24)
         self.pool = Pool(tls)
         self.stats = ProxyCounts()
@@ -120,7 +124,7 @@ class ModelProxy(CallWays, OnOneServer):
         return cls(host, url, upstream.model, upstream.api_key, budget, upstream.prices_for(prices),
                    deadline=deadline, record=record, upstream_apis=upstream.apis, deadlines=upstream.deadlines,
                    output_field=upstream.output_field, max_output=upstream.max_output_tokens,
-                   text_parts=upstream.text_parts).start()
+                   text_parts=upstream.text_parts, upstream_streams=upstream.upstream_streams).start()
 
     @property
     def root_url(self) -> str:
@@ -196,7 +200,10 @@ class ModelProxy(CallWays, OnOneServer):
             raise Refusal("invalid", reason)
         if api.choices(request) > MAX_CHOICES:
             raise Refusal("invalid", f"{api.choices(request)} choices asked; at most {MAX_CHOICES} a call")
-        relayed = api.name in self.upstream_apis
+        # an upstream asked for whole answers (upstream_streams false) gets a streaming chat
+        # caller's call through the translation, which keeps the caller alive while it waits
+        relayed = api.name in self.upstream_apis and not (
+            api is chat.API and api.streams(request, route) and not self.upstream_streams)
         if not relayed and "chat" not in self.upstream_apis:
             raise Refusal("unsupported", f"this endpoint speaks {', '.join(self.upstream_apis)}; "
                                          f"orchestra translates {api.name} through chat only")

@@ -6,26 +6,39 @@ or expand without limit. Every refusal is a problem naming the file (InputError,
   the folder, or reaches /proc, /dev or /sys (links that stay inside are kept: Harbor copies
   them).
 - `read_capped(path, limit)`: a file's text, refused above `limit` bytes before it is read.
-- `load_toml(path, limit)`: tomllib under a size cap, a nesting cap (a 100,000-deep array is
-  a problem, not a RecursionError) and UTF-8.
+- `load_toml(path, limit)`: tomllib under a size cap, UTF-8, and a linear scan first that
+  bounds what tomllib would pay (issue 56): nesting with dotted keys counted (a 100 KB key of
+  20,000 parts cost tomllib 46 s and 9.8 GB), key count and length, a bare value's length
+  (Python reads no integer past 4,300 digits).
 - `load_yaml(text, path)`: YAML without aliases (a 0.5 kB file of nested aliases expands to
-  gigabytes) and with a nesting cap.
+  gigabytes), with a nesting cap and numbers of at most MAX_WORD_CHARS characters.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import InputError
 
-MAX_DEPTH = 32  # nesting of tables, arrays, mappings: Harbor's deepest is 4
 MAX_TOML_BYTES = 1024 * 1024  # task.toml
 MAX_SEEDS_BYTES = 16 * 1024 * 1024  # memory/seeds.toml (values up to 64 kB each)
 MAX_YAML_BYTES = 1024 * 1024  # a compose file, a fact file
+MAX_DEPTH = 32  # nesting of tables, arrays, mappings (dotted keys count): Harbor's deepest is 4
+MAX_KEYS = 20_000  # keys and table headers in one TOML file (tomllib: ~1.5 s at 20,000)
+MAX_KEY_CHARS = 1024  # one key, dotted parts and quotes included
+MAX_WORD_CHARS = 100  # a bare value (a number, a date, true): Python reads at most 4,300 digits
 _HOST_TREES = ("/proc", "/dev", "/sys")
+_BARE = re.compile(r"[A-Za-z0-9_+\-:.]+")  # a bare value: number, date, boolean
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_SPACE = re.compile(r"[ \t\r]+")
+_STRINGS = {'"""': re.compile(r'"""(?:[^"\\]++|\\.|"(?!""))*+"""', re.S),
+            "'''": re.compile(r"'''.*?'''", re.S),
+            '"': re.compile(r'"(?:[^"\\\n]++|\\.)*+"'),
+            "'": re.compile(r"'[^'\n]*+'")}
 
 
 def links_out(folder: Path) -> list[str]:
@@ -78,13 +91,13 @@ def read_capped(path: Path, limit: int) -> str:
 def load_toml(path: Path, limit: int = MAX_TOML_BYTES) -> dict[str, Any]:
     """tomllib, bounded: InputError naming the file for too large, too deep, or invalid."""
     text = read_capped(path, limit)
-    deepest = _bracket_depth(text)
-    if deepest > MAX_DEPTH:
-        raise InputError(f"{path}: values nested {deepest} deep; the limit is {MAX_DEPTH}")
+    _toml_cost(path, text)  # linear, before tomllib (quadratic in a dotted key's parts)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML: {exc}") from None
+    except ValueError as exc:  # a value Python cannot read (the scan should have said)
+        raise InputError(f"{path}: a value orchestra cannot read: {exc}") from None
     except RecursionError:
         raise InputError(f"{path}: values nested too deep to parse; the limit is {MAX_DEPTH}") from None
     where = _too_deep(data)
@@ -93,36 +106,121 @@ def load_toml(path: Path, limit: int = MAX_TOML_BYTES) -> dict[str, Any]:
     return data
 
 
-def _bracket_depth(text: str) -> int:
-    """The deepest nesting of [ and { in the text, outside strings and comments: an upper
-    bound on the value depth a TOML parser would recurse to (cheap, one pass)."""
-    depth = deepest = 0
-    i, n = 0, len(text)
+def _toml_cost(path: Path, text: str) -> None:
+    """Refuse, before tomllib reads it, a TOML text that would cost it more than linear time
+    or memory, or that Python cannot turn into values: deeper than MAX_DEPTH (brackets and
+    dotted keys counted together, as the parsed value would nest), more than MAX_KEYS keys,
+    a key longer than MAX_KEY_CHARS, a bare value longer than MAX_WORD_CHARS. One pass in
+    linear time; an unterminated string ends it (tomllib then refuses the file)."""
+    n = len(text)
+    i = keys = 0
+    table = 0  # the depth of the current [table] header's values' parent
+    stack: list[tuple[str, int]] = []  # open '[' / '{' and the depth of the value they make
+    in_key, line_start, header = True, True, 0  # header: 0, or 1 for [, 2 for [[
+    parts, key_from, value_depth = 1, 0, 0
     while i < n:
         c = text[i]
         if c in "\"'":
-            triple = text.startswith(c * 3, i)
-            close = c * 3 if triple else c
-            j = i + len(close)
-            while j < n and not text.startswith(close, j):
-                if c == '"' and text[j] == "\\":
-                    j += 1
-                elif text[j] == "\n" and not triple:
-                    break
-                j += 1
-            i = j + len(close)
+            quote = text[i:i + 3] if text.startswith(c * 3, i) else c
+            found = _STRINGS[quote].match(text, i)
+            if found is None:
+                return  # not valid TOML: tomllib says where
+            i = found.end()
+            for _ in range(2 if len(quote) == 3 else 0):  # """a"""" ends in up to two more quotes
+                i += i < n and text[i] == c
+            line_start = False
             continue
         if c == "#":
             end = text.find("\n", i)
             i = n if end < 0 else end
             continue
+        if c in " \t\r":
+            space = _SPACE.match(text, i)
+            i = space.end() if space else i + 1
+            continue
+        if c == "\n":
+            if not stack:
+                in_key, line_start, header, parts = True, True, 0, 1
+            i += 1
+            key_from = i
+            continue
+        if in_key:
+            if c == "[" and line_start and not stack:
+                header = 2 if text.startswith("[[", i) else 1
+                i += header
+                key_from, parts = i, 1
+                line_start = False
+                continue
+            if c == "]" and header:
+                keys += 1
+                if keys > MAX_KEYS:
+                    raise InputError(f"{path}: more than {MAX_KEYS} keys; the limit is {MAX_KEYS}")
+                table = parts + (1 if header == 2 else 0)
+                _key_bounds(path, text, key_from, i, parts, table)
+                i += header
+                header = 0
+                continue
+            if c == ".":
+                parts += 1
+                if parts > MAX_DEPTH:
+                    raise InputError(f"{path}: a dotted key of more than {MAX_DEPTH} parts at "
+                                     f"line {_line(text, i)}; the limit is {MAX_DEPTH}")
+            elif c == "=":
+                keys += 1
+                if keys > MAX_KEYS:
+                    raise InputError(f"{path}: more than {MAX_KEYS} keys; the limit is {MAX_KEYS}")
+                value_depth = (stack[-1][1] if stack else table) + parts
+                _key_bounds(path, text, key_from, i, parts, value_depth)
+                in_key = False
+            elif c == "}" and stack and stack[-1][0] == "{":  # an empty inline table
+                stack.pop()
+                in_key = False
+            elif (word := _BARE_KEY.match(text, i)) is not None:
+                line_start = False
+                i = word.end()
+                continue
+            line_start = False
+            i += 1
+            continue
+        # a value
         if c in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif c in "]}":
-            depth = max(0, depth - 1)
+            depth = value_depth + (1 if c == "[" else 0)
+            if depth > MAX_DEPTH:
+                raise InputError(f"{path}: values nested more than {MAX_DEPTH} deep at line "
+                                 f"{_line(text, i)}; the limit is {MAX_DEPTH}")
+            stack.append((c, value_depth))
+            if c == "[":
+                value_depth = depth
+            else:
+                in_key, key_from, parts = True, i + 1, 1
+        elif c in "]}" and stack:
+            stack.pop()
+        elif c == "," and stack:
+            if stack[-1][0] == "[":
+                value_depth = stack[-1][1] + 1
+            else:
+                in_key, key_from, parts = True, i + 1, 1
+        elif (word := _BARE.match(text, i)) is not None:
+            if len(word.group()) > MAX_WORD_CHARS:
+                raise InputError(f"{path}: a value of {len(word.group())} characters at line "
+                                 f"{_line(text, i)} (Python reads no number past 4,300 digits); "
+                                 f"the limit is {MAX_WORD_CHARS}")
+            i = word.end()
+            continue
         i += 1
-    return deepest
+
+
+def _key_bounds(path: Path, text: str, start: int, end: int, parts: int, depth: int) -> None:
+    if end - start > MAX_KEY_CHARS:
+        raise InputError(f"{path}: a key of {end - start} characters at line {_line(text, start)}; "
+                         f"the limit is {MAX_KEY_CHARS}")
+    if depth > MAX_DEPTH:
+        raise InputError(f"{path}: values nested more than {MAX_DEPTH} deep at line {_line(text, start)} "
+                         f"(dotted keys and tables counted); the limit is {MAX_DEPTH}")
+
+
+def _line(text: str, at: int) -> int:
+    return text.count("\n", 0, at) + 1
 
 
 def _too_deep(value: object, limit: int = MAX_DEPTH) -> str | None:
@@ -161,6 +259,13 @@ def load_yaml(text: str, path: Path) -> Any:
             finally:
                 self.depth -= 1
 
+        def bounded_int(self, node: Any) -> Any:
+            if len(node.value) > MAX_WORD_CHARS:  # Python reads no number past 4,300 digits
+                raise InputError(f"{path}: line {node.start_mark.line + 1}: a number of "
+                                 f"{len(node.value)} characters; the limit is {MAX_WORD_CHARS}")
+            return self.construct_yaml_int(node)
+
+    Bounded.add_constructor("tag:yaml.org,2002:int", Bounded.bounded_int)
     loader = Bounded(text)
     try:
         return loader.get_single_data()
@@ -168,5 +273,7 @@ def load_yaml(text: str, path: Path) -> Any:
         raise InputError(f"{path}: not readable YAML: {exc}") from None
     except RecursionError:
         raise InputError(f"{path}: nested too deep to parse; the limit is {MAX_DEPTH}") from None
+    except ValueError as exc:  # a value Python cannot read
+        raise InputError(f"{path}: a value orchestra cannot read: {exc}") from None
     finally:
         loader.dispose()

@@ -81,3 +81,18 @@ def test_text_only_content_parts_are_joined_for_an_upstream_that_takes_strings(p
         proxy = proxy_before(upstream, text_parts=text_parts)
         code, _, _ = send(proxy, "chat", path_of("chat", False), json.loads(json.dumps(parts)))
         assert code == 200 and upstream.requests[0]["messages"] == expected, text_parts
+
+
+def test_an_upstream_asked_for_whole_answers_streams_to_the_agent_with_its_own_counts(proxy_before):  # noqa: F811
+    from test_proxy_apis import ALL
+    from test_proxy_faults import ended, text_of
+
+    upstream = Upstream(usage=True)
+    proxy = proxy_before(upstream, upstream_streams=False)
+    for api in ALL:
+        code, body, evs = send(proxy, api, path_of(api, True), prompt(api, True))
+        assert code == 200 and ended(api, evs) == "normal" and text_of(api, body, evs) == "hello from the upstream"
+    assert [r.get("stream") for r in upstream.requests] == [False] * 4  # every call asked whole
+    billed_in, billed_out = map(sum, zip(*upstream.billed, strict=True))
+    s = proxy.stats
+    assert (s.counted_prompt_tokens, s.counted_completion_tokens, s.usage_estimated_calls) == (billed_in, billed_out, 0)

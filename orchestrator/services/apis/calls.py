@@ -139,6 +139,7 @@ class CallWays:
     keepalive_sec: float
     output_field: str  # the chat output cap's field the upstream takes
     text_parts: str  # "join": a chat message's text-only content parts sent as one string
+    upstream_streams: bool  # False: the upstream is asked for whole answers (its usage counted)
     stats: ProxyCounts
     ledger: Ledger
     record: ExchangeLog | None
@@ -331,9 +332,10 @@ class CallWays:
         """The agent's request as the upstream's chat request (its output cap in the field
         the upstream takes)."""
         request = call.api.to_chat(call.request)
-        request.update(model=self.model, stream=call.stream)
+        streams = call.stream and self.upstream_streams
+        request.update(model=self.model, stream=streams)
         request.pop("stream_options", None)
-        if call.stream:  # the upstream streams too (its text passes on as it comes), usage last
+        if streams:  # the upstream streams too (its text passes on as it comes), usage last
             request["stream_options"] = {"include_usage": True}
         if self.text_parts == "join":
             join_text_parts(request)

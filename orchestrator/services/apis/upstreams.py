@@ -33,6 +33,7 @@ class Upstream:
     output_field: str = "max_tokens"
     max_output_tokens: int | None = None
     text_parts: str = "keep"
+    upstream_streams: bool = True
 
     def prices_for(self, manifest: dict[str, dict[str, float]]) -> dict[str, float]:
         """This endpoint's model's prices ({}: unknown), the manifest's first."""
@@ -76,7 +77,7 @@ class Upstreams:
                 deadlines=Deadlines(timeouts.connect_sec, timeouts.first_byte_sec, timeouts.idle_sec),
                 prices=endpoint.prices,
                 output_field=endpoint.output_field, max_output_tokens=endpoint.max_output_tokens,
-                text_parts=endpoint.text_parts)
+                text_parts=endpoint.text_parts, upstream_streams=endpoint.stream)
         scrub.register(*upstreams.secrets())
         return upstreams
 
