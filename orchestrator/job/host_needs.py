@@ -6,12 +6,14 @@ time (a RUN or test.sh line that fetches: apt, pip, uv, curl, wget, npm, git clo
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from orchestrator.paths import verifier_dockerfile
 from orchestrator.runtime import BuildFailed, EngineFacts, Runtime
-from orchestrator.tasks import Task
+from orchestrator.tasks import Task, read_dockerfile
 from orchestrator.trial import base_references, stand_in_for
 
+SCAN_CHUNK = 1024 * 1024  # scripts are scanned a chunk at a time: memory is constant
 FETCHES = re.compile(r"\b(apt-get|apt|pip3?|uvx?|curl|wget|npm|npx|git\s+clone|go\s+install|cargo\s+install)\b")
 
 
@@ -36,11 +38,25 @@ def _fetching(text: str) -> str | None:
     return found.group(1) if found else None
 
 
+def _script_fetching(path: Path) -> str | None:
+    """The first fetching tool a script names, read a chunk at a time (a 256 MiB test.sh
+    costs one chunk, not the file): each chunk is searched with the tail of the one before,
+    so a name split across two chunks is found."""
+    tail = ""
+    with open(path, "rb") as handle:
+        while chunk := handle.read(SCAN_CHUNK):
+            text = tail + chunk.decode(errors="replace")
+            if tool := _fetching(text):
+                return tool
+            tail = text[-64:]
+    return None
+
+
 def host_needs(task: Task, runtime: Runtime | None, info: EngineFacts | None) -> list[str]:
     needs: list[str] = []
     env = task.config.environment
     dockerfile_path = task.paths.dockerfile
-    dockerfile = dockerfile_path.read_text() if dockerfile_path.is_file() else ""
+    dockerfile = read_dockerfile(dockerfile_path) if dockerfile_path.is_file() else ""
     if runtime is not None:
         if env.docker_image and not runtime.image_exists(env.docker_image):
             needs.append(f"image {env.docker_image}: not on this engine; pulled if a registry answers"
@@ -49,7 +65,7 @@ def host_needs(task: Task, runtime: Runtime | None, info: EngineFacts | None) ->
             needs += _image_needs(runtime, "environment/Dockerfile", dockerfile)
         tests_dockerfile = verifier_dockerfile(task.paths.tests)
         if task.config.verifier.environment_mode == "separate" and tests_dockerfile.is_file():
-            needs += _image_needs(runtime, "tests/Dockerfile", tests_dockerfile.read_text())
+            needs += _image_needs(runtime, "tests/Dockerfile", read_dockerfile(tests_dockerfile))
         for name, service in (task.compose.sidecars if task.compose else {}).items():
             if service.image and not runtime.image_exists(service.image):
                 needs.append(f"compose service {name}: image {service.image} is not on this engine "
@@ -63,8 +79,9 @@ def host_needs(task: Task, runtime: Runtime | None, info: EngineFacts | None) ->
     runs = "\n".join(line for line in dockerfile.splitlines() if line.strip().upper().startswith("RUN"))
     if tool := _fetching(runs):
         needs.append(f"the network at build time (a RUN line uses {tool})")
-    tests = "\n".join(p.read_text(errors="replace") for d in task.tests_dirs for p in d.glob("*.sh"))
-    if (tool := _fetching(tests)) and task.config.network_for("verifier") != "no-network":
+    tool = next(filter(None, (_script_fetching(p) for d in task.tests_dirs for p in sorted(d.glob("*.sh"))
+                              if p.is_file())), None)
+    if tool and task.config.network_for("verifier") != "no-network":
         needs.append(f"the network at grading time (test.sh uses {tool}; verifier network "
                      f"{task.config.network_for('verifier')})")
     return needs

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
         allowed_host_env,
     )
     from orchestrator.tasks.defects import task_defects
-    from orchestrator.tasks.dockerfile import for_classic_builder, joined_lines
+    from orchestrator.tasks.dockerfile import for_classic_builder, joined_lines, read_dockerfile
     from orchestrator.tasks.load import (
         Task,
         find_task_dirs,
@@ -36,7 +36,8 @@ __all__ = [
     "Service", "SlugError", "StandIn", "StateRoots", "Task", "allow_host_env", "allowed_host_env",
     "base_image", "choose", "file_seed_archive", "find_task_dirs", "for_classic_builder",
     "hash_tree", "image_repository", "joined_lines", "load_task", "load_tasks",
-    "load_tasks_lenient", "normalise", "parse_reference", "seed_engrams", "task_defects",
+    "load_tasks_lenient", "normalise", "parse_reference", "read_dockerfile", "seed_engrams",
+    "task_defects",
 ]
 __getattr__, __dir__ = public_face(__name__, {
     "Compose": "compose",
@@ -48,6 +49,7 @@ __getattr__, __dir__ = public_face(__name__, {
     "task_defects": "defects",
     "for_classic_builder": "dockerfile",
     "joined_lines": "dockerfile",
+    "read_dockerfile": "dockerfile",
     "Task": "load",
     "find_task_dirs": "load",
     "hash_tree": "load",

@@ -13,7 +13,8 @@ Supported per service: `image` or `build` (a context folder under environment/, 
 start_period). Top level: `services`, `volumes` (named, no options), `networks` (every
 service is on the trial's one IPv4 network: `enable_ipv6` and `ipv6_address` are refused). `${VAR}`,
 `${VAR:-default}` and `$$` are interpolated, plus Harbor's CONTEXT_DIR (the environment
-folder) and MAIN_IMAGE_NAME. Anything else is refused by name: "orchestra cannot honour
+folder) and MAIN_IMAGE_NAME. At most MAX_SERVICES (32) services, their `depends_on` walked
+without recursion. Anything else is refused by name: "orchestra cannot honour
 `services.db.ports`", never ignored.
 
 A dataset is untrusted (DESIGN 4): it reads a host variable only when the user listed its
@@ -58,6 +59,7 @@ MAIN_KEYS = {"environment", "volumes", "depends_on", "build", "image", "command"
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _allowed_host_env: frozenset[str] = frozenset()
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|m|s|us))+$")
+MAX_SERVICES = 32  # main and sidecars: each is a container under the task's quotas
 _VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # Docker's rule for a volume's name
 
 
@@ -155,21 +157,28 @@ class Compose(BaseModel):
         return {name: s for name, s in self.services.items() if name != "main"}
 
     def start_order(self) -> list[str]:
-        """Sidecars in dependency order (a cycle is refused at load)."""
+        """Sidecars in dependency order (a cycle is refused at load). Iterative: a chain
+        as long as the file allows costs no recursion."""
         order: list[str] = []
-
-        def visit(name: str, trail: tuple[str, ...]) -> None:
-            if name in order:
-                return
-            if name in trail:
-                raise ValueError(f"depends_on: a cycle through {' -> '.join(trail + (name,))}")
-            for dep in self.services[name].depends_on:
-                visit(dep, trail + (name,))
-            if name != "main":
-                order.append(name)
-
-        for name in self.services:
-            visit(name, ())
+        done: set[str] = set()
+        for first in self.services:
+            if first in done:
+                continue
+            trail: list[str] = [first]  # the path being walked, each with its next dependency
+            deps = [iter(self.services[first].depends_on)]
+            while trail:
+                dep = next(deps[-1], None)
+                if dep is None:
+                    name = trail.pop()
+                    deps.pop()
+                    done.add(name)
+                    if name != "main":
+                        order.append(name)
+                elif dep in trail:
+                    raise ValueError(f"depends_on: a cycle through {' -> '.join(trail + [dep])}")
+                elif dep not in done:
+                    trail.append(dep)
+                    deps.append(iter(self.services[dep].depends_on))
         return order
 
 
@@ -222,6 +231,9 @@ def load_compose(path: Path, main_image: str = "") -> Compose:
         raise InputError(f"{path}: not readable: {exc}") from exc
     if not isinstance(raw, dict) or not isinstance(raw.get("services"), dict):
         raise InputError(f"{path}: a compose file needs a `services` mapping")
+    if len(raw["services"]) > MAX_SERVICES:
+        raise InputError(f"{path}: field 'services': {len(raw['services'])} services; the limit is "
+                         f"{MAX_SERVICES}")
     problems = [f"{path}: orchestra cannot honour `{key}` in a compose file" for key in raw
                 if key not in ("services", "volumes", "networks", "name", "version")]
     for name, body in raw["services"].items():

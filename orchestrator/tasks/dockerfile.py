@@ -7,6 +7,10 @@ with the docker CLI: `COPY --chmod=755 entrypoint.sh /entrypoint.sh` fails with 
 such line is rewritten to what it means: the COPY (or ADD) without --chmod, then
 `RUN chmod -R MODE` of what it copied, as root. The task's files are unchanged; only the
 Dockerfile sent in the build context differs, and the rewrite is logged with the trial.
+
+Every reader of a task's Dockerfile goes through `read_dockerfile`: at most
+MAX_DOCKERFILE_BYTES (its size checked before a byte is read, so a 256 MiB Dockerfile costs
+no 256 MiB) and UTF-8, else InputError naming the file and the limit (checked at load).
 """
 
 from __future__ import annotations
@@ -14,10 +18,21 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+from pathlib import Path
+
+from orchestrator.tasks.inputs import read_capped
+
+MAX_DOCKERFILE_BYTES = 1024 * 1024  # Harbor's largest is a few kB
 
 _CHMOD = re.compile(r"\s--chmod=(\S+)")
 _USER = re.compile(r"^\s*USER\s+(\S+)", re.IGNORECASE)
 _FROM = re.compile(r"^\s*FROM\s", re.IGNORECASE)
+
+
+def read_dockerfile(path: Path) -> str:
+    """A task's Dockerfile (or tests/Dockerfile): InputError above MAX_DOCKERFILE_BYTES or
+    when not UTF-8, naming the file."""
+    return read_capped(path, MAX_DOCKERFILE_BYTES)
 
 
 def joined_lines(dockerfile: str) -> list[str]:

@@ -29,6 +29,7 @@ MAX_SEEDS_BYTES = 16 * 1024 * 1024  # memory/seeds.toml (values up to 64 kB each
 MAX_YAML_BYTES = 1024 * 1024  # a compose file, a fact file
 MAX_DEPTH = 32  # nesting of tables, arrays, mappings (dotted keys count): Harbor's deepest is 4
 MAX_KEYS = 20_000  # keys and table headers in one TOML file (tomllib: ~1.5 s at 20,000)
+MAX_VALUES = 200_000  # values in one TOML file, arrays' items included (tomllib: ~0.6 s)
 MAX_KEY_CHARS = 1024  # one key, dotted parts and quotes included
 MAX_WORD_CHARS = 100  # a bare value (a number, a date, true): Python reads at most 4,300 digits
 _HOST_TREES = ("/proc", "/dev", "/sys")
@@ -109,15 +110,16 @@ def load_toml(path: Path, limit: int = MAX_TOML_BYTES) -> dict[str, Any]:
 def _toml_cost(path: Path, text: str) -> None:
     """Refuse, before tomllib reads it, a TOML text that would cost it more than linear time
     or memory, or that Python cannot turn into values: deeper than MAX_DEPTH (brackets and
-    dotted keys counted together, as the parsed value would nest), more than MAX_KEYS keys,
-    a key longer than MAX_KEY_CHARS, a bare value longer than MAX_WORD_CHARS. One pass in
-    linear time; an unterminated string ends it (tomllib then refuses the file)."""
+    dotted keys counted together, as the parsed value would nest), more than MAX_KEYS keys or
+    MAX_VALUES values, a key longer than MAX_KEY_CHARS, a bare value longer than
+    MAX_WORD_CHARS. One pass in linear time; an unterminated string ends it (tomllib then
+    refuses the file)."""
     n = len(text)
-    i = keys = 0
+    i = keys = values = 0
     table = 0  # the depth of the current [table] header's values' parent
     stack: list[tuple[str, int]] = []  # open '[' / '{' and the depth of the value they make
     in_key, line_start, header = True, True, 0  # header: 0, or 1 for [, 2 for [[
-    parts, key_from, value_depth = 1, 0, 0
+    parts, key_from, value_depth, table_name = 1, 0, 0, ""
     while i < n:
         c = text[i]
         if c in "\"'":
@@ -126,6 +128,7 @@ def _toml_cost(path: Path, text: str) -> None:
             if found is None:
                 return  # not valid TOML: tomllib says where
             i = found.end()
+            values += not in_key
             for _ in range(2 if len(quote) == 3 else 0):  # """a"""" ends in up to two more quotes
                 i += i < n and text[i] == c
             line_start = False
@@ -156,6 +159,7 @@ def _toml_cost(path: Path, text: str) -> None:
                 if keys > MAX_KEYS:
                     raise InputError(f"{path}: more than {MAX_KEYS} keys; the limit is {MAX_KEYS}")
                 table = parts + (1 if header == 2 else 0)
+                table_name = text[key_from:i].strip()[:64] + "."
                 _key_bounds(path, text, key_from, i, parts, table)
                 i += header
                 header = 0
@@ -163,8 +167,9 @@ def _toml_cost(path: Path, text: str) -> None:
             if c == ".":
                 parts += 1
                 if parts > MAX_DEPTH:
-                    raise InputError(f"{path}: a dotted key of more than {MAX_DEPTH} parts at "
-                                     f"line {_line(text, i)}; the limit is {MAX_DEPTH}")
+                    key = (table_name if not stack else "") + text[key_from:i].strip()[:64]
+                    raise InputError(f"{path}: field '{key}...': a dotted key of more than {MAX_DEPTH} "
+                                     f"parts at line {_line(text, i)}; the limit is {MAX_DEPTH}")
             elif c == "=":
                 keys += 1
                 if keys > MAX_KEYS:
@@ -183,6 +188,10 @@ def _toml_cost(path: Path, text: str) -> None:
             i += 1
             continue
         # a value
+        if c not in "]},":
+            values += 1
+            if values > MAX_VALUES:
+                raise InputError(f"{path}: more than {MAX_VALUES} values; the limit is {MAX_VALUES}")
         if c in "[{":
             depth = value_depth + (1 if c == "[" else 0)
             if depth > MAX_DEPTH:

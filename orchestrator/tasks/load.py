@@ -12,9 +12,10 @@ from pydantic import ValidationError
 
 from orchestrator.errors import InputError, validation_problems
 from orchestrator.models import StepSection, TaskConfig, ignored_fields, name_problem
-from orchestrator.paths import TaskPaths
+from orchestrator.paths import TaskPaths, verifier_dockerfile
 from orchestrator.tasks.compose import Compose, load_compose
 from orchestrator.tasks.compose import find as find_compose
+from orchestrator.tasks.dockerfile import read_dockerfile
 from orchestrator.tasks.inputs import MAX_TOML_BYTES, links_out, load_toml, read_capped
 from orchestrator.tasks.memory import EngramSeed, FactFile, load_engram_seeds, load_fact_files
 from orchestrator.util import JsonObject
@@ -168,6 +169,12 @@ def load_task(path: Path) -> Task:
         if not config.environment.docker_image and not paths.dockerfile.is_file():
             problems.append(f"{paths.dockerfile}: missing "
                             "(add one or set [environment] docker_image)")
+        for dockerfile in (paths.dockerfile, verifier_dockerfile(paths.tests)):
+            try:
+                if dockerfile.is_file():
+                    read_dockerfile(dockerfile)  # capped before reading, UTF-8
+            except InputError as exc:
+                problems.extend(exc.problems)
         if config.steps and not instruction.is_file():
             instruction = paths.step(config.steps[0].name).instruction
         problems += _instruction_problems(instruction, config)
@@ -254,13 +261,17 @@ def find_task_dirs(root: Path) -> list[Path]:
 
 def load_tasks_lenient(root: Path) -> tuple[list[Task], dict[Path, list[str]]]:
     """Every task under root that loads, and the problems of each one that does not (the
-    doctor names them; `run --skip-broken` leaves them out)."""
+    doctor names them; `run --skip-broken` leaves them out). Whatever reading one task
+    raised is that task's problem, never the dataset's (issue 56)."""
     tasks, problems = [], {}
     for task_dir in find_task_dirs(root):
         try:
             tasks.append(load_task(task_dir))
         except InputError as exc:
             problems[task_dir] = list(exc.problems)
+        except Exception as exc:  # noqa: BLE001 - any failure to read a task is its refusal
+            problems[task_dir] = [f"{task_dir}: could not be read ({type(exc).__name__}: "
+                                  f"{str(exc)[:300]}); a task orchestra cannot read is refused"]
     return tasks, problems
 
 

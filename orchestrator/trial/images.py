@@ -33,6 +33,7 @@ from orchestrator.tasks import (
     base_image,
     hash_tree,
     image_repository,
+    read_dockerfile,
 )
 from orchestrator.trial.bases import (
     _job_bases,
@@ -117,7 +118,7 @@ def ensure_task_images(runtime: Runtime, task: Task, job: str,
         task_image, source = env.docker_image, prebuilt
     else:
         folder = TaskPaths(task.path).environment
-        dockerfile = TaskPaths(task.path).dockerfile.read_text()
+        dockerfile = read_dockerfile(TaskPaths(task.path).dockerfile)
         resolved = resolve_bases(runtime, dockerfile, job, "task")
         variant = task.environment_hash + bases_suffix(resolved, ca_bundle)
         task_image = f"{image_repository(task)}:{variant}"
@@ -161,7 +162,7 @@ def verifier_image(runtime: Runtime, task: Task, fallback: str, job: str = "",
     dockerfile = verifier_dockerfile(tests)
     if not dockerfile.is_file():
         return fallback, "task image", []
-    text = dockerfile.read_text()
+    text = read_dockerfile(dockerfile)
     ca = trust.pem if trust is not None else None
     resolved = resolve_bases(runtime, text, job, "verifier")
     tag = (f"{image_repository(task).replace('orchestra/task/', 'orchestra/verifier/')}:"

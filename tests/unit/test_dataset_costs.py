@@ -1,0 +1,259 @@
+"""What a dataset's files can cost the orchestrator (issue 56): every reader is bounded by
+cost, not by the shapes thought of. A file past a limit is InputError (exit 2) naming the
+file and the limit, refused before the parser that would pay for it; any failure to read a
+task is that task's refusal, which `--skip-broken` leaves out. Each test first asserts its
+attack is in place; numbers are measured with tracemalloc (this process) or getrusage."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+import tomllib
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from conftest import make_task
+
+from orchestrator.errors import InputError
+from orchestrator.tasks.compose import Compose, Service
+from orchestrator.tasks.load import load_task, load_tasks_lenient
+
+ORCHESTRA = str(Path(sys.executable).parent / "orchestra")
+NO_ENGINE = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}  # checked offline
+BIG_INT = "1" * 5001  # past Python's int-to-str limit (4,300 digits)
+
+
+def refused(task: Path) -> str:
+    with pytest.raises(InputError) as caught:
+        load_task(task)
+    return "\n".join(caught.value.problems)
+
+
+def peak_while(fn) -> tuple[int, object]:
+    """(peak bytes traced, what fn raised or returned) while fn runs."""
+    tracemalloc.start()
+    try:
+        try:
+            out: object = fn()
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            out = exc
+        return tracemalloc.get_traced_memory()[1], out
+    finally:
+        tracemalloc.stop()
+
+
+def check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ORCHESTRA, "tasks", "check", str(path)], capture_output=True, text=True,
+                          timeout=120, env=NO_ENGINE)
+
+
+# ---- TOML: dotted keys, key count, key length, number size, before tomllib ----------------
+
+
+def test_a_dotted_key_is_refused_before_tomllib_pays_for_it(tmp_path):
+    """tomllib is quadratic in a dotted key's parts (20,000 parts in 100 KB: 46 s, 9.8 GB).
+    4,000 parts (8 KB) cost it 64 MB; refused by a linear scan first, it costs nothing."""
+    key = ".".join(["a"] * 4000)
+    task = make_task(tmp_path, "t", files={"task.toml": f"[agent]\ntimeout_sec = 60\n{key} = 1\n"})
+    attack, _ = peak_while(lambda: tomllib.loads(f"{key} = 1\n"))
+    assert attack > 32 * 1024 * 1024  # the attack in place: tomllib alone takes > 32 MB
+    peak, out = peak_while(lambda: load_task(task))
+    assert isinstance(out, InputError), out
+    said = "\n".join(out.problems)
+    assert "task.toml" in said and "dotted key" in said and "limit is 32" in said
+    assert peak < 4 * 1024 * 1024, peak  # was 64 MB (tomllib's, then refused as too deep)
+
+
+def test_dotted_keys_under_a_table_count_with_its_header(tmp_path):
+    header = ".".join(["t"] * 20)
+    key = ".".join(["k"] * 20)
+    task = make_task(tmp_path, "t", files={"task.toml": f"[{header}]\n{key} = 1\n"})
+    assert tomllib.loads(f"[{header}]\n{key} = 1\n")  # valid TOML, 40 deep
+    said = refused(task)
+    assert "task.toml" in said and "nested more than 32" in said and "line 2" in said
+
+
+def test_too_many_keys_are_refused_by_count(tmp_path):
+    body = "".join(f"k{i} = {i}\n" for i in range(20_001))
+    task = make_task(tmp_path, "t", files={"task.toml": "[metadata]\n" + body})
+    assert len(body) < 1024 * 1024  # under the size cap: the count is what refuses it
+    said = refused(task)
+    assert "task.toml" in said and "the limit is 20000" in said and "keys" in said
+
+
+def test_too_many_values_are_refused_by_count(tmp_path):
+    """8 M one-digit items fit the 16 MiB seeds cap and cost tomllib ~23 s; counted first."""
+    text = "x = [" + ",".join(["1"] * 200_001) + "]\n"
+    task = make_task(tmp_path, "t", files={"memory/seeds.toml": text})
+    said = refused(task)
+    assert "seeds.toml" in said and "the limit is 200000" in said and "values" in said
+
+
+def test_a_long_key_is_refused_by_length(tmp_path):
+    task = make_task(tmp_path, "t", files={"task.toml": "[metadata]\n" + "k" * 5000 + " = 1\n"})
+    said = refused(task)
+    assert "task.toml" in said and "the limit is 1024" in said
+
+
+def test_ordinary_toml_still_reads(tmp_path):
+    """The scan refuses costs, not TOML: arrays of tables, inline tables, dates, floats,
+    strings holding brackets, dots and '=' all read as before."""
+    text = ('schema_version = "1.0"\n[agent]\ntimeout_sec = 60.5\n[metadata]\n'
+            'tags = ["a.b", "[x]", \'{y}\', """\nz = [\n"""]\nwhen = 1979-05-27T07:32:00Z\n'
+            'nested = {a.b = {c = [1, [2, {d = 3}]]}, e = {}}\n"quoted.key".x = 1\n'
+            '[[steps]]\nname = "one"\n[[steps]]\nname = "two"  # a comment [ {\n')
+    task = make_task(tmp_path, "t", files={"task.toml": text})
+    for step in ("one", "two"):
+        make_task(task / "steps", step)
+        (task / "steps" / step / "instruction.md").write_text("do it\n")
+    loaded = load_task(task)
+    assert loaded.config.agent.timeout_sec == 60.5 and [s.name for s in loaded.config.steps or []] == ["one", "two"]
+
+
+@pytest.mark.parametrize("rel, text", [
+    ("task.toml", f"[agent]\ntimeout_sec = 60\n[metadata]\nx = {BIG_INT}\n"),
+    ("memory/seeds.toml", f"[[seed]]\nslug = 'a'\nvalue = 'v'\nn = {BIG_INT}\n"),
+    ("environment/docker-compose.yaml", f"services:\n  db:\n    image: redis\n    healthcheck:\n"
+                                        f"      test: x\n      retries: {BIG_INT}\n"),
+    ("memory/project/f.md", f"---\nname: f\nmetadata: {{type: a, scope: project}}\nx: {BIG_INT}\n---\nbody\n"),
+])
+def test_a_5001_digit_integer_is_bad_input_naming_file_and_limit(tmp_path, rel, text):
+    """Before: ValueError (Python's int-to-str limit) from the parser, exit 70."""
+    make_task(tmp_path / "ds", "good")
+    make_task(tmp_path / "ds", "bad", files={rel: text})
+    proc = check(tmp_path / "ds")
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 2, said
+    assert "Traceback" not in said and f"bad/{rel}" in said and "the limit is 100" in said
+    assert "line " in said  # where, in the file
+
+
+# ---- compose: services counted, dependencies walked without recursion ----------------------
+
+
+def chain(n: int) -> str:
+    return "services:\n" + "".join(f"  s{i}:\n    image: redis\n"
+                                   + (f"    depends_on: [s{i + 1}]\n" if i < n - 1 else "")
+                                   for i in range(n))
+
+
+def test_3000_compose_services_are_refused_by_count(tmp_path):
+    """Before: RecursionError in the dependency walk, exit 70."""
+    make_task(tmp_path / "ds", "good")
+    make_task(tmp_path / "ds", "bad", files={"environment/docker-compose.yaml": chain(3000)})
+    proc = check(tmp_path / "ds")
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in said, said
+    assert "bad/environment/docker-compose.yaml" in said and "3000 services" in said
+    assert "the limit is 32" in said
+
+
+def test_the_start_order_walks_a_long_chain_without_recursion():
+    services = {f"s{i}": Service(image="redis", depends_on={f"s{i + 1}": {}} if i < 2999 else {})
+                for i in range(3000)}
+    order = Compose(services=services).start_order()
+    assert order == [f"s{i}" for i in reversed(range(3000))]
+    services["s2999"] = Service(image="redis", depends_on={"s0": {}})
+    with pytest.raises(ValueError, match="a cycle through s0 -> s1"):
+        Compose(services=services).start_order()
+
+
+# ---- Dockerfiles ---------------------------------------------------------------------------
+
+
+def test_a_dockerfile_that_is_not_utf8_is_the_tasks_refusal(tmp_path):
+    """Before: UnicodeDecodeError in host_needs, exit 70."""
+    make_task(tmp_path / "ds", "good")
+    task = make_task(tmp_path / "ds", "bad")
+    (task / "environment/Dockerfile").write_bytes(b"FROM python:3.12\nRUN echo \xff\xfe\n")
+    proc = check(tmp_path / "ds")
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in said, said
+    assert "bad/environment/Dockerfile" in said and "not UTF-8" in said
+
+
+# ---- any failure to read a task is that task's refusal --------------------------------------
+
+
+def test_skip_broken_leaves_out_a_task_whatever_its_reading_raised(tmp_path):
+    """A fact file that is a folder raised IsADirectoryError through load_tasks_lenient:
+    one task stopped the whole dataset (exit 70) where --skip-broken should leave it out."""
+    make_task(tmp_path / "ds", "good")
+    bad = make_task(tmp_path / "ds", "bad")
+    (bad / "memory/project/notes.md").mkdir(parents=True)
+    tasks, problems = load_tasks_lenient(tmp_path / "ds")
+    assert [t.short_name for t in tasks] == ["good"]
+    assert list(problems) == [bad.resolve()]
+    assert "notes.md" in problems[bad.resolve()][0]
+    proc = check(tmp_path / "ds")
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr
+    assert "notes.md" in proc.stdout + proc.stderr
+
+
+def test_the_audits_dotted_toml_is_refused_within_1gib(tmp_path):
+    """The 100 KB file of the audit itself (20,000 dotted parts: 46 s and 9.8 GB before), run
+    with 1 GiB of address space so that the code before this fix fails fast (MemoryError,
+    exit 70) instead of taking the host's memory. The time is a generous hang guard."""
+    key = ".".join(["a"] * 20_000)
+    make_task(tmp_path / "ds", "good")
+    make_task(tmp_path / "ds", "bad", files={"task.toml": f"{key} = 1\n"})
+    started = time.monotonic()
+    proc = subprocess.run([ORCHESTRA, "tasks", "check", str(tmp_path / "ds")], capture_output=True,
+                          text=True, timeout=120, env=NO_ENGINE, preexec_fn=lambda: resource.setrlimit(
+                              resource.RLIMIT_AS, (1 << 30, 1 << 30)))
+    assert time.monotonic() - started < 60  # hang guard
+    assert proc.returncode == 2 and "dotted key" in proc.stdout + proc.stderr
+
+
+# ---- big files cost a chunk, not the file ----------------------------------------------------
+
+MB = 1024 * 1024
+
+
+def grow(path: Path, size: int, tail: bytes = b"") -> None:
+    """`path` made `size` bytes (a sparse hole after what it held), then `tail`."""
+    os.truncate(path, size)
+    with open(path, "ab") as handle:
+        handle.write(tail)
+
+
+def test_a_48mib_dockerfile_is_refused_by_its_cap_before_it_is_read(tmp_path, monkeypatch):
+    """A 256 MiB Dockerfile took 833 MB in `tasks check` (read whole by host_needs, twice)."""
+    from orchestrator.api import check_tasks
+
+    monkeypatch.setenv("DOCKER_HOST", NO_ENGINE["DOCKER_HOST"])
+    make_task(tmp_path / "ds", "good")
+    task = make_task(tmp_path / "ds", "bad")
+    grow(task / "environment/Dockerfile", 48 * MB)
+    peak, out = peak_while(lambda: check_tasks(tmp_path / "ds"))
+    assert isinstance(out, InputError), out
+    said = "\n".join(out.problems)
+    assert "bad/environment/Dockerfile" in said and "the limit is 1048576" in said
+    assert peak < 8 * MB, peak  # was 48 MB and more: the file read whole
+
+
+def test_a_48mib_test_script_is_scanned_a_chunk_at_a_time(tmp_path):
+    """tests/*.sh were read whole to look for a fetching tool (256 MiB: 570 MB)."""
+    from orchestrator.job.host_needs import host_needs
+
+    task_dir = make_task(tmp_path, "t")
+    grow(task_dir / "tests/test.sh", 48 * MB, b"\ncurl -s https://example.com\n")
+    task = load_task(task_dir)
+    peak, needs = peak_while(lambda: host_needs(task, None, None))
+    assert isinstance(needs, list) and any("test.sh uses curl" in n for n in needs), needs
+    assert peak < 8 * MB, peak  # was 48 MB and more
+
+
+def test_the_doctors_defect_scan_reads_a_huge_script_in_part(tmp_path):
+    from orchestrator.tasks import task_defects
+
+    task_dir = make_task(tmp_path, "t", solve="./setup.sh\n", files={"solution/setup.sh": "true\n"})
+    grow(task_dir / "solution/solve.sh", 48 * MB)
+    task = load_task(task_dir)
+    peak, defects = peak_while(lambda: task_defects(task))
+    assert isinstance(defects, list) and any("setup.sh" in d for d in defects), defects
+    assert peak < 8 * MB, peak  # was 48 MB and more: read whole, then cut to 200,000 characters
