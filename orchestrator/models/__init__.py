@@ -118,7 +118,7 @@ if TYPE_CHECKING:
         name_problem,
     )
     from orchestrator.models.trajectory import event_of, tool_of
-    from orchestrator.models.wiring import is_wiring
+    from orchestrator.models.wiring import is_wiring, wiring_in
 
 __all__ = [
     "AGENT_KILLED", "AGENT_NAMES", "AdmissionWaiting", "DEFAULT_PRICES", "PRICES_AS_OF", "Prices", "price_of", "AppliedLimits", "ArmShadow", "BaseImage",
@@ -133,7 +133,7 @@ __all__ = [
     "TrialResult", "TrialSummary", "VOID", "WorkerRecord", "agent_ended", "answer_leak",
     "cancelled_in_phase", "default_endpoint_files", "default_manifest", "endpoint_failed",
     "event_of", "failure_of", "flag_env", "headline_of", "ignored_fields", "infra_failure",
-    "is_agent_kind", "is_host_disk_full", "is_retried", "is_wiring", "load_endpoints",
+    "is_agent_kind", "is_host_disk_full", "is_retried", "is_wiring", "wiring_in", "load_endpoints",
     "load_manifest", "name_problem", "pass_at_k", "pass_hat_k", "passes", "rerun_on_resume",
     "setup_failure", "steps_outcome", "tool_of", "trial_folder_name", "verifier_ended",
     "verifier_error", "verifier_timeout",
@@ -230,4 +230,5 @@ __getattr__, __dir__ = public_face(__name__, {
     "event_of": "trajectory",
     "tool_of": "trajectory",
     "is_wiring": "wiring",
+    "wiring_in": "wiring",
 })

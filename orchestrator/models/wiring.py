@@ -16,6 +16,8 @@ compose file legitimately set them for its own tools and test.sh.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 WIRING_PREFIXES = ("ORCHESTRA_",)  # the relay, the model proxy, the memory state, the trial's own
 
 # Model APIs: the proxy's address and token, in each API's and each agent CLI's names
@@ -63,3 +65,10 @@ def is_wiring(name: str) -> bool:
     """A variable orchestra sets itself in an agent's or verifier's container, which no
     dataset environment may set."""
     return name.startswith(WIRING_PREFIXES) or name in WIRING_NAMES
+
+
+def wiring_in(names: Iterable[str]) -> list[str]:
+    """The wiring variables among `names` (a mapping's keys, or an image's `NAME=value`
+    ENV lines), in order: what a dataset's environment may not set."""
+    keys = [name.split("=", 1)[0] for name in names]
+    return [k for k in keys if is_wiring(k)]

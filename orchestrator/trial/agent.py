@@ -17,7 +17,14 @@ from orchestrator.agents import (
     under_timeout,
 )
 from orchestrator.archive import tar_directory, tar_files
-from orchestrator.models import AGENT_KILLED, FailureMode, TrialResult, agent_ended, flag_env
+from orchestrator.models import (
+    AGENT_KILLED,
+    FailureMode,
+    TrialResult,
+    agent_ended,
+    flag_env,
+    wiring_in,
+)
 from orchestrator.paths import AGENT_LOGS, ARTIFACTS, INSTRUCTION
 from orchestrator.tasks import StateRoots, Task, file_seed_archive
 from orchestrator.trial.context import Cancelled, TrialContext
@@ -96,12 +103,20 @@ def run_agent(ctx: TrialContext, task: Task, box: Sandbox, result: TrialResult,
         started = time.time()
         deadline = started + timeout
         command = render_command(command, box.workdir, deadline)
-        wrapped = (f"{under_timeout(f'sh -c {shlex.quote(command)}', timeout)} "
-                   f">{AGENT_LOGS}/stdout.txt 2>{AGENT_LOGS}/stderr.txt")
+        solution_env = task.config.solution.env if ctx.agent.name == "oracle" else {}
+        if dropped := wiring_in(solution_env):  # the dataset's: never orchestra's wiring
+            note = f"task.toml: [solution] env: sets orchestra's wiring variables {', '.join(dropped)}: dropped"
+            result.host_env_notes += [note] if note not in result.host_env_notes else []
         env = {**ctx.manifest.orchestrator.env, **ctx.agent.env(task), **box.exec_env,
                "ORCHESTRA_DEADLINE": str(int(deadline)), "ORCHESTRA_AGENT_ID": ctx.agent_id,
                "ORCHESTRA_ATTEMPT": str(result.attempt),
-               **(task.config.solution.env if ctx.agent.name == "oracle" else {})}
+               **{k: v for k, v in solution_env.items() if k not in dropped}}
+        # the image's own ENV may set wiring orchestra does not set in this trial: unset it
+        to_unset = [name for name in box.image_wiring if name not in env]
+        if to_unset:
+            command = shlex.join(["unset", *to_unset]) + "; " + command  # names from wiring_in only
+        wrapped = (f"{under_timeout(f'sh -c {shlex.quote(command)}', timeout)} "
+                   f">{AGENT_LOGS}/stdout.txt 2>{AGENT_LOGS}/stderr.txt")
         if isinstance(ctx.agent, Conversing):  # the host talks to it over its stdio (acp)
             outcome = ctx.agent.converse(AgentRun(runtime, container, command, env, box.workdir, user,
                                                   timeout, deadline, ctx.cancel, task))

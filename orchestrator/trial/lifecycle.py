@@ -25,6 +25,7 @@ from orchestrator.models import (
     endpoint_failed,
     failure_of,
     is_host_disk_full,
+    wiring_in,
 )
 from orchestrator.paths import AGENT_LOGS, TrialDir
 from orchestrator.runtime import BuildFailed, Network
@@ -145,12 +146,17 @@ class Trial:
             result.bases = list(images.bases)
         with phase(result, "start", ctx):
             workdir = resolve_workdir(ctx.runtime, task, images.agent_image)
-            env = {**task.config.environment.env, **agent_flags(ctx, task), **self.roots.env(workdir)}
+            dataset_env = self.without_wiring(task.config.environment.env, "task.toml: [environment] env")
+            env = {**dataset_env, **agent_flags(ctx, task), **self.roots.env(workdir)}
             self.box = box = open_sandbox(ctx.runtime, ctx.networks, task, images.agent_image, ctx.job,
                                           self.tid, env=env, workdir=workdir, services=self.start_services,
                                           oci_runtime=ctx.oci_runtime, binds=ctx.agent.binds(),
                                           trust=ctx.trust)
             box.egress, result.compose_services = self.egress, sorted(box.sidecars)
+            box.image_wiring = wiring_in(ctx.runtime.image_facts(images.agent_image).env)
+            if box.image_wiring:
+                self.note(f"the task image's ENV sets orchestra's wiring variables {', '.join(box.image_wiring)}: "
+                          "unset for the agent (where orchestra sets one, its value)")
             box.allowed_hosts = {p: task.config.allowed_hosts_for(p) for p in ("agent", "verifier")}
             result.limits = applied_limits(ctx.runtime, box, task)
             require_runtime(ctx.runtime, box, box.agent, "agent", result.limits.oci_runtime)
@@ -181,6 +187,18 @@ class Trial:
         self.result.host_env_notes = notes + [n for n in host.notes if n not in notes]
         self.host_values = values
         scrub.register(*values)
+
+    def without_wiring(self, env: dict[str, str], where: str) -> dict[str, str]:
+        """A dataset's environment less orchestra's wiring variables (models/wiring.py),
+        each dropped said once in the result's host_env_notes."""
+        dropped = wiring_in(env)
+        if dropped:
+            self.note(f"{where}: sets orchestra's wiring variables {', '.join(dropped)}: dropped")
+        return {k: v for k, v in env.items() if k not in dropped}
+
+    def note(self, text: str) -> None:
+        if text not in self.result.host_env_notes:
+            self.result.host_env_notes.append(text)
 
     def start_services(self, network: Network) -> dict[str, str]:
         """The relay, the model proxy and (under an allowlist) the egress proxy, on the

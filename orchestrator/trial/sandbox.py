@@ -81,6 +81,8 @@ class Sandbox:
     extra_networks: list[Network] = field(default_factory=list)  # e.g. a public one to grade
     collected: dict[str, CollectedPath] = field(default_factory=dict)  # what collect() copied out, per path
     exec_env: dict[str, str] = field(default_factory=dict)  # secrets, for the agent's execs only
+    # wiring variables the task image's own ENV sets: unset for the agent unless orchestra sets them
+    image_wiring: list[str] = field(default_factory=list)
     trust: Trust = field(default_factory=Trust)  # --ca-bundle, in every container (trust.py)
 
     @property

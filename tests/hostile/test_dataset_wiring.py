@@ -66,6 +66,33 @@ def test_a_dataset_cannot_point_the_agent_at_an_api_of_its_own(tmp_path):
     assert json.loads((trial / "result.json").read_text())["reward"] == {"reward": 1.0}
 
 
+CHANNELS_TOML = "[agent]\ntimeout_sec = 60\n[environment]\nenv = { " + ", ".join(
+    f'{n} = "{EVIL}"' for n in POINTED[:5]) + ', DATASET_ENV = "kept" }\n[solution]\nenv = { ' + ", ".join(
+    f'{n} = "{EVIL}"' for n in POINTED[5:]) + ', DATASET_SOLUTION = "kept" }\n'
+CHANNELS_DOCKERFILE = "FROM python:3.12-slim-bookworm\nWORKDIR /app\n" + "".join(
+    f'ENV {n}="{EVIL}"\n' for n in ("GOOGLE_API_KEY", "HTTP_PROXY", "CURL_CA_BUNDLE")) + 'ENV IMAGE_OWN="kept"\n'
+
+
+def test_task_env_solution_env_and_the_images_env_cannot_set_orchestras_wiring(tmp_path):
+    task = make_task(tmp_path / "ds", "channels", solve="env > /logs/artifacts/env.txt\n",
+                     toml=CHANNELS_TOML, dockerfile=CHANNELS_DOCKERFILE)
+    # the attack is in place: ten wiring variables in [environment] env and [solution] env,
+    # three more in the image's own ENV
+    assert (task / "task.toml").read_text().count(EVIL) == len(POINTED)
+    run = orchestra("run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "--jobs-dir",
+                    str(tmp_path / "jobs"), "--job-name", "channels", "-q")
+    assert run.returncode == 0, run.stderr
+    (trial,) = (tmp_path / "jobs/channels/trials").iterdir()
+    agent_env = (trial / "artifacts/env.txt").read_text()
+    # ran: the dataset's own variables of each channel reached the agent
+    assert all(f"{name}=kept" in agent_env for name in ("DATASET_ENV", "DATASET_SOLUTION", "IMAGE_OWN"))
+    assert "evil-wiring" not in agent_env  # none of the thirteen did
+    notes = json.loads((trial / "result.json").read_text())["host_env_notes"]
+    assert any("[environment] env" in n and all(x in n for x in POINTED[:5]) for n in notes), notes
+    assert any("[solution] env" in n and all(x in n for x in POINTED[5:]) for n in notes), notes
+    assert any("image's ENV" in n and "GOOGLE_API_KEY" in n and "CURL_CA_BUNDLE" in n for n in notes), notes
+
+
 def test_a_short_allowed_value_is_scrubbed_from_every_file_and_a_shorter_one_refused(tmp_path):
     task = make_task(tmp_path / "ds", "short", solve=SHORT_SOLVE, test=SHORT_TEST,
                      toml='[verifier]\nenv = {J = "${JUDGE_KEY}"}\n',
