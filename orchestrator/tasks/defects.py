@@ -9,13 +9,20 @@ doctor names as the task's own, not the environment's, when the oracle fails.
   solution/ to /solution, so a path under /solution that the step does not ship, or a
   `../` out of it, exists only when the steps are read as one folder.
 
-Every check reads files of the task folder only, never following a link out of it.
+Every check reads files of the task folder only, never following a link out of it, and its
+work is bounded whatever the task holds (issue 56): each folder is listed once, at most
+MAX_LISTED entries, and a COPY source is matched against that list segment by segment (`**`
+repeated costs what one does: pathlib's glob took 34 s over five of them), at most
+MAX_MATCHES path matches a task, MAX_COMMANDS commands a script; past a bound nothing more
+is claimed as a defect.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from orchestrator.tasks.dockerfile import joined_lines
@@ -26,6 +33,53 @@ from orchestrator.tasks.load import Task
 _COMMAND = re.compile(r"(?:^|[;&|(]|\bthen\b|\bdo\b|\bexec\b|\bsudo\b)\s*((?:\./|/)[\w./-]+|[\w.-]+\.sh)\b",
                       re.MULTILINE)
 _SOLUTION_PATH = re.compile(r"(?<![\w.])/solution/([\w./-]+)")
+MAX_LISTED = 20_000  # entries of one folder tree listed for the checks
+MAX_MATCHES = 200_000  # path-against-pattern matches for one task's COPY sources
+MAX_COMMANDS = 200  # distinct commands of one script looked for in the task's files
+MAX_PATTERN_PARTS = 64  # segments of one COPY source (a longer one is not checked)
+
+
+def _listing(root: Path) -> list[tuple[str, ...]]:
+    """Every path under `root` as its parts, in one walk that follows no link, at most
+    MAX_LISTED of them (a bigger tree is listed in part)."""
+    found: list[tuple[str, ...]] = []
+    if not root.is_dir():
+        return found
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        base = Path(dirpath).relative_to(root).parts
+        for name in sorted(dirnames + filenames):
+            found.append((*base, name))
+            if len(found) >= MAX_LISTED:
+                return found
+    return found
+
+
+def _glob_matches(pattern: list[str], parts: tuple[str, ...]) -> bool:
+    """Whether a path matches a glob as pathlib's does (`**`: any number of folders, other
+    segments fnmatch), in time linear in the two lengths' product, never exponential."""
+    def closure(states: set[int]) -> set[int]:
+        todo, out = list(states), set(states)
+        while todo:
+            i = todo.pop()
+            if i < len(pattern) and pattern[i] == "**" and i + 1 not in out:
+                out.add(i + 1)
+                todo.append(i + 1)
+        return out
+
+    states = closure({0})
+    for part in parts:
+        step = set()
+        for i in states:
+            if i < len(pattern):
+                if pattern[i] == "**":
+                    step.add(i)
+                elif fnmatchcase(part, pattern[i]):
+                    step.add(i + 1)
+        if not step:
+            return False
+        states = closure(step)
+    return len(pattern) in states
 
 
 def task_defects(task: Task) -> list[str]:
@@ -47,6 +101,8 @@ def _copies_what_it_lacks(task: Task) -> list[str]:
     if text is None:
         return []
     defects = []
+    listed: list[tuple[str, ...]] | None = None
+    budget = MAX_MATCHES
     for line in joined_lines(text):
         words = line.split()
         if not words or words[0].upper() not in ("COPY", "ADD") or line.lstrip().startswith(("COPY [", "ADD [")):
@@ -57,7 +113,19 @@ def _copies_what_it_lacks(task: Task) -> list[str]:
         for source in args[:-1]:
             if "://" in source or "$" in source:
                 continue
-            if not any(_inside(task.path, p) or p.is_dir() for p in context.glob(source.lstrip("/"))):
+            pattern = [p for p in source.split("/") if p not in ("", ".")]
+            pattern = [p for i, p in enumerate(pattern) if not (p == "**" and pattern[i - 1:i] == ["**"])]
+            if not pattern or len(pattern) > MAX_PATTERN_PARTS:
+                continue
+            if not any(c in source for c in "*?["):
+                hits = [context.joinpath(*pattern)]
+            else:
+                listed = _listing(context) if listed is None else listed
+                if budget < len(listed):
+                    break  # the task's match budget is spent: nothing more is claimed
+                budget -= len(listed)
+                hits = [context.joinpath(*parts) for parts in listed if _glob_matches(pattern, parts)]
+            if not any(_inside(task.path, p) or p.is_dir() for p in hits):
                 defects.append(f"environment/Dockerfile copies {source}, which the task does not ship "
                                "(not in environment/: the build fails 'file not found in build context')")
     return defects
@@ -73,7 +141,7 @@ def _inside(root: Path, path: Path) -> Path | None:
     return resolved if resolved.is_file() else None
 
 
-def _shipped(task: Task, name: str) -> list[Path]:
+def _shipped(task: Task, name: str, listings: dict[Path, dict[str, list[tuple[str, ...]]]]) -> list[Path]:
     """Files of the task folder a command name may mean: the same relative path under the
     folders a script runs from, or, for an absolute path, the same file name anywhere in
     the folders the image or the solution is made of."""
@@ -87,13 +155,19 @@ def _shipped(task: Task, name: str) -> list[Path]:
             hit = _inside(task.path, root / name)
             found += [hit] if hit else []
         else:
-            found += [p for p in root.rglob(base) if _inside(task.path, p)]
+            if root not in listings:  # by file name, each folder walked once
+                listings[root] = {}
+                for parts in _listing(root):
+                    listings[root].setdefault(parts[-1], []).append(parts)
+            found += [root.joinpath(*parts) for parts in listings[root].get(base, [])
+                      if _inside(task.path, root.joinpath(*parts))]
     return found
 
 
 def _not_executable(task: Task) -> list[str]:
     sources = [task.solve_sh, task.paths.dockerfile]
     defects: list[str] = []
+    listings: dict[Path, dict[str, list[tuple[str, ...]]]] = {}
     for source in sources:
         text = _read(task, source)
         if text is None:
@@ -101,11 +175,10 @@ def _not_executable(task: Task) -> list[str]:
         if source.name == "Dockerfile":  # only what RUN lines run (COPY --chmod=... counts as chmod)
             text = "\n".join(line[4:] if line[:4].upper() == "RUN " else line.replace("--chmod", "chmod")
                              for line in joined_lines(text) if line[:4].upper() in ("RUN ", "COPY", "ADD "))
-        for match in _COMMAND.finditer(text):
-            name = match.group(1)
+        for name in list(dict.fromkeys(m.group(1) for m in _COMMAND.finditer(text)))[:MAX_COMMANDS]:
             if re.search(r"chmod\b[^\n]*" + re.escape(Path(name).name), text):
                 continue  # made executable on the way (chmod +x, COPY --chmod)
-            for file in _shipped(task, name):
+            for file in _shipped(task, name, listings):
                 if not file.stat().st_mode & 0o111:
                     rel = file.relative_to(task.path.resolve())
                     defects.append(f"{source.relative_to(task.path)} runs {name}, but the task ships "

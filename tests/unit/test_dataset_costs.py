@@ -257,3 +257,46 @@ def test_the_doctors_defect_scan_reads_a_huge_script_in_part(tmp_path):
     peak, defects = peak_while(lambda: task_defects(task))
     assert isinstance(defects, list) and any("setup.sh" in d for d in defects), defects
     assert peak < 8 * MB, peak  # was 48 MB and more: read whole, then cut to 200,000 characters
+
+
+# ---- globs: bounded work whatever the pattern --------------------------------------------------
+
+
+def nested(root: Path, depth: int) -> Path:
+    for i in range(depth):
+        root = root / f"d{i}"
+        root.mkdir()
+    return root
+
+
+def test_repeated_globstars_in_a_copy_source_cost_one_walk(tmp_path, monkeypatch):
+    """Five `**` over 40 nested folders took pathlib's glob 34 s (each `**` over every
+    descendant of the one before); here the context is listed once and each path matched
+    segment by segment. The folders listed are counted; the time is a generous hang guard."""
+    from orchestrator.tasks import task_defects
+
+    task_dir = make_task(tmp_path, "t", dockerfile="FROM python:3.12\nCOPY **/**/**/**/**/absent /x\n"
+                                                   "COPY **/d3/**/**/d39/here.txt /y\n")
+    (nested(task_dir / "environment", 40) / "here.txt").write_text("shipped\n")
+    task = load_task(task_dir)
+    listed = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(path) or real_scandir(path))
+    started = time.monotonic()
+    defects = task_defects(task)
+    assert time.monotonic() - started < 10  # hang guard (was 34 s)
+    assert [d for d in defects if "copies" in d] == [
+        "environment/Dockerfile copies **/**/**/**/**/absent, which the task does not ship (not in "
+        "environment/: the build fails 'file not found in build context')"]
+    assert len(listed) < 200, len(listed)  # one walk of 41 folders per root (was hundreds of thousands)
+
+
+def test_a_copy_source_glob_matches_as_before():
+    from orchestrator.tasks.defects import _glob_matches
+
+    assert _glob_matches(["**", "b", "*.txt"], ("a", "b", "c.txt"))
+    assert _glob_matches(["**", "c.txt"], ("c.txt",))
+    assert _glob_matches(["a", "**"], ("a", "x", "y"))
+    assert not _glob_matches(["**", "b", "*.txt"], ("a", "c.txt"))
+    assert not _glob_matches(["a", "*"], ("a", "b", "c"))
+    assert _glob_matches(["*", "?.py"], ("src", "x.py"))
