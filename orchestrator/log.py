@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import scrub
 
@@ -76,7 +76,7 @@ def configure(verbose: bool = False, json_file: Path | None = None) -> None:
     if json_file is not None:
         json_file.parent.mkdir(parents=True, exist_ok=True)
         _end_the_last_line(json_file)
-        file_handler = logging.FileHandler(json_file)
+        file_handler = _NoLinkFileHandler(json_file)
         file_handler.setLevel(logging.DEBUG)
         file_handler.setFormatter(_formatter(structlog.processors.JSONRenderer(), shared))
         handlers.append(file_handler)
@@ -98,12 +98,25 @@ def _formatter(render: object, shared: list[object]) -> logging.Formatter:
         foreign_pre_chain=shared)
 
 
+class _NoLinkFileHandler(logging.FileHandler):
+    """A FileHandler that appends without following a link (a job folder made elsewhere
+    is input): a link at its path is InputError naming it."""
+
+    def _open(self) -> Any:
+        from orchestrator.util import open_no_link  # util loads pydantic: not at start-up
+
+        fd = open_no_link(Path(self.baseFilename), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+
+
 def _end_the_last_line(path: Path) -> None:
     """A process killed mid-write (SIGKILL, a full disk) can leave events.jsonl's last line
     half written; the resumed job's first event goes on a line of its own, so only that
     half line is unreadable, not the next one too."""
+    from orchestrator.util import open_no_link
+
     try:
-        with open(path, "rb+") as handle:
+        with os.fdopen(open_no_link(path, os.O_RDWR), "rb+") as handle:
             size = handle.seek(0, os.SEEK_END)
             if size:
                 handle.seek(size - 1)

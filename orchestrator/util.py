@@ -1,7 +1,13 @@
-"""Small shared helpers: atomic JSON writes, time, the JSON object type."""
+"""Small shared helpers: atomic JSON writes, time, the JSON object type.
+
+orchestra never writes through a link (a job folder made elsewhere is input, issue 56):
+`write_atomic` writes a temporary name in the folder and renames it, and refuses a link
+where it would write; `open_no_link` opens with O_NOFOLLOW. Both raise InputError naming
+the link (exit 2), its target untouched."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -12,14 +18,34 @@ from typing import Any, TypeAlias
 
 from pydantic import BaseModel
 
+from orchestrator.errors import InputError
+
 # A JSON object whose shape belongs to someone else: a model API's request or reply, the
 # engine's answer, a line of an agent's log. Where orchestra owns the shape, a model does.
 JsonObject: TypeAlias = dict[str, Any]
 
 
+def _link_refused(path: Path) -> InputError:
+    return InputError(f"{path}: a link where orchestra writes; refused (orchestra never writes "
+                      "through a link: a job folder made elsewhere is input; remove the link)")
+
+
+def open_no_link(path: Path, flags: int, mode: int = 0o644) -> int:
+    """os.open with O_NOFOLLOW: a file descriptor, or InputError when `path` is a link."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            raise _link_refused(path) from None
+        raise
+
+
 def write_atomic(path: Path, data: str | bytes) -> None:
     """The one way orchestra replaces a file: a temp file in the same folder, fsync,
-    rename. A reader sees the old content or the new, never half of it."""
+    rename. A reader sees the old content or the new, never half of it. A link at `path`
+    is refused (InputError), never replaced or followed."""
+    if path.is_symlink():
+        raise _link_refused(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -172,7 +172,11 @@ def report(
         fail(exc)
         return
     job, trials, regression = opened.job, opened.trials, opened.gate
-    blocks = _write_report(opened, human)
+    try:
+        blocks = _write_report(opened, human)
+    except InputError as exc:  # a link where report.md or report.html goes
+        fail(exc)
+        return
     if junit:
         from orchestrator.report import write_junit
 
@@ -213,8 +217,10 @@ def _write_report(opened: "JobReport", human: "Console") -> list[tuple[str, list
     blocks = sections(job, aggregate)
     for title, header, rows in blocks:
         print_table(human, title, header, rows)
-    (job_dir / "report.md").write_text(to_markdown(job, aggregate, opened.compare))
-    (job_dir / "report.html").write_text(to_html(job, aggregate, opened.compare, opened.trials))
+    from orchestrator.util import write_atomic  # a link there is refused, never followed
+
+    write_atomic(job_dir / "report.md", to_markdown(job, aggregate, opened.compare))
+    write_atomic(job_dir / "report.html", to_html(job, aggregate, opened.compare, opened.trials))
     human.print(f"wrote {job_dir / 'report.md'} and {job_dir / 'report.html'}", soft_wrap=True)
     return blocks
 
