@@ -40,6 +40,7 @@ from orchestrator.api.say import Say, silent
 from orchestrator.errors import InputError
 from orchestrator.models import JobSource
 from orchestrator.paths import JobDir
+from orchestrator.runtime import trust_registry
 
 if TYPE_CHECKING:
     from orchestrator.job import JobOptions
@@ -99,6 +100,7 @@ class RunRequest(BaseModel):
     allow_changed: bool = False
     skip_broken: bool = False
     task_env: list[str] | None = None
+    registry_auth: list[str] | None = None  # registries whose credentials builds and pulls may send
     trust_job_endpoints: bool = False
 
 
@@ -155,6 +157,8 @@ def run(request: RunRequest, *, observers: Observers | None = None, notes: Say |
         name, attempts = _check(a)
         a = a.model_copy(update={"job_name": name})
         lineup = _allow_task_env(a, _lineup(a, from_resume))  # before tasks load: their ${VAR}s read it
+        for registry in a.registry_auth or []:  # the user's: a dataset's FROM elsewhere gets none
+            trust_registry(registry)
         tasks = _tasks(a, note)
         options = _job_options(a, name, attempts, resumed)
         baseline_trials = read_baseline(a, options, tasks, note)

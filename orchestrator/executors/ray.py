@@ -110,6 +110,9 @@ def run_on_node(wire: NodeRequest, task_tar: bytes) -> NodeReply:
                                            spec.ca_bundle, spec.build_policy)
         images = _node.images[job]
     if request.images is not None:  # --registry: the driver built and pushed them; pulled here
+        if spec.registry:
+            from orchestrator.runtime import trust_registry
+            trust_registry(spec.registry)
         images.offer(task.name, request.images)
     upstreams = Upstreams.resolved(spec.upstreams) if spec.upstreams else None
     ca_file = None

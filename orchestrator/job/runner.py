@@ -44,7 +44,7 @@ from orchestrator.models import (
     rerun_on_resume,
 )
 from orchestrator.paths import JobDir
-from orchestrator.runtime import LABEL_JOB, Runtime
+from orchestrator.runtime import LABEL_JOB, Runtime, trust_registry
 from orchestrator.tasks import Task
 from orchestrator.trial import (
     ImageCache,
@@ -174,6 +174,8 @@ class Job:
         reap_orphans(runtime)
         self._write_config()
         ca_bundle = options.ca_bundle.read_bytes() if options.ca_bundle else None
+        if options.registry:  # the user's: its credentials may go there (a dataset's FROM gets none)
+            trust_registry(options.registry)
         self.images = ImageCache(runtime, options.job_name, lead.install if lead.agent == "command" else None,
                                  ca_bundle, options.build_policy, options.registry,
                                  options.bases or manifest.sandbox.bases or "auto")

@@ -2,6 +2,7 @@
 with its contract, and the optional parts in `Part`, declared in `Capabilities`); `values`
 the types that cross it; `docker` the Docker (and Podman) engine backend; `fake` FakeRuntime,
 the core in memory for tests; `client` docker-py's client (only `docker` uses it);
+`registries` which registries may be sent the user's credentials;
 `firewall`, `disk` and `subnets` the host-side parts the Docker runtime enforces with."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
         Runtime,
         RuntimeFault,
     )
+    from orchestrator.runtime.registries import trust_registry
     from orchestrator.runtime.subnets import DEFAULT_RANGE, host_routes
     from orchestrator.runtime.values import (
         LABEL_IMAGE_KIND,
@@ -48,7 +50,7 @@ __all__ = [
     "PART_METHODS", "Attached", "BuildFailed", "Capabilities", "ContainerLimits", "ContainerSpec",
     "DiskQuotas", "EngineFacts", "ExecResult", "HealthProbe", "ImageFacts", "LoopDisk", "Network",
     "NotSupported", "OwnedObject", "Part", "PullFailed", "PulledImage", "Runtime", "RuntimeFault", "VolumeMount",
-    "host_routes", "open_runtime",
+    "host_routes", "open_runtime", "trust_registry",
 ]
 __getattr__, __dir__ = public_face(__name__, {
     "LABEL_IMAGE_KIND": "values",
@@ -79,6 +81,7 @@ __getattr__, __dir__ = public_face(__name__, {
     "VolumeMount": "values",
     "DEFAULT_RANGE": "subnets",
     "host_routes": "subnets",
+    "trust_registry": "registries",
 })
 
 

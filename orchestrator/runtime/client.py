@@ -5,8 +5,11 @@ certificates from `DOCKER_TLS_VERIFY` / `DOCKER_CERT_PATH`) or ssh:// (docker-py
 adapter over the ssh binary and its config; docker-py imports paramiko for it, so it needs
 `pip install 'orchestra[ssh]'`), the
 current Docker context when no `DOCKER_HOST` is set, registry credentials from
-`DOCKER_CONFIG`/`~/.docker/config.json` and its credential helpers on every pull, and
-Podman's Docker-compatible socket. The connection pool is sized to the job's concurrency.
+`DOCKER_CONFIG`/`~/.docker/config.json` and its credential helpers, and Podman's
+Docker-compatible socket. Credentials go only to the registries the user names
+(`ORCHESTRA_REGISTRY_AUTH`, comma-separated hosts; `orchestra run --registry-auth HOST`):
+a dataset picks its FROM references, and a build or pull of one on any other registry is
+sent none (docker-py would send a build every credential the config holds). The connection pool is sized to the job's concurrency.
 
 `EngineClient` keeps the few calls DockerRuntime makes in one place, in orchestra's terms
 where docker-py's differ (a network made on a given subnet, a container from an API
@@ -20,6 +23,7 @@ Errors are docker-py's: `APIError` (an HTTP error; `NotFound`, `ImageNotFound`) 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import json
@@ -29,6 +33,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
+from orchestrator.runtime.registries import registry_host, trusted_registries
 from orchestrator.util import JsonObject
 
 if TYPE_CHECKING:
@@ -111,6 +116,13 @@ def _client_kwargs() -> JsonObject:
     return kwargs
 
 
+def pull_auth(repository: str) -> dict[str, str] | None:
+    """What a pull of `repository` sends: the config's credentials (None: docker-py finds
+    them) for a trusted registry, none ({}) for any other."""
+    registry, _ = docker.auth.resolve_repository_name(repository)
+    return None if registry_host(registry) in trusted_registries() else {}
+
+
 class _Counted(docker.APIClient):
     calls = 0
 
@@ -118,6 +130,17 @@ class _Counted(docker.APIClient):
                 **kwargs: object) -> Response:  # every engine request passes here
         self.calls += 1
         return super().request(method, url, *args, **kwargs)
+
+    def _set_auth_headers(self, headers: dict[str, str]) -> None:
+        """A build's credentials: only the trusted registries' (docker-py sends them all)."""
+        super()._set_auth_headers(headers)
+        if "X-Registry-Config" not in headers:
+            return
+        every = json.loads(base64.urlsafe_b64decode(headers.pop("X-Registry-Config")))
+        trusted = trusted_registries()
+        kept = {name: creds for name, creds in every.items() if registry_host(name) in trusted}
+        if kept:
+            headers["X-Registry-Config"] = docker.auth.encode_header(kept).decode()
 
 
 class TarStream:
@@ -252,8 +275,9 @@ class EngineClient:
 
     def pull(self, repository: str, tag: str) -> Iterator[JsonObject]:
         """Credentials for the image's registry come from the Docker config (and its
-        credential helpers), read by docker-py on every pull."""
-        return self.api.pull(repository, tag=tag, stream=True, decode=True)
+        credential helpers), read by docker-py on every pull, for a registry the user
+        trusts only (pull_auth)."""
+        return self.api.pull(repository, tag=tag, stream=True, decode=True, auth_config=pull_auth(repository))
 
     def import_image_from_file(self, filename: str, repository: str, tag: str,
                                changes: list[str] | None = None) -> None:
