@@ -8,11 +8,10 @@ API keys) is registered here while its trial lives. Three places use the registr
   artifacts, declared files) are rewritten with each secret replaced;
 - `scrub_json`: the relay evidence is scrubbed before it is written.
 
-What is covered: each secret verbatim and reversed. A secret of MIN_SECRET_LEN characters
-or more is replaced wherever it appears; a shorter one (MIN_TOKEN_LEN up to 11: an 8-character
-key or `--task-env` value) only as a whole token, never inside a longer word or number, so
-it cannot mangle ordinary text ("abcd1234" goes in `KEY=abcd1234`, not in "xabcd1234").
-Anything shorter cannot be scrubbed without matching by chance: `too_short` says so, and
+What is covered: each secret verbatim and reversed, wherever it appears, also inside a
+longer word (issue 56: an agent that wrote `x<secret>` kept an 8-11 character secret out of
+reach of whole-token matching). A value under MIN_TOKEN_LEN (8) characters cannot be
+scrubbed without matching ordinary text by chance: `too_short` says so, and
 where such a value would be given to a trial (an allowed host variable a dataset reads, an
 endpoint's key) it is refused before anything starts; `register` refuses it too. A secret the agent split into pieces,
 encoded (base64, hex of a hex key) or interleaved is not detected: that would need a
@@ -21,9 +20,7 @@ model of the agent's intent, and the secrets are per trial and die with it.
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import threading
 from pathlib import Path
 from typing import Any, overload
@@ -31,9 +28,7 @@ from typing import Any, overload
 from orchestrator.util import JsonObject, write_atomic
 
 REDACTED = "[orchestra:redacted-secret]"
-MIN_SECRET_LEN = 12  # from this length a secret is replaced wherever it appears
-MIN_TOKEN_LEN = 8  # 8..11: replaced as a whole token; shorter: refused where it is given
-_WORD = "A-Za-z0-9_"  # a short secret's neighbours are none of these
+MIN_TOKEN_LEN = 8  # from this length a secret is replaced wherever it appears; shorter: refused
 SCRUB_FILE_CAP = 64 * 1024 * 1024  # larger files are already cut at collection
 
 _lock = threading.Lock()
@@ -77,24 +72,14 @@ def _forms(secrets: list[str]) -> list[str]:
     return [form for s in secrets if s for form in (s, s[::-1])]
 
 
-@functools.lru_cache(maxsize=256)
-def _token(form: str) -> re.Pattern[str]:
-    return re.compile(f"(?<![{_WORD}]){re.escape(form)}(?![{_WORD}])")
-
-
-@functools.lru_cache(maxsize=256)
-def _token_bytes(form: str) -> re.Pattern[bytes]:
-    return re.compile(f"(?<![{_WORD}]){re.escape(form)}(?![{_WORD}])".encode())
-
-
 def _holds(text: str, form: str) -> bool:
-    return form in text and (len(form) >= MIN_SECRET_LEN or _token(form).search(text) is not None)
+    return form in text
 
 
 def scrub_text(text: str, secrets: list[str] | None = None) -> str:
     for form in _forms(secrets if secrets is not None else current()):
         if form in text:
-            text = text.replace(form, REDACTED) if len(form) >= MIN_SECRET_LEN else _token(form).sub(REDACTED, text)
+            text = text.replace(form, REDACTED)
     return text
 
 
@@ -102,8 +87,7 @@ def _scrub_bytes(data: bytes, forms: list[str]) -> bytes:
     for form in forms:
         raw = form.encode()
         if raw in data:
-            data = data.replace(raw, REDACTED.encode()) if len(form) >= MIN_SECRET_LEN else \
-                _token_bytes(form).sub(REDACTED.encode(), data)
+            data = data.replace(raw, REDACTED.encode())
     return data
 
 

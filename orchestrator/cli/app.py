@@ -4,6 +4,7 @@ command uses (log set-up, the end of start-up, failing with a clear message)."""
 from __future__ import annotations
 
 import gc
+import re
 from pathlib import Path
 from typing import Any
 
@@ -85,16 +86,27 @@ def human_console(*outputs: str | None) -> Console:
     return err if "-" in outputs else console
 
 
+_UNSHOWN = re.compile("[\x00-\x1f\x7f\u0085\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def _shown(cell: str) -> str:
+    """A cell as a terminal shows it: a control, bidi or zero-width character (a name from
+    a job folder made elsewhere) as its code point, [U+202E], never obeyed."""
+    return _UNSHOWN.sub(lambda m: f"[U+{ord(m.group()):04X}]", cell)
+
+
 def print_table(out: Console, title: str, header: list[str], rows: list[list[str]]) -> None:
     """A box-drawn table on a terminal; piped, plain aligned lines with nothing cut."""
+    rows = [[_shown(cell) for cell in row] for row in rows]
     if out.is_terminal:
+        from rich.markup import escape
         from rich.table import Table
 
         table = Table(title=title, title_justify="left")
         for column in header:
             table.add_column(column)
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(escape(cell) for cell in row))
         out.print(table)
         return
     widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(len(header))]

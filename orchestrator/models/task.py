@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
+import unicodedata
 from collections.abc import Iterable
 from typing import Literal
 
@@ -61,9 +62,16 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
 
 def name_problem(name: str) -> str | None:
     """Why a task name cannot name trial folders, images and report rows, else None: names
-    are never paths, and a line break in one could forge a row of report.md."""
+    are never paths, a line break in one could forge a row of report.md, and a bidi control
+    (U+202E) or a zero-width character would show another name than the one it is."""
     if _CONTROL.search(name):
         return f"{name[:60]!r}: holds a control character (a NUL, a line break...)"
+    hidden = next((c for c in name if unicodedata.category(c) == "Cf"), None)
+    if hidden is not None:  # bidi controls reorder what a report shows; zero-widths hide
+        return (f"{name[:60]!r}: holds U+{ord(hidden):04X} ({unicodedata.name(hidden, 'a format character')}), "
+                "which reorders or hides text in a report")
+    if "" in name.split("/"):
+        return f"{name[:60]!r}: an empty part (a leading, trailing or doubled '/'): names are never paths"
     if len(name.encode()) > MAX_NAME_BYTES:
         return f"{len(name.encode())} bytes; the limit is {MAX_NAME_BYTES}"
     if any(part in (".", "..") for part in name.split("/")):

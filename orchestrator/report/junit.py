@@ -10,6 +10,7 @@ from pathlib import Path
 from orchestrator.models import ERRORED, TrialResult, headline_of
 from orchestrator.paths import JobDir, TrialDir
 from orchestrator.report.gate import Gate
+from orchestrator.report.templating import shown
 
 # what XML 1.0 cannot carry at all, escaped or not (a grader's ANSI colours, a NUL, a
 # lone surrogate): a CI parser rejects the whole file over one of them
@@ -17,7 +18,9 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def _xml_safe(text: str) -> str:
-    """`text` with every character XML 1.0 forbids written as a visible `\\xNN` escape."""
+    """`text` with every character XML 1.0 forbids written as a visible `\\xNN` escape, and
+    bidi controls as [U+202E] (templating.shown: a CI page would show the name reversed)."""
+    text = shown(text)
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
                         else f"\\u{ord(m.group()):04x}", text)
 

@@ -21,6 +21,7 @@ from orchestrator.models import (
 )
 from orchestrator.paths import JobDir, TrialDir
 from orchestrator.report.tables import PHASES, Group, JobTables
+from orchestrator.report.templating import shown
 
 _IN_A_TRIAL = TrialDir(Path())  # paths relative to a trial's folder
 TRIAL_FILES = tuple(p.as_posix() for p in (_IN_A_TRIAL.result, _IN_A_TRIAL.agent_stdout,
@@ -65,9 +66,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
 def md_cell(text: object) -> str:
     """A string from a job folder (a task name, an error) as one Markdown table cell or
     inline text: `|` escaped, line breaks and other controls shown as \\xNN, so no value can
-    end its cell or row and forge another."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}",
-                        str(text).replace("\\", "\\\\").replace("|", "\\|"))
+    end its cell or row and forge another; bidi controls as [U+202E] (templating.shown)."""
+    return shown(_CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}",
+                              str(text).replace("\\", "\\\\").replace("|", "\\|")))
 
 
 def _md_code(text: object) -> str:

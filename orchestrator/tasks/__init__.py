@@ -17,7 +17,13 @@ if TYPE_CHECKING:
         allowed_host_env,
     )
     from orchestrator.tasks.defects import task_defects
-    from orchestrator.tasks.dockerfile import for_classic_builder, joined_lines, read_dockerfile
+    from orchestrator.tasks.dockerfile import (
+        expand_args,
+        for_classic_builder,
+        global_args,
+        joined_lines,
+        read_dockerfile,
+    )
     from orchestrator.tasks.load import (
         Task,
         find_task_dirs,
@@ -34,8 +40,8 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_VALUE_BYTES", "RELEASES", "Compose", "ComposeHealthcheck", "FactFile", "HostEnv",
     "Service", "SlugError", "StandIn", "StateRoots", "Task", "allow_host_env", "allowed_host_env",
-    "base_image", "choose", "file_seed_archive", "find_task_dirs", "for_classic_builder",
-    "hash_tree", "image_repository", "joined_lines", "load_task", "load_tasks",
+    "base_image", "choose", "expand_args", "file_seed_archive", "find_task_dirs", "for_classic_builder",
+    "global_args", "hash_tree", "image_repository", "joined_lines", "load_task", "load_tasks",
     "load_tasks_lenient", "normalise", "parse_reference", "read_dockerfile", "seed_engrams",
     "task_defects",
 ]
@@ -47,7 +53,9 @@ __getattr__, __dir__ = public_face(__name__, {
     "allow_host_env": "compose",
     "allowed_host_env": "compose",
     "task_defects": "defects",
+    "expand_args": "dockerfile",
     "for_classic_builder": "dockerfile",
+    "global_args": "dockerfile",
     "joined_lines": "dockerfile",
     "read_dockerfile": "dockerfile",
     "Task": "load",

@@ -8,6 +8,9 @@ such line is rewritten to what it means: the COPY (or ADD) without --chmod, then
 `RUN chmod -R MODE` of what it copied, as root. The task's files are unchanged; only the
 Dockerfile sent in the build context differs, and the rewrite is logged with the trial.
 
+A FROM reference is read with the global ARGs' defaults (`global_args`, `expand_args`):
+`ARG BASE=python:3.12` then `FROM ${BASE}` starts from python:3.12, not from `${BASE}`.
+
 Every reader of a task's Dockerfile goes through `read_dockerfile`: at most
 MAX_DOCKERFILE_BYTES (its size checked before a byte is read, so a 256 MiB Dockerfile costs
 no 256 MiB) and UTF-8, else InputError naming the file and the limit (checked at load).
@@ -33,6 +36,40 @@ def read_dockerfile(path: Path) -> str:
     """A task's Dockerfile (or tests/Dockerfile): InputError above MAX_DOCKERFILE_BYTES or
     when not UTF-8, naming the file."""
     return read_capped(path, MAX_DOCKERFILE_BYTES)
+
+
+_ARG = re.compile(r"^\s*ARG\s+(.+)$", re.IGNORECASE)
+_FROM_LINE = re.compile(r"^\s*FROM\s", re.IGNORECASE)
+_ARG_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def global_args(dockerfile: str) -> dict[str, str]:
+    """The ARGs declared before the first FROM, with their defaults: the only ones a FROM
+    line can read (Docker's rule; orchestra passes no build arguments). One without a
+    default reads as empty."""
+    args: dict[str, str] = {}
+    for line in joined_lines(dockerfile):
+        if _FROM_LINE.match(line):
+            break
+        if match := _ARG.match(line):
+            try:
+                words = shlex.split(match.group(1), comments=True)
+            except ValueError:
+                continue
+            for word in words:
+                name, _, default = word.partition("=")
+                args[name] = default
+    return args
+
+
+def expand_args(text: str, args: dict[str, str]) -> str:
+    """`$NAME`, `${NAME}` and `${NAME:-default}` in a FROM reference, as the builder reads
+    them from the global ARGs (an unset or empty one takes its default, else empty)."""
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(3)
+        return args.get(name) or (match.group(2) or "")
+
+    return _ARG_REF.sub(value, text) if "$" in text else text
 
 
 def joined_lines(dockerfile: str) -> list[str]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,17 +116,21 @@ class Task:
 
 
 def hash_tree(root: Path) -> str:
-    """sha256 over relative paths, modes and contents, in sorted order."""
+    """sha256 over relative paths, modes and contents, in sorted order (a FIFO or device
+    node by its kind: two folders that differ in one never hash the same)."""
     digest = hashlib.sha256()
     if not root.exists():
         return digest.hexdigest()[:16]
-    for path in sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink()):
+    for path in sorted(p for p in root.rglob("*") if not p.is_dir() or p.is_symlink()):
         rel = path.relative_to(root).as_posix()
         if "__pycache__" in rel:
             continue
         digest.update(rel.encode() + b"\0")
+        kind = _special(path)
         if path.is_symlink():
             digest.update(b"link:" + str(path.readlink()).encode())
+        elif kind:  # a FIFO or a device node: never read (a FIFO would block), its kind hashed
+            digest.update(f"{kind}:{os.lstat(path).st_rdev}".encode())
         else:
             digest.update(oct(path.stat().st_mode & 0o111).encode())
             with open(path, "rb") as handle:  # streamed: a 1 GiB data file costs no 1 GiB
@@ -134,6 +140,29 @@ def hash_tree(root: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def _special(path: Path) -> str | None:
+    """'FIFO', 'socket', 'character device' or 'block device' for such a node, else None."""
+    mode = os.lstat(path).st_mode
+    for test, kind in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return kind
+    return None
+
+
+def _special_files(root: Path) -> list[str]:
+    """A problem per FIFO, socket or device node in the task folder: Harbor would copy them
+    into images and containers (a FIFO blocks its reader), and they hold no content."""
+    problems = []
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            path = Path(dirpath) / name
+            kind = _special(path)
+            if kind:
+                problems.append(f"{path}: a {kind}; a task folder holds files, folders and links only")
+    return problems
+
+
 def _dataset_name(path: Path) -> str:
     return f"{path.parent.name}/{path.name}"
 
@@ -141,7 +170,7 @@ def _dataset_name(path: Path) -> str:
 def load_task(path: Path) -> Task:
     """Validate one task directory; raise InputError listing every problem found."""
     path = path.resolve()
-    outside = links_out(path)  # before anything is read: nothing is followed out
+    outside = links_out(path) + _special_files(path)  # before anything is read
     if outside:
         raise InputError(outside)
     paths = TaskPaths(path)

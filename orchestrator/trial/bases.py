@@ -32,7 +32,15 @@ from orchestrator.runtime import (
     PullFailed,
     Runtime,
 )
-from orchestrator.tasks import RELEASES, StandIn, choose, for_classic_builder, parse_reference
+from orchestrator.tasks import (
+    RELEASES,
+    StandIn,
+    choose,
+    expand_args,
+    for_classic_builder,
+    global_args,
+    parse_reference,
+)
 from orchestrator.trial.trust import BUNDLE_IN_CONTEXT, trusted_stage
 
 log = get_logger()
@@ -42,14 +50,16 @@ LABEL_STAND_INS = "orchestra.image.stand_ins"  # what stood in, on the task imag
 
 
 def base_references(dockerfile: str) -> list[str]:
-    """The external images a Dockerfile starts FROM (stage names excluded)."""
+    """The external images a Dockerfile starts FROM (stage names excluded), each read with
+    the global ARGs' defaults (`FROM ${BASE}`: the image BASE names)."""
     stages: set[str] = set()
     refs = []
+    args = global_args(dockerfile) if "$" in dockerfile else {}
     for line in dockerfile.splitlines():
         match = _FROM.match(line)
         if not match:
             continue
-        ref = match.group(1)
+        ref = expand_args(match.group(1), args)
         if ref.lower() not in stages and ref.lower() != "scratch":
             refs.append(ref)
         parts = line.split()
@@ -275,9 +285,12 @@ def with_stand_ins(dockerfile: str, stand_ins: list[StandIn]) -> str:
     if not swap:
         return dockerfile
 
+    args = global_args(dockerfile) if "$" in dockerfile else {}
+
     def replace(match: re.Match[str]) -> str:
-        ref = match.group(1)
-        return match.group(0).replace(ref, swap[ref], 1) if ref in swap else match.group(0)
+        written = match.group(1)
+        ref = expand_args(written, args)
+        return match.group(0).replace(written, swap[ref], 1) if ref in swap else match.group(0)
 
     return _FROM.sub(replace, dockerfile)
 

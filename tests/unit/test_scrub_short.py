@@ -1,6 +1,6 @@
 """Short secrets (issue 45): a value orchestra hands a trial is scrubbed whatever its length,
-a short one (8 to 11 characters) as a whole token so ordinary text is untouched, and one too
-short to scrub at all is refused where it is given (exit 2 naming the field)."""
+a short one (8 to 11 characters) wherever it appears, inside words too (issue 56), and one
+too short to scrub at all is refused where it is given (exit 2 naming the field)."""
 
 from __future__ import annotations
 
@@ -20,17 +20,18 @@ from orchestrator.tasks.compose import HostEnv, load_compose
 SHORT = "k3y-8chr"  # 8 characters: a judge key, a local model key, an allowed host variable
 
 
-def test_a_short_secret_is_scrubbed_as_a_token_and_ordinary_text_kept(tmp_path):
+def test_a_short_secret_is_scrubbed_wherever_it_appears(tmp_path):
+    """Issue 56: whole-token matching kept `x<secret>`, a leak an agent could choose; a short
+    secret is replaced inside words too, as a long one is."""
     text = f"KEY={SHORT}\n[{SHORT}] '{SHORT[::-1]}' x{SHORT} {SHORT}y {SHORT}_2 {SHORT}-end"
     out = scrub.scrub_text(text, [SHORT])
-    assert out.count(scrub.REDACTED) == 4  # KEY=, [..], reversed, and before "-end"
-    assert f"x{SHORT}" in out and f"{SHORT}y" in out and f"{SHORT}_2" in out  # inside words: kept
+    assert out.count(scrub.REDACTED) == 7 and SHORT not in out and SHORT[::-1] not in out
     assert scrub.found_in(f"echo {SHORT}", [SHORT]) == [SHORT]
-    assert scrub.found_in(f"echo x{SHORT}y", [SHORT]) == []
+    assert scrub.found_in(f"echo x{SHORT}y", [SHORT]) == [SHORT]
     (tmp_path / "stdout.txt").write_text(f"judge={SHORT}\nnot x{SHORT}\n")
     (tmp_path / "traj.jsonl").write_text(json.dumps({"said": f"the key is {SHORT}."}) + "\n")
     assert scrub.scrub_tree(tmp_path, [SHORT]) == ["stdout.txt", "traj.jsonl"]
-    assert (tmp_path / "stdout.txt").read_text() == f"judge={scrub.REDACTED}\nnot x{SHORT}\n"
+    assert (tmp_path / "stdout.txt").read_text() == f"judge={scrub.REDACTED}\nnot x{scrub.REDACTED}\n"
     assert json.loads((tmp_path / "traj.jsonl").read_text()) == {"said": f"the key is {scrub.REDACTED}."}
 
 
