@@ -128,7 +128,9 @@ def _toml_cost(path: Path, text: str) -> None:
             if found is None:
                 return  # not valid TOML: tomllib says where
             i = found.end()
-            values += not in_key
+            if not in_key:
+                values += 1
+                _value_depth(path, text, i, value_depth)
             for _ in range(2 if len(quote) == 3 else 0):  # """a"""" ends in up to two more quotes
                 i += i < n and text[i] == c
             line_start = False
@@ -193,13 +195,10 @@ def _toml_cost(path: Path, text: str) -> None:
             if values > MAX_VALUES:
                 raise InputError(f"{path}: more than {MAX_VALUES} values; the limit is {MAX_VALUES}")
         if c in "[{":
-            depth = value_depth + (1 if c == "[" else 0)
-            if depth > MAX_DEPTH:
-                raise InputError(f"{path}: values nested more than {MAX_DEPTH} deep at line "
-                                 f"{_line(text, i)}; the limit is {MAX_DEPTH}")
+            _value_depth(path, text, i, value_depth)  # the container itself; items when seen
             stack.append((c, value_depth))
             if c == "[":
-                value_depth = depth
+                value_depth += 1
             else:
                 in_key, key_from, parts = True, i + 1, 1
         elif c in "]}" and stack:
@@ -210,6 +209,7 @@ def _toml_cost(path: Path, text: str) -> None:
             else:
                 in_key, key_from, parts = True, i + 1, 1
         elif (word := _BARE.match(text, i)) is not None:
+            _value_depth(path, text, i, value_depth)
             if len(word.group()) > MAX_WORD_CHARS:
                 raise InputError(f"{path}: a value of {len(word.group())} characters at line "
                                  f"{_line(text, i)} (Python reads no number past 4,300 digits); "
@@ -226,6 +226,12 @@ def _key_bounds(path: Path, text: str, start: int, end: int, parts: int, depth: 
     if depth > MAX_DEPTH:
         raise InputError(f"{path}: values nested more than {MAX_DEPTH} deep at line {_line(text, start)} "
                          f"(dotted keys and tables counted); the limit is {MAX_DEPTH}")
+
+
+def _value_depth(path: Path, text: str, at: int, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise InputError(f"{path}: values nested more than {MAX_DEPTH} deep at line "
+                         f"{_line(text, at)}; the limit is {MAX_DEPTH}")
 
 
 def _line(text: str, at: int) -> int:

@@ -300,3 +300,55 @@ def test_a_copy_source_glob_matches_as_before():
     assert not _glob_matches(["**", "b", "*.txt"], ("a", "c.txt"))
     assert not _glob_matches(["a", "*"], ("a", "b", "c"))
     assert _glob_matches(["*", "?.py"], ("src", "x.py"))
+
+
+# ---- the scan refuses what tomllib's value would nest too deep, and nothing else -------------
+
+
+def test_the_toml_scan_agrees_with_the_parsed_depth_on_random_documents():
+    """Random TOML (headers, arrays of tables, dotted and quoted keys, inline tables, arrays,
+    strings holding brackets and dots): the scan refuses a document exactly when the value
+    tomllib makes of it nests deeper than 32 (checked after parsing by _too_deep)."""
+    import random
+
+    from orchestrator.tasks.inputs import _toml_cost, _too_deep
+
+    rng, count = random.Random(5), [0]
+
+    def key() -> str:
+        count[0] += 1
+        name = rng.choice(["a", "b-c", "d_1", "q.k", "e"]) + str(count[0])
+        return f'"{name}"' if "." in name else rng.choice([name, f'"{name}"', f"'{name}'"])
+
+    def dotted() -> str:
+        return ".".join(key() for _ in range(rng.randint(1, 6)))
+
+    def value(depth: int) -> str:
+        if depth <= 0 or rng.random() < 0.3:
+            return rng.choice(["1", "-2.5", "true", '"s[{=.,}]"', "'x'", "1979-05-27T07:32:00Z", '"""m\nl"""'])
+        if rng.random() < 0.5:
+            return "[" + ", ".join(value(depth - 1) for _ in range(rng.randint(0, 3))) + "]"
+        return "{" + ", ".join(f"{dotted()} = {value(depth - 1)}" for _ in range(rng.randint(0, 3))) + "}"
+
+    parsed = deep = 0
+    for _ in range(3000):
+        lines = [f"{dotted()} = {value(rng.randint(1, 12))}" for _ in range(rng.randint(1, 3))]
+        for _ in range(rng.randint(0, 3)):
+            header = dotted()
+            lines.append(f"[[{header}]]" if rng.random() < 0.3 else f"[{header}]")
+            lines += [f"{dotted()} = {value(rng.randint(1, 12))}  # [ {{" for _ in range(rng.randint(0, 3))]
+        text = "\n".join(lines) + "\n"
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            continue
+        parsed += 1
+        too_deep = _too_deep(data) is not None
+        deep += too_deep
+        try:
+            _toml_cost(Path("x.toml"), text)
+            refused = False
+        except InputError:
+            refused = True
+        assert refused == too_deep, text
+    assert parsed > 2500 and deep > 300  # both kinds were tried
