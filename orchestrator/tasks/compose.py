@@ -11,7 +11,8 @@ Supported per service: `image` or `build` (a context folder under environment/, 
 `volumes` (named volumes only), `depends_on` (list, or map with `service_started` /
 `service_healthy`), `healthcheck` (Docker's: test, interval, timeout, retries,
 start_period). Top level: `services`, `volumes` (named, no options), `networks` (every
-service is on the trial's one IPv4 network: `enable_ipv6` and `ipv6_address` are refused). `${VAR}`,
+service is on the trial's one IPv4 network: `enable_ipv6` and `ipv6_address` are refused,
+any other network option is said in the trial's notes as not applied). `${VAR}`,
 `${VAR:-default}` and `$$` are interpolated, plus Harbor's CONTEXT_DIR (the environment
 folder) and MAIN_IMAGE_NAME. At most MAX_SERVICES (32) services, their `depends_on` walked
 without recursion. Anything else is refused by name: "orchestra cannot honour
@@ -265,6 +266,7 @@ def load_compose(path: Path, main_image: str = "") -> Compose:
         raise InputError(problems)
     context = {"CONTEXT_DIR": str(path.parent), "MAIN_IMAGE_NAME": main_image}
     host = HostEnv(where=f"{path.parent.name}/{path.name}: ")
+    host.notes += _network_notes(raw, host.where)
     services = {name: _interpolate(body or {}, context, host, f"services.{name}")
                 for name, body in raw["services"].items()}
     try:
@@ -305,6 +307,23 @@ def load_compose(path: Path, main_image: str = "") -> Compose:
     except ValueError as exc:
         raise InputError(f"{path}: {exc}") from exc
     return compose
+
+
+def _network_notes(raw: dict[str, object], where: str) -> list[str]:
+    """A note per network option orchestra does not apply (IPv6 is refused before): every
+    service is on the trial's one network, so a driver, ipam, aliases or a fixed address
+    are said in the trial's notes, never dropped without a word."""
+    said = " not applied: orchestra puts every service on the trial's one network"
+    top = raw.get("networks")
+    notes = [f"{where}networks.{name}.{key}:{said}" for name, options in (top.items() if isinstance(top, dict) else [])
+             if isinstance(options, dict) for key in options if key != "enable_ipv6"]
+    services = raw.get("services")
+    for name, body in (services.items() if isinstance(services, dict) else []):
+        attached = body.get("networks") if isinstance(body, dict) else None
+        notes += [f"{where}services.{name}.networks.{net}.{key}:{said}"
+                  for net, options in (attached.items() if isinstance(attached, dict) else [])
+                  if isinstance(options, dict) for key in options if key != "ipv6_address"]
+    return notes
 
 
 def _outside(task_dir: Path, environment: Path, build: Build) -> tuple[str, str] | None:

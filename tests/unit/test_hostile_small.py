@@ -112,3 +112,23 @@ def test_report_md_junit_and_the_terminal_show_a_bidi_control_as_its_code_point(
         out = io.StringIO()
         print_table(Console(file=out, force_terminal=terminal, width=200), "Per task", ["task"], [[RLO_NAME]])
         assert "\u202e" not in out.getvalue() and "[U+202E]gnp.exe" in out.getvalue()
+
+
+# ---- compose network options: said, never silently dropped ------------------------------------
+
+
+def test_compose_network_options_orchestra_does_not_apply_are_said(tmp_path):
+    """Every service is on the trial's one network: a driver, ipam, aliases or a fixed
+    address were accepted and dropped without a word (the README says nothing is ignored)."""
+    from orchestrator.tasks.compose import load_compose
+
+    path = tmp_path / "task/environment/docker-compose.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text("services:\n  main: {}\n  db:\n    image: redis:7\n    networks:\n      back:\n"
+                    "        aliases: [database]\n        ipv4_address: 10.9.0.5\n"
+                    "networks:\n  back:\n    driver: overlay\n    internal: true\n  plain: {}\n")
+    notes = load_compose(path).notes
+    for field in ("networks.back.driver", "networks.back.internal", "services.db.networks.back.aliases",
+                  "services.db.networks.back.ipv4_address"):
+        assert any(f"{field}: not applied" in n and "one network" in n for n in notes), (field, notes)
+    assert not any("networks.plain" in n for n in notes)
