@@ -9,7 +9,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 DEMO    := $(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup docker test-tools base-image demo local-model eval-local test test-hostile test-gvisor test-ray test-unit test-integration lint bench cleanup
+.PHONY: setup docker test-tools base-image demo local-model eval-local test-models test test-hostile test-gvisor test-ray test-unit test-integration lint bench cleanup
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,18 @@ eval-local: base-image local-model
 	$(BIN)/orchestra run --path tasks/memorybench $(LOCAL) --job-name local-on-$(DEMO) --json jobs/local-on-$(DEMO).json
 	$(BIN)/orchestra run --path tasks/memorybench $(LOCAL) --policy memory-off --job-name local-off-$(DEMO) --json jobs/local-off-$(DEMO).json
 	$(BIN)/orchestra compare jobs/local-on-$(DEMO).json jobs/local-off-$(DEMO).json --markdown jobs/local-compare-$(DEMO).md
+
+# make test-models: every installed agent CLI (and the reference agent) on the local model
+# server, through `orchestra run`, on hello-file and memorybench's mb-exact, one trial at a
+# time; prints per agent its reward, calls, the tokens the server reported beside those
+# orchestra recorded, and how each trial ended (scripts/test-models.py; README "Agents and
+# real models"). The server gets a 32768-token context (Claude Code's first prompt is ~12k
+# tokens; a server already running keeps its own). MODELS_RECORD=tests/fixtures/llamacpp-agents
+# also writes the recordings `make test` replays (tests/integration/test_recorded_agents.py).
+test-models: base-image
+	ORCHESTRA_LOCAL_MODEL_CTX=$${ORCHESTRA_LOCAL_MODEL_CTX:-32768} ./scripts/local-model.sh
+	$(BIN)/orchestra agents --install all || echo "orchestra: not every agent CLI could be fetched now: those are left out" >&2
+	$(BIN)/python scripts/test-models.py $(if $(MODELS_RECORD),--record $(MODELS_RECORD)) $(MODELS_ARGS)
 
 test-tools:
 	./scripts/ensure-test-tools.sh
