@@ -4,7 +4,7 @@ or expand without limit. Every refusal is a problem naming the file (InputError,
 
 - `links_out(folder)`: every link in the folder whose target is absolute, resolves outside
   the folder, or reaches /proc, /dev or /sys (links that stay inside are kept: Harbor copies
-  them).
+  them); a folder of more than MAX_TASK_ENTRIES files and folders is refused by its count.
 - `read_capped(path, limit)`: a file's text, refused above `limit` bytes before it is read.
 - `load_toml(path, limit)`: tomllib under a size cap, UTF-8, and a linear scan first that
   bounds what tomllib would pay (issue 56): nesting with dotted keys counted (a 100 KB key of
@@ -27,6 +27,7 @@ from orchestrator.errors import InputError
 MAX_TOML_BYTES = 1024 * 1024  # task.toml
 MAX_SEEDS_BYTES = 16 * 1024 * 1024  # memory/seeds.toml (values up to 64 kB each)
 MAX_YAML_BYTES = 1024 * 1024  # a compose file, a fact file
+MAX_TASK_ENTRIES = 100_000  # files and folders in one task folder (100,000: ~9 s to load)
 MAX_DEPTH = 32  # nesting of tables, arrays, mappings (dotted keys count): Harbor's deepest is 4
 MAX_KEYS = 20_000  # keys and table headers in one TOML file (tomllib: ~1.5 s at 20,000)
 MAX_VALUES = 200_000  # values in one TOML file, arrays' items included (tomllib: ~0.6 s)
@@ -43,10 +44,17 @@ _STRINGS = {'"""': re.compile(r'"""(?:[^"\\]++|\\.|"(?!""))*+"""', re.S),
 
 
 def links_out(folder: Path) -> list[str]:
-    """Problems, one per link under `folder` that leaves it (nothing is followed)."""
+    """Problems, one per link under `folder` that leaves it (nothing is followed); past
+    MAX_TASK_ENTRIES files and folders, that one problem (the walk stops there: a task of
+    a million files is refused before it is hashed)."""
     root = folder.resolve()
     problems = []
+    entries = 0
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        entries += len(dirnames) + len(filenames)
+        if entries > MAX_TASK_ENTRIES:
+            return [f"{folder}: more than {MAX_TASK_ENTRIES} files and folders; the limit is "
+                    f"{MAX_TASK_ENTRIES}"]
         for name in dirnames + filenames:
             path = Path(dirpath) / name
             if not path.is_symlink():

@@ -170,7 +170,7 @@ def _dataset_name(path: Path) -> str:
 def load_task(path: Path) -> Task:
     """Validate one task directory; raise InputError listing every problem found."""
     path = path.resolve()
-    outside = links_out(path) + _special_files(path)  # before anything is read
+    outside = links_out(path) or _special_files(path)  # before anything is read
     if outside:
         raise InputError(outside)
     paths = TaskPaths(path)

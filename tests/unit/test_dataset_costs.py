@@ -352,3 +352,29 @@ def test_the_toml_scan_agrees_with_the_parsed_depth_on_random_documents():
             refused = True
         assert refused == too_deep, text
     assert parsed > 2500 and deep > 300  # both kinds were tried
+
+
+# ---- entries in a task folder ------------------------------------------------------------------
+
+
+def test_a_task_folder_past_its_entry_cap_is_refused_before_it_is_hashed(tmp_path, monkeypatch):
+    """100,000 empty files cost tasks check 9 s and 93 MB (four walks, every file opened to
+    hash); a million, ten times that. The first walk counts, and stops at the cap (here
+    lowered to 500 to keep the test small: the same code path)."""
+    from orchestrator.tasks import inputs, load
+
+    monkeypatch.setattr(inputs, "MAX_TASK_ENTRIES", 500)
+    task = make_task(tmp_path, "t")
+    data = task / "environment" / "data"
+    data.mkdir()
+    for i in range(600):
+        (data / f"f{i}").touch()
+    hashed = []
+    monkeypatch.setattr(load, "hash_tree", lambda root: hashed.append(root) or "x")
+    said = refused(task)
+    assert str(task) in said and "more than 500 files and folders" in said and "the limit is 500" in said
+    assert hashed == []  # refused before anything was hashed
+    (data / "f0").unlink()
+    for i in range(1, 600):
+        (data / f"f{i}").unlink()
+    assert load_task(task).name.endswith("/t")
