@@ -4,7 +4,8 @@ or expand without limit. Every refusal is a problem naming the file (InputError,
 
 - `links_out(folder)`: every link in the folder whose target is absolute, resolves outside
   the folder, or reaches /proc, /dev or /sys (links that stay inside are kept: Harbor copies
-  them); a folder of more than MAX_TASK_ENTRIES files and folders is refused by its count.
+  them); a folder of more than MAX_TASK_ENTRIES files and folders, or nested more than
+  MAX_FOLDER_DEPTH deep, is refused by its count.
 - `read_capped(path, limit)`: a file's text, refused above `limit` bytes before it is read.
 - `load_toml(path, limit)`: tomllib under a size cap, UTF-8, and a linear scan first that
   bounds what tomllib would pay (issue 56): nesting with dotted keys counted (a 100 KB key of
@@ -27,6 +28,7 @@ from orchestrator.errors import InputError
 MAX_TOML_BYTES = 1024 * 1024  # task.toml
 MAX_SEEDS_BYTES = 16 * 1024 * 1024  # memory/seeds.toml (values up to 64 kB each)
 MAX_YAML_BYTES = 1024 * 1024  # a compose file, a fact file
+MAX_FOLDER_DEPTH = 64  # folders nested in a task folder (Python's walks recurse)
 MAX_TASK_ENTRIES = 100_000  # files and folders in one task folder (100,000: ~9 s to load)
 MAX_DEPTH = 32  # nesting of tables, arrays, mappings (dotted keys count): Harbor's deepest is 4
 MAX_KEYS = 20_000  # keys and table headers in one TOML file (tomllib: ~1.5 s at 20,000)
@@ -45,25 +47,37 @@ _STRINGS = {'"""': re.compile(r'"""(?:[^"\\]++|\\.|"(?!""))*+"""', re.S),
 
 def links_out(folder: Path) -> list[str]:
     """Problems, one per link under `folder` that leaves it (nothing is followed); past
-    MAX_TASK_ENTRIES files and folders, that one problem (the walk stops there: a task of
-    a million files is refused before it is hashed)."""
+    MAX_TASK_ENTRIES files and folders or MAX_FOLDER_DEPTH nested folders, that one problem
+    (the walk stops there, before anything is hashed; it is iterative: os.walk recursed,
+    and 1,500 nested folders were a RecursionError)."""
     root = folder.resolve()
     problems = []
     entries = 0
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        entries += len(dirnames) + len(filenames)
+    todo = [(root, 0)]
+    while todo:
+        here, depth = todo.pop()
+        try:
+            with os.scandir(here) as listing:
+                found = list(listing)
+        except OSError:
+            continue
+        entries += len(found)
         if entries > MAX_TASK_ENTRIES:
             return [f"{folder}: more than {MAX_TASK_ENTRIES} files and folders; the limit is "
                     f"{MAX_TASK_ENTRIES}"]
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            if not path.is_symlink():
-                continue
-            target = os.readlink(path)
-            why = _leaves(root, path, target)
-            if why:
-                problems.append(f"{path}: a link to {target} {why}; a task folder is read "
-                                "without following links out of it (copy the file in)")
+        for entry in found:
+            path = Path(entry.path)
+            if entry.is_symlink():
+                target = os.readlink(path)
+                why = _leaves(root, path, target)
+                if why:
+                    problems.append(f"{path}: a link to {target} {why}; a task folder is read "
+                                    "without following links out of it (copy the file in)")
+            elif entry.is_dir(follow_symlinks=False):
+                if depth + 1 > MAX_FOLDER_DEPTH:
+                    return [f"{here}: folders nested more than {MAX_FOLDER_DEPTH} deep; the limit "
+                            f"is {MAX_FOLDER_DEPTH}"]
+                todo.append((path, depth + 1))
     return problems
 
 

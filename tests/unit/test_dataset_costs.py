@@ -378,3 +378,12 @@ def test_a_task_folder_past_its_entry_cap_is_refused_before_it_is_hashed(tmp_pat
     for i in range(1, 600):
         (data / f"f{i}").unlink()
     assert load_task(task).name.endswith("/t")
+
+
+def test_folders_nested_past_the_cap_are_refused_naming_it(tmp_path):
+    """1,500 nested folders were a RecursionError in os.walk (now a refusal either way);
+    the walk is iterative and refuses past 64, naming the folder and the limit."""
+    task = make_task(tmp_path, "t")
+    (nested(task / "environment", 100) / "f.txt").write_text("deep\n")
+    said = refused(task)
+    assert "environment/d0/d1" in said and "nested more than 64 deep" in said and "the limit is 64" in said
