@@ -12,7 +12,8 @@ or expand without limit. Every refusal is a problem naming the file (InputError,
   20,000 parts cost tomllib 46 s and 9.8 GB), key count and length, a bare value's length
   (Python reads no integer past 4,300 digits).
 - `load_yaml(text, path)`: YAML without aliases (a 0.5 kB file of nested aliases expands to
-  gigabytes), with a nesting cap and numbers of at most MAX_WORD_CHARS characters.
+  gigabytes), with a nesting cap, at most MAX_YAML_NODES values (PyYAML's parser took 8.5 s
+  over a 585 KB list) and numbers of at most MAX_WORD_CHARS characters.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ MAX_TASK_ENTRIES = 100_000  # files and folders in one task folder (100,000: ~9 
 MAX_DEPTH = 32  # nesting of tables, arrays, mappings (dotted keys count): Harbor's deepest is 4
 MAX_KEYS = 20_000  # keys and table headers in one TOML file (tomllib: ~1.5 s at 20,000)
 MAX_VALUES = 200_000  # values in one TOML file, arrays' items included (tomllib: ~0.6 s)
+MAX_YAML_NODES = 20_000  # values (mappings, lists, scalars, keys) in one YAML file (~0.6 s)
 MAX_KEY_CHARS = 1024  # one key, dotted parts and quotes included
 MAX_WORD_CHARS = 100  # a bare value (a number, a date, true): Python reads at most 4,300 digits
 _HOST_TREES = ("/proc", "/dev", "/sys")
@@ -279,7 +281,7 @@ def load_yaml(text: str, path: Path) -> Any:
     import yaml  # only tasks with YAML need it
 
     class Bounded(yaml.SafeLoader):
-        depth = 0
+        depth = nodes = 0
 
         def compose_node(self, parent: Any, index: Any) -> Any:
             if self.check_event(yaml.AliasEvent):
@@ -288,6 +290,11 @@ def load_yaml(text: str, path: Path) -> Any:
                                  f"(*{event.anchor}); aliases are not accepted in task files "
                                  "(write the value out)")
             self.depth += 1
+            self.nodes += 1
+            if self.nodes > MAX_YAML_NODES:  # each costs PyYAML's pure-Python parser ~30 us
+                mark = self.peek_event().start_mark
+                raise InputError(f"{path}: line {mark.line + 1}: more than {MAX_YAML_NODES} values; "
+                                 f"the limit is {MAX_YAML_NODES}")
             if self.depth > MAX_DEPTH:
                 mark = self.peek_event().start_mark
                 raise InputError(f"{path}: line {mark.line + 1}: nested more than {MAX_DEPTH} deep")

@@ -141,15 +141,17 @@ def chain(n: int) -> str:
                                    for i in range(n))
 
 
-def test_3000_compose_services_are_refused_by_count(tmp_path):
-    """Before: RecursionError in the dependency walk, exit 70."""
+@pytest.mark.parametrize("services, limit", [(300, "300 services; the limit is 32"),
+                                             (3000, "more than 20000 values; the limit is 20000")])
+def test_a_chain_of_compose_services_is_refused_by_count(tmp_path, services, limit):
+    """Before: RecursionError in the dependency walk at 3,000 (the audit's file), exit 70.
+    Its 21,000 YAML values are past the node cap before the services are counted."""
     make_task(tmp_path / "ds", "good")
-    make_task(tmp_path / "ds", "bad", files={"environment/docker-compose.yaml": chain(3000)})
+    make_task(tmp_path / "ds", "bad", files={"environment/docker-compose.yaml": chain(services)})
     proc = check(tmp_path / "ds")
     said = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in said, said
-    assert "bad/environment/docker-compose.yaml" in said and "3000 services" in said
-    assert "the limit is 32" in said
+    assert "bad/environment/docker-compose.yaml" in said and limit in said
 
 
 def test_the_start_order_walks_a_long_chain_without_recursion():
@@ -387,3 +389,19 @@ def test_folders_nested_past_the_cap_are_refused_naming_it(tmp_path):
     (nested(task / "environment", 100) / "f.txt").write_text("deep\n")
     said = refused(task)
     assert "environment/d0/d1" in said and "nested more than 64 deep" in said and "the limit is 64" in said
+
+
+# ---- YAML: nodes counted ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rel, text", [
+    ("environment/docker-compose.yaml", "services:\n  main:\n    command: [" + ",".join(["x"] * 20_001) + "]\n"),
+    ("memory/project/f.md", "---\nname: f\nmetadata: {type: a, scope: project}\nkeywords: ["
+     + ",".join(["k"] * 20_001) + "]\n---\nbody\n"),
+])
+def test_a_yaml_file_of_too_many_nodes_is_refused_by_count(tmp_path, rel, text):
+    """PyYAML's pure-Python parser took 8.5 s over a 585 KB flow list (300,000 items), so the
+    1 MiB cap allowed ~15 s a file; nodes are counted as they are composed."""
+    task = make_task(tmp_path, "t", files={rel: text})
+    said = refused(task)
+    assert rel.split("/")[-1] in said and "more than 20000 values" in said and "the limit is 20000" in said
