@@ -40,6 +40,7 @@ def read_dockerfile(path: Path) -> str:
 
 _ARG = re.compile(r"^\s*ARG\s+(.+)$", re.IGNORECASE)
 _FROM_LINE = re.compile(r"^\s*FROM\s", re.IGNORECASE)
+_ARG_WORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:=(\"(?:[^\"\\\\]|\\\\.)*\"|'[^']*'|\S*))?")
 _ARG_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -52,19 +53,19 @@ def global_args(dockerfile: str) -> dict[str, str]:
         if _FROM_LINE.match(line):
             break
         if match := _ARG.match(line):
-            try:
-                words = shlex.split(match.group(1), comments=True)
-            except ValueError:
-                continue
-            for word in words:
-                name, _, default = word.partition("=")
-                args[name] = default
+            for name, default in _ARG_WORD.findall(match.group(1)):
+                value = default[1:-1] if default[:1] in "\"'" and len(default) > 1 else default
+                args[name] = _substitute(value, args)  # an ARG's default reads the ones before
     return args
 
 
 def expand_args(text: str, args: dict[str, str]) -> str:
     """`$NAME`, `${NAME}` and `${NAME:-default}` in a FROM reference, as the builder reads
     them from the global ARGs (an unset or empty one takes its default, else empty)."""
+    return _substitute(text, args) or text  # nothing: the reference as written (the build says so)
+
+
+def _substitute(text: str, args: dict[str, str]) -> str:
     def value(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(3)
         return args.get(name) or (match.group(2) or "")

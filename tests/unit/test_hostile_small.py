@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,11 @@ def test_a_from_reference_reads_its_global_args():
     swapped = with_stand_ins(dockerfile, [StandIn(reference="python:3.12-slim", stand_in="orchestra/base:bookworm",
                                                   release="bookworm", python="3.11", reason="offline")])
     assert "FROM orchestra/base:bookworm AS build\n" in swapped and "FROM ubuntu:$TAG\n" in swapped
+    assert base_references("ARG V=3.12\nARG BASE=python:${V}-slim\nFROM ${BASE}\n") == ["python:3.12-slim"]
+    assert base_references("ARG NOPE\nFROM $NOPE\n") == ["$NOPE"]  # nothing to read: as written
+    started = time.monotonic()
+    assert base_references("ARG " + "a" * 1_000_000 + "\nFROM $a\n") == ["$a"]
+    assert time.monotonic() - started < 5  # hang guard: shlex took 8.9 s over this 1 MB word
 
 
 # ---- names from a job folder made elsewhere: shown, never obeyed ------------------------------
