@@ -27,7 +27,7 @@ ECHO_TEST = """mkdir -p /logs/verifier
 env > /logs/verifier/env.txt
 echo 1 > /logs/verifier/reward.txt
 """
-SHORT = "Qz7-w9Xk"  # 8 characters: scrubbed as a whole token
+SHORT = "Qz7-w9Xk"  # 8 characters: scrubbed wherever it appears
 SHORT_TEST = """mkdir -p /logs/verifier
 echo "judge key=$J"
 echo "judge said $J." > /logs/verifier/said.txt
