@@ -53,7 +53,7 @@ from orchestrator.models import (
 )
 from orchestrator.paths import JobDir, TrialDir, cache_root
 from orchestrator.runtime import Runtime
-from orchestrator.tasks import Task, task_defects
+from orchestrator.tasks import Task, search_file, task_defects
 from orchestrator.trial import BASE_VERSION
 from orchestrator.util import JsonObject, write_json_atomic
 
@@ -282,9 +282,9 @@ def _why_oracle_failed(oracle: TrialResult | None, job_dir: Path, task: Task) ->
         why += f"; the test's python module `{module.group(1)}` is not in the image"
     elif said := _said(tail):
         why += f"; the test says: {said}"
-    tests = "\n".join((d / "test.sh").read_text(errors="replace") for d in task.tests_dirs
-                      if (d / "test.sh").is_file())
-    if task.config.network_for("verifier") == "no-network" and (fetch := FETCHES.search(tests)):
+    fetch = next(filter(None, (search_file(d / "test.sh", FETCHES) for d in task.tests_dirs
+                               if (d / "test.sh").is_file())), None)  # a chunk at a time
+    if task.config.network_for("verifier") == "no-network" and fetch:
         why += (f"; test.sh fetches ({fetch.group(1)}) at grading time but the task gives its "
                 "verifier no network (allow_internet = false / network_mode), here as in Harbor")
     if stood:

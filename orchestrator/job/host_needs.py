@@ -10,10 +10,9 @@ from pathlib import Path
 
 from orchestrator.paths import verifier_dockerfile
 from orchestrator.runtime import BuildFailed, EngineFacts, Runtime
-from orchestrator.tasks import Task, read_dockerfile
+from orchestrator.tasks import Task, read_dockerfile, search_file
 from orchestrator.trial import base_references, stand_in_for
 
-SCAN_CHUNK = 1024 * 1024  # scripts are scanned a chunk at a time: memory is constant
 FETCHES = re.compile(r"\b(apt-get|apt|pip3?|uvx?|curl|wget|npm|npx|git\s+clone|go\s+install|cargo\s+install)\b")
 
 
@@ -39,17 +38,9 @@ def _fetching(text: str) -> str | None:
 
 
 def _script_fetching(path: Path) -> str | None:
-    """The first fetching tool a script names, read a chunk at a time (a 256 MiB test.sh
-    costs one chunk, not the file): each chunk is searched with the tail of the one before,
-    so a name split across two chunks is found."""
-    tail = ""
-    with open(path, "rb") as handle:
-        while chunk := handle.read(SCAN_CHUNK):
-            text = tail + chunk.decode(errors="replace")
-            if tool := _fetching(text):
-                return tool
-            tail = text[-64:]
-    return None
+    """The first fetching tool a script names, read a chunk at a time (tasks.search_file)."""
+    found = search_file(path, FETCHES)
+    return found.group(1) if found else None
 
 
 def host_needs(task: Task, runtime: Runtime | None, info: EngineFacts | None) -> list[str]:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         joined_lines,
         read_dockerfile,
     )
+    from orchestrator.tasks.inputs import search_file
     from orchestrator.tasks.load import (
         Task,
         find_task_dirs,
@@ -42,7 +43,7 @@ __all__ = [
     "Service", "SlugError", "StandIn", "StateRoots", "Task", "allow_host_env", "allowed_host_env",
     "base_image", "choose", "expand_args", "file_seed_archive", "find_task_dirs", "for_classic_builder",
     "global_args", "hash_tree", "image_repository", "joined_lines", "load_task", "load_tasks",
-    "load_tasks_lenient", "normalise", "parse_reference", "read_dockerfile", "seed_engrams",
+    "load_tasks_lenient", "normalise", "parse_reference", "read_dockerfile", "search_file", "seed_engrams",
     "task_defects",
 ]
 __getattr__, __dir__ = public_face(__name__, {
@@ -58,6 +59,7 @@ __getattr__, __dir__ = public_face(__name__, {
     "global_args": "dockerfile",
     "joined_lines": "dockerfile",
     "read_dockerfile": "dockerfile",
+    "search_file": "inputs",
     "Task": "load",
     "find_task_dirs": "load",
     "hash_tree": "load",

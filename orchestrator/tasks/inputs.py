@@ -7,6 +7,7 @@ or expand without limit. Every refusal is a problem naming the file (InputError,
   them); a folder of more than MAX_TASK_ENTRIES files and folders, or nested more than
   MAX_FOLDER_DEPTH deep, is refused by its count.
 - `read_capped(path, limit)`: a file's text, refused above `limit` bytes before it is read.
+- `search_file(path, pattern)`: a regex's first match in a file read a chunk at a time.
 - `load_toml(path, limit)`: tomllib under a size cap, UTF-8, and a linear scan first that
   bounds what tomllib would pay (issue 56): nesting with dotted keys counted (a 100 KB key of
   20,000 parts cost tomllib 46 s and 9.8 GB), key count and length, a bare value's length
@@ -94,6 +95,20 @@ def _leaves(root: Path, link: Path, target: str) -> str | None:
         return "reaches a host filesystem"
     if os.path.commonpath([root, resolved]) != str(root):
         return "leaves the task folder"
+    return None
+
+
+def search_file(path: Path, pattern: re.Pattern[str], chunk: int = 1024 * 1024) -> re.Match[str] | None:
+    """The first match of `pattern` in a file read a chunk at a time (a 256 MiB script costs
+    one chunk, not the file), each chunk searched with the last 256 characters of the one
+    before so a match split across two is found; undecodable bytes replaced."""
+    tail = ""
+    with open(path, "rb") as handle:
+        while data := handle.read(chunk):
+            text = tail + data.decode(errors="replace")
+            if found := pattern.search(text):
+                return found
+            tail = text[-256:]
     return None
 
 

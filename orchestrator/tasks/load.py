@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from orchestrator.errors import InputError, validation_problems
 from orchestrator.models import StepSection, TaskConfig, ignored_fields, name_problem
-from orchestrator.paths import TaskPaths, verifier_dockerfile
+from orchestrator.paths import TaskPaths, dockerfile_in, verifier_dockerfile
 from orchestrator.tasks.compose import Compose, load_compose
 from orchestrator.tasks.compose import find as find_compose
 from orchestrator.tasks.dockerfile import read_dockerfile
@@ -198,7 +198,11 @@ def load_task(path: Path) -> Task:
         if not config.environment.docker_image and not paths.dockerfile.is_file():
             problems.append(f"{paths.dockerfile}: missing "
                             "(add one or set [environment] docker_image)")
-        for dockerfile in (paths.dockerfile, verifier_dockerfile(paths.tests)):
+        builds = [paths.dockerfile, verifier_dockerfile(paths.tests)]  # every one a trial builds
+        builds += [verifier_dockerfile(paths.step(s.name).tests) for s in config.steps or []]
+        builds += [dockerfile_in(paths.environment / s.build.context)
+                   for s in (compose.sidecars.values() if compose else []) if s.build]
+        for dockerfile in builds:
             try:
                 if dockerfile.is_file():
                     read_dockerfile(dockerfile)  # capped before reading, UTF-8

@@ -32,6 +32,7 @@ from orchestrator.tasks import (
     Task,
     hash_tree,
     image_repository,
+    read_dockerfile,
 )
 from orchestrator.trial.bases import bases_suffix, build_on_bases, resolve_bases
 from orchestrator.trial.images import build_once
@@ -68,7 +69,7 @@ def sidecar_image(runtime: Runtime, task: Task, name: str, service: Service, job
     if service.build.dockerfile != "Dockerfile":  # the engine reads the named file
         raise BuildFailed(f"services.{name}.build.dockerfile: only `Dockerfile` is supported")
     context = task.paths.environment / service.build.context
-    text = dockerfile_in(context).read_text()
+    text = read_dockerfile(dockerfile_in(context))  # capped, UTF-8 (checked at load)
     ca = trust.pem if trust is not None else None
     resolved = resolve_bases(runtime, text, job, used_for)
     tag = (f"{image_repository(task).replace('orchestra/task/', 'orchestra/sidecar/')}-{name}:"

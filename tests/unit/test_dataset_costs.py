@@ -405,3 +405,38 @@ def test_a_yaml_file_of_too_many_nodes_is_refused_by_count(tmp_path, rel, text):
     task = make_task(tmp_path, "t", files={rel: text})
     said = refused(task)
     assert rel.split("/")[-1] in said and "more than 20000 values" in said and "the limit is 20000" in said
+
+
+@pytest.mark.parametrize("rel", ["environment/db/Dockerfile", "steps/one/tests/Dockerfile"])
+def test_every_dockerfile_a_task_builds_is_checked_at_load(tmp_path, rel):
+    """A sidecar's build Dockerfile and a step's tests/Dockerfile were read whole at build
+    time (read_text: no cap, not UTF-8 an uncaught error mid-trial); now at load, as the
+    task's own."""
+    toml = '[[steps]]\nname = "one"\n' if rel.startswith("steps") else "[agent]\ntimeout_sec = 60\n"
+    files = {"environment/docker-compose.yaml": "services:\n  db:\n    build: db\n",
+             "environment/db/Dockerfile": "FROM redis:7\n",
+             "steps/one/instruction.md": "do it\n"}
+    task = make_task(tmp_path, "t", toml=toml, files=files)
+    path = task / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"FROM python:3.12\nRUN echo \xff\n")
+    said = refused(task)
+    assert rel in said and "not UTF-8" in said
+
+
+def test_the_doctors_reason_scans_a_huge_test_script_in_chunks(tmp_path):
+    """The doctor read every test.sh whole to say it fetches at grading time."""
+    import json
+
+    from orchestrator.job.doctor import _why_oracle_failed
+    from orchestrator.models.result import TrialResult
+
+    task_dir = make_task(tmp_path, "t", toml='[verifier]\nnetwork_mode = "no-network"\n')
+    grow(task_dir / "tests/test.sh", 48 * MB, b"\ncurl -s https://example.com\n")
+    task = load_task(task_dir)
+    assert task.config.network_for("verifier") == "no-network"
+    raw = json.loads((Path(__file__).parent / "data/results/trial-relay.json").read_text())
+    oracle = TrialResult.model_validate({**raw, "reward": {"reward": 0.0}, "failure_mode": "none", "error": None})
+    peak, why = peak_while(lambda: _why_oracle_failed(oracle, tmp_path / "no-job", task))
+    assert isinstance(why, str) and "test.sh fetches (curl)" in why, why
+    assert peak < 8 * MB, peak  # was 48 MB and more: read whole
