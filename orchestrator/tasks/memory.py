@@ -132,25 +132,39 @@ def _split_frontmatter(path: Path, text: str) -> tuple[JsonObject, str]:
     return data, text[end + 4:].strip()
 
 
+MAX_FACT_FILES = 1000  # memory/project and memory/global together
+MAX_FACTS_BYTES = 16 * 1024 * 1024  # all of them: each is held for the trial's seed archive
+
+
 def load_fact_files(task_dir: Path) -> tuple[FactFile, ...]:
+    """memory/project/*.md and memory/global/*.md, each at most MAX_YAML_BYTES, at most
+    MAX_FACT_FILES of them and MAX_FACTS_BYTES in all (counted and summed before one is
+    read); InputError naming every problem."""
+    found = [(scope, path) for scope in ("project", "global")
+             for path in sorted((task_dir / "memory" / scope).glob("*.md"))]
+    if len(found) > MAX_FACT_FILES:
+        raise InputError(f"{task_dir / 'memory'}: {len(found)} fact files; the limit is {MAX_FACT_FILES}")
+    total = sum(path.stat().st_size for _, path in found if path.is_file())
+    if total > MAX_FACTS_BYTES:
+        raise InputError(f"{task_dir / 'memory'}: fact files of {total} bytes in all; the limit is "
+                         f"{MAX_FACTS_BYTES}")
     facts, problems = [], []
-    for scope in ("project", "global"):
-        for path in sorted((task_dir / "memory" / scope).glob("*.md")):
-            try:
-                text = read_capped(path, MAX_YAML_BYTES)
-                data, body = _split_frontmatter(path, text)
-                meta = FactFrontmatter.model_validate(data)
-            except InputError as exc:
-                problems.extend(exc.problems)
-                continue
-            except UnicodeDecodeError:
-                problems.append(f"{path}: not UTF-8 text")
-                continue
-            except ValidationError as exc:
-                problems.extend(validation_problems(path, exc))
-                continue
-            facts.append(FactFile(scope=scope, name=path.name, source=path, text=text,
-                                  meta=meta, body=body))
+    for scope, path in found:
+        try:
+            text = read_capped(path, MAX_YAML_BYTES)
+            data, body = _split_frontmatter(path, text)
+            meta = FactFrontmatter.model_validate(data)
+        except InputError as exc:
+            problems.extend(exc.problems)
+            continue
+        except UnicodeDecodeError:
+            problems.append(f"{path}: not UTF-8 text")
+            continue
+        except ValidationError as exc:
+            problems.extend(validation_problems(path, exc))
+            continue
+        facts.append(FactFile(scope=scope, name=path.name, source=path, text=text,
+                              meta=meta, body=body))
     if problems:
         raise InputError(problems)
     return tuple(facts)

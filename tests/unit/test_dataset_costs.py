@@ -440,3 +440,26 @@ def test_the_doctors_reason_scans_a_huge_test_script_in_chunks(tmp_path):
     peak, why = peak_while(lambda: _why_oracle_failed(oracle, tmp_path / "no-job", task))
     assert isinstance(why, str) and "test.sh fetches (curl)" in why, why
     assert peak < 8 * MB, peak  # was 48 MB and more: read whole
+
+
+# ---- memory fact files: counted and summed (each is held for the trial's seed archive) --------
+
+FACT = "---\nname: f\nmetadata: {type: a, scope: project}\n---\n"
+
+
+def test_too_many_fact_files_are_refused_by_count(tmp_path):
+    task = make_task(tmp_path, "t", files={f"memory/project/f{i}.md": FACT + "body\n" for i in range(1001)})
+    said = refused(task)
+    assert "memory" in said and "1001 fact files" in said and "the limit is 1000" in said
+
+
+def test_fact_files_past_16mib_in_all_are_refused_before_they_are_read(tmp_path):
+    """Each fact file is capped at 1 MiB, but all were read and held (100,000 of them
+    would be 100 GB): their sizes are summed first."""
+    files = {f"memory/global/f{i}.md": FACT + "x" * (1024 * 1024 - 100) + "\n" for i in range(17)}
+    task = make_task(tmp_path, "t", files=files)
+    peak, out = peak_while(lambda: load_task(task))
+    assert isinstance(out, InputError), out
+    said = "\n".join(out.problems)
+    assert "fact files" in said and "the limit is 16777216" in said
+    assert peak < 4 * MB, peak  # refused by their sizes, none read
