@@ -293,11 +293,11 @@ def server_version(upstream: str) -> str:
     return f"llama-cpp-python {out}" if out else "unknown"
 
 
-def run_agent(agent: str, task: str, work: Path, meter: Meter, timeout: float) -> tuple[Path, float, int]:
+def run_agent(agent: str, task: str, work: Path, meter: Meter, timeout: float,
+              local: dict[str, Any]) -> tuple[Path, float, int]:
     ds = dataset(work, task)
-    endpoints = work / "endpoints.json"
-    endpoints.write_text(json.dumps({"local": {"provider": "openai", "base_url": meter.base_url,
-                                               "model": "qwen2.5-coder-0.5b-instruct", "env": {}}}))
+    endpoints = work / "endpoints.json"  # the endpoint as configured, at the meter
+    endpoints.write_text(json.dumps({"local": {**local, "base_url": meter.base_url}}))
     man = work / "manifest.yaml"
     man.write_text(json.dumps(manifest(timeout), indent=1))
     name = f"models-{agent}-{task}"
@@ -353,7 +353,8 @@ def rows_of(agent: str, job: Path, seconds: float, code: int) -> list[dict[str, 
     return rows
 
 
-def record(agent: str, job: Path, into: Path, version: str, rows: list[dict[str, Any]]) -> None:
+def record(agent: str, job: Path, into: Path, version: str, rows: list[dict[str, Any]],
+           dialect: dict[str, Any]) -> None:
     """Adds this job's trials to into/<agent> (a trial of the same task there is replaced)."""
     import yaml
 
@@ -381,7 +382,8 @@ def record(agent: str, job: Path, into: Path, version: str, rows: list[dict[str,
         upstream = calls_of(folder, [json.loads(x) for x in (job / "upstream.jsonl").read_text().splitlines()])
         (out / "upstream.jsonl").write_text("".join(json.dumps(r) + "\n" for r in upstream))
         model = result.get("model") or {}
-        live.append({"task": task, "reward": (result.get("reward") or {}).get("reward"),
+        day = datetime.fromtimestamp(result.get("started_at", 0), UTC).strftime("%Y-%m-%d")
+        live.append({"task": task, "recorded": day, "endpoint": dialect, "reward": (result.get("reward") or {}).get("reward"),
                      "agent_outcome": result.get("agent_outcome"), "failure_mode": result.get("failure_mode"),
                      "agent_exit_code": result.get("agent_exit_code"), "calls": model.get("calls", 0),
                      "prompt_tokens": model.get("prompt_tokens", 0),
@@ -393,7 +395,7 @@ def record(agent: str, job: Path, into: Path, version: str, rows: list[dict[str,
                      "agent_seconds": row["agent_seconds"]})
     (target / "live.json").write_text(json.dumps({
         "agent": agent, "server": version, "model": "qwen2.5-coder-0.5b-instruct (Q4 GGUF)",
-        "recorded": datetime.now(UTC).strftime("%Y-%m-%d"), "trials": sorted(live, key=lambda t: t["task"])}, indent=1) + "\n")
+        "trials": sorted(live, key=lambda t: t["task"])}, indent=1) + "\n")
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -424,7 +426,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="each trial's agent deadline, seconds")
     parser.add_argument("--record", type=Path, help="copy each job here as a replayable recording")
     args = parser.parse_args()
-    upstream = json.loads(args.endpoints.read_text())["local"]["base_url"]
+    local = json.loads(args.endpoints.read_text())["local"]
+    upstream = local["base_url"]
     try:
         with urllib.request.urlopen(upstream.rstrip("/") + "/models", timeout=10) as answer:
             answer.read()
@@ -439,12 +442,14 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     meter = Meter(upstream)
     threading.Thread(target=meter.serve_forever, daemon=True).start()
-    print(f"test-models: {version} at {upstream}, metered at {meter.base_url}; agents {', '.join(agents)}"
+    dialect = {k: v for k, v in local.items() if k not in ("provider", "base_url", "model", "env")}
+    print(f"test-models: {version} at {upstream} ({json.dumps(dialect)}), metered at {meter.base_url}; "
+          f"agents {', '.join(agents)}"
           + (f" (not installed: {', '.join(missing)})" if missing else "") + f"; work folder {args.work}", flush=True)
     rows: list[dict[str, Any]] = []
     for task in args.task or list(TASKS):  # every agent on hello-file first
         for agent in agents:
-            job, seconds, code = run_agent(agent, task, args.work, meter, args.timeout)
+            job, seconds, code = run_agent(agent, task, args.work, meter, args.timeout, local)
             mine = rows_of(agent, job, seconds, code)
             rows += mine
             for r in mine:
@@ -452,7 +457,7 @@ def main() -> int:
                       f"failure {r['failure_mode']}, {r.get('calls', 0)} calls, {r.get('agent_seconds', '-')} s, "
                       f"job {round(seconds)} s ({r['folder']})", flush=True)
             if args.record:
-                record(agent, job, args.record, version, mine)
+                record(agent, job, args.record, version, mine, dialect)
             (args.work / "rows.json").write_text(json.dumps(rows, indent=1) + "\n")
     meter.shutdown()
     print(f"\n{version}, Qwen2.5-Coder-0.5B-Instruct Q4, {datetime.now(UTC):%Y-%m-%d}\n")

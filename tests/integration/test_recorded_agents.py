@@ -62,16 +62,17 @@ def dataset(root: Path, task: str) -> Path:
 
 
 def dated_today(agent: str, into: Path) -> Path:
-    """The recording with the day it was made written as today, in the forms the CLIs put
-    it in their prompts (Claude Code's "Today's date is 2026-12-07.", Codex's
+    """The recording with the day each trial was made written as today, in the forms the
+    CLIs put it in their prompts (Claude Code's "Today's date is 2026-12-07.", Codex's
     `<current_date>`, Gemini CLI's and Qwen Code's "Monday, December 7, 2026"): a replay
     matches a call by its task message and the head of its system prompt, which hold it."""
-    day = datetime.strptime(live(agent)["recorded"], "%Y-%m-%d").replace(tzinfo=UTC)
-    today = datetime.now(UTC)
-    forms = [(day.strftime(f), today.strftime(f)) for f in ("%Y-%m-%d", "%A, %B %d, %Y")]
-    forms += [(f"{day:%A, %B} {day.day}, {day:%Y}", f"{today:%A, %B} {today.day}, {today:%Y}")]
     shutil.copytree(FIXTURES / agent, into)
-    for path in into.rglob("exchanges.jsonl"):
+    today = datetime.now(UTC)
+    for trial in live(agent)["trials"]:
+        day = datetime.strptime(trial["recorded"], "%Y-%m-%d").replace(tzinfo=UTC)
+        forms = [(f"{day:%Y-%m-%d}", f"{today:%Y-%m-%d}"),
+                 (f"{day:%A, %B} {day.day}, {day:%Y}", f"{today:%A, %B} {today.day}, {today:%Y}")]
+        path = into / "trials" / trial["task"] / "model/exchanges.jsonl"
         text = path.read_text()
         for old, new in forms:
             text = text.replace(old, new)
@@ -81,8 +82,9 @@ def dated_today(agent: str, into: Path) -> Path:
 
 def replay(runtime, tmp_path: Path, agent: str, task: str) -> tuple[TrialResult, Path]:
     recording = dated_today(agent, tmp_path / "recorded")
-    endpoints = tmp_path / "endpoints.json"
-    endpoints.write_text(json.dumps(ENDPOINTS))
+    endpoints = tmp_path / "endpoints.json"  # with the dialect the live trial's endpoint had
+    dialect = next(t for t in live(agent)["trials"] if t["task"] == task).get("endpoint", {})
+    endpoints.write_text(json.dumps({"local": {**ENDPOINTS["local"], **dialect}}))
     options = JobOptions(job_name=f"rec-{agent}-{uuid.uuid4().hex[:6]}", jobs_dir=tmp_path / "jobs",
                          n_concurrent=1, endpoints=load_endpoints([endpoints]),
                          replay_from=recording, max_retries=0)
@@ -130,8 +132,10 @@ def test_every_recording_is_the_real_servers(agent):
         folder = FIXTURES / agent / "trials" / want["task"]
         exchanges = [json.loads(x) for x in (folder / "model/exchanges.jsonl").read_text().splitlines()]
         upstream = [json.loads(x) for x in (folder / "upstream.jsonl").read_text().splitlines()]
-        assert len(exchanges) == want["calls"] == want["upstream_calls"] == len(
+        assert len(exchanges) == want["upstream_calls"] == len(
             [u for u in upstream if "chat/completions" in u["path"]])
+        # a call still waiting at the deadline is counted, and neither recorded nor answered
+        assert want["calls"] == len(exchanges) + (want["agent_outcome"] == "timeout")
         streamed = [u for u in upstream if u["stream"]]
         # llama-cpp-python 0.3.36 reports usage on whole answers only, though the proxy asks
         # for it on every stream (`stream_options.include_usage`)
