@@ -10,7 +10,8 @@
 #           Claude Code's first prompt alone is ~12,000 tokens).
 # endpoints/local.json says "text_parts": "join" (llama-cpp-python's chat templates take a
 # message's content as a string; a list of parts fails mid-stream) and "stream": false (its
-# streams carry no usage, whatever stream_options asks: whole answers are counted). The
+# streams carry no usage, whatever stream_options asks: whole answers are counted) and
+# "tool_calls": "from_text" (it returns the model's <tool_call> text unparsed). The
 # server queues calls (--interrupt_requests False): by default a new call cuts the stream
 # under way short, a [DONE] with no finish reason, which two trials at once would do to
 # each other.
@@ -65,6 +66,7 @@ cat > "$ROOT/endpoints/local.json" <<JSON
     "model": "qwen2.5-coder-0.5b-instruct",
     "text_parts": "join",
     "stream": false,
+    "tool_calls": "from_text",
     "env": {}
   }
 }

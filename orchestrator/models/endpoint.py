@@ -60,6 +60,11 @@ class Endpoint(BaseModel):
     # stream from each (keep-alives while it waits), for servers that count no usage in a
     # stream (llama-cpp-python): its tokens are then the server's count, not an estimate
     stream: bool = True
+    # "from_text": tool calls a server leaves in a whole answer's text (Qwen's <tool_call>
+    # tags, a ```json block, a bare object naming an offered tool) reach the agent as
+    # tool_calls (services/apis/textcalls.py), for servers that parse none (llama-cpp-python
+    # with a GGUF's own template); "native": as the server sent them
+    tool_calls: Literal["native", "from_text"] = "native"
 
     @field_validator("env")
     @classmethod

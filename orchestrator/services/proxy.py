@@ -69,21 +69,23 @@ class ModelProxy(CallWays, OnOneServer):
                  upstream_apis: tuple[str, ...] = ("chat",), keepalive_sec: float = KEEPALIVE_SEC,
                  tls: ssl.SSLContext | None = None, deadlines: Deadlines | None = None,
                  output_field: str = "max_tokens", max_output: int | None = None, text_parts: str = "keep",
-                 upstream_streams: bool = True):
+                 upstream_streams: bool = True, tool_calls: str = "native"):
         """`tls`: how an HTTPS upstream is verified (default: the system's CAs); `deadlines`:
         each call's connect, first-byte and idle waits upstream; `output_field`: the chat
         output cap's field the upstream takes (learned from its 400 otherwise); `max_output`:
         the cap a budgeted call gets when the agent asks for none; `text_parts`: "join" sends
         a chat message's text-only content parts as one string (apis.calls.join_text_parts);
         `upstream_streams` False: every call is asked whole upstream, a streaming agent's
-        answered as a stream from it (for servers that count no usage in a stream)."""
+        answered as a stream from it (for servers that count no usage in a stream);
+        `tool_calls` "from_text": tool calls a server left in a whole answer's text are
+        given to the agent as tool calls (apis.textcalls)."""
         self.upstream, self.model, self.api_key = upstream.rstrip("/"), model, api_key
         self.budget, self.prices, self.deadline = budget, prices, deadline
         self.max_attempts, self.backoff_max = max_attempts, backoff_max
         self.upstream_apis, self.keepalive_sec = tuple(upstream_apis), keepalive_sec
         self.deadlines, self.output_field = deadlines or Deadlines(), output_field
         self.max_output = max_output or UNASKED_OUTPUT
-        self.text_parts, self.upstream_streams = text_parts, upstream_streams
+        self.text_parts, self.upstream_streams, self.tool_calls = text_parts, upstream_streams, tool_calls
         self.token = secrets.token_hex(24)
         self.pool = Pool(tls)
         self.stats = ProxyCounts()
@@ -124,7 +126,8 @@ class ModelProxy(CallWays, OnOneServer):
         return cls(host, url, upstream.model, upstream.api_key, budget, upstream.prices_for(prices),
                    deadline=deadline, record=record, upstream_apis=upstream.apis, deadlines=upstream.deadlines,
                    output_field=upstream.output_field, max_output=upstream.max_output_tokens,
-                   text_parts=upstream.text_parts, upstream_streams=upstream.upstream_streams).start()
+                   text_parts=upstream.text_parts, upstream_streams=upstream.upstream_streams,
+                   tool_calls=upstream.tool_calls).start()
 
     @property
     def root_url(self) -> str:

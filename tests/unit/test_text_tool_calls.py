@@ -1,39 +1,57 @@
-"""The reference agent's reading of tool calls small open models write as text."""
+"""Tool calls a server left in the answer's text (issue 59: llama-cpp-python returns
+Qwen2.5's calls as text, so no agent CLI ever saw a call), given to the agent as tool calls
+where the endpoint says `tool_calls: from_text`; shapes are the ones recorded from the
+real server (tests/fixtures/llamacpp-agents)."""
 
 from __future__ import annotations
 
 import json
-import sys
 
-from conftest import ROOT
+import test_proxy_faults
+from test_proxy_apis import answer_of, path_of, send
+from test_proxy_faults import Upstream, _whole
 
-sys.path.insert(0, str(ROOT / "images/agent-stack/lib"))
-import orchestra_agent as agent  # noqa: E402
+from orchestrator.services.apis.textcalls import calls_in_text
 
-
-def parse(content: str) -> tuple[list[dict], list[str]]:
-    problems: list[str] = []
-    calls = agent.text_tool_calls(content, problems)
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls], problems
+proxy_before = test_proxy_faults.proxy_before
+NAMES = {"write", "bash"}
 
 
-def test_fenced_tagged_and_bare_calls_are_read():
-    call = {"name": "shell", "arguments": {"command": "ls"}}
-    assert parse("ok\n```json\n" + json.dumps(call) + "\n```") == ([("shell", {"command": "ls"})], [])
-    assert parse("<tool_call>\n" + json.dumps(call) + "\n</tool_call>") == ([("shell", {"command": "ls"})], [])
-    assert parse(json.dumps({"name": "read_file", "arguments": json.dumps({"path": "/a"})})) == (
-        [("read_file", {"path": "/a"})], [])
+def test_each_written_form_naming_an_offered_tool_is_a_call():
+    tagged = '<tool_call>\n{"name": "write", "arguments": {"filePath": "/app/hello.txt", "content": "hi"}}\n</tool_call>'
+    fenced = 'I will write it.\n```json\n{"name": "bash", "arguments": {"command": "ls"}}\n```'
+    bare = '{"name": "write", "arguments": {"content": "Hello, world!", "filePath": "/app/hello.txt"}}'
+    assert calls_in_text(tagged, NAMES) == ([{"name": "write", "arguments": json.dumps(
+        {"filePath": "/app/hello.txt", "content": "hi"})}], "")
+    assert calls_in_text(fenced, NAMES) == ([{"name": "bash", "arguments": '{"command": "ls"}'}], "I will write it.")
+    assert calls_in_text(bare, NAMES)[0][0]["name"] == "write"
+    # what the 0.5B model wrote for Claude Code: a "tool" no request offered stays text
+    hallucinated = '```json\n{\n  "name": "hello.txt",\n  "arguments": {\n    "content": "Hello, world!"\n  }\n}\n```'
+    assert calls_in_text(hallucinated, {"Write", "Bash"}) == ([], hallucinated)
+    assert calls_in_text("just prose {not json}", NAMES) == ([], "just prose {not json}")
 
 
-def test_attempts_that_do_not_fit_the_tools_are_named_not_run():
-    assert parse('```json\n{"name": "mem_write", "arguments": {"slug": "x"}}\n```') == (
-        [], ["there is no tool 'mem_write' (tools: chan_read, chan_reply, mem_get, mem_ls, mem_set, "
-             "read_file, shell, write_file)"])
-    assert parse('<tool_call>{"name": "write_file", "arguments": {"path": "/a"}}</tool_call>') == (
-        [], ["write_file needs the argument(s) content"])
-    assert parse('{"name": "shell", "arguments": {"command": 3}}') == ([], ["the arguments of shell must be strings"])
+def test_a_call_written_as_text_reaches_each_api_as_a_tool_call(proxy_before):  # noqa: F811
+    text = '<tool_call>\n{"name": "shell", "arguments": {"command": "echo hello > hello.txt"}}\n</tool_call>'
 
+    def answer(h, body):
+        _whole(h, 200, json.dumps({"id": "c1", "object": "chat.completion", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}}).encode())
+    from test_proxy_apis import ALL, first_turn
 
-def test_json_that_is_no_call_is_plain_text():
-    assert parse('The config is ```json\n{"debug": true}\n```') == ([], [])
-    assert parse("Done.") == ([], [])
+    for api in ALL:
+        for stream in (False, True):
+            upstream = Upstream([answer])
+            proxy = proxy_before(upstream, tool_calls="from_text", upstream_streams=False)
+            code, body, evs = send(proxy, api, path_of(api, stream), first_turn(api, stream))
+            calls, said, _ = answer_of(api, body, evs)
+            assert code == 200 and [(c["name"], c["args"]) for c in calls] == [
+                ("shell", {"command": "echo hello > hello.txt"})], (api, stream, body, evs)
+            assert "<tool_call>" not in said
+            (line,) = [json.loads(x) for x in proxy.record.path.read_text().splitlines()]
+            assert "<tool_call>" in json.dumps(line["response"])  # the record: what the server said
+    upstream = Upstream([answer])
+    proxy = proxy_before(upstream)  # native (the default): the text as it came
+    code, body, _ = send(proxy, "chat", path_of("chat", False), first_turn("chat", False))
+    assert body["choices"][0]["message"]["content"] == text and not body["choices"][0]["message"].get("tool_calls")

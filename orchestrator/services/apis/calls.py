@@ -62,6 +62,7 @@ from orchestrator.services.apis.forward import (
     upstream_said,
 )
 from orchestrator.services.apis.ledger import Ledger, Reservation
+from orchestrator.services.apis.textcalls import with_text_calls
 from orchestrator.services.exchanges import ExchangeLog
 from orchestrator.services.httpserve import JsonHandler
 from orchestrator.util import JsonObject
@@ -140,6 +141,7 @@ class CallWays:
     output_field: str  # the chat output cap's field the upstream takes
     text_parts: str  # "join": a chat message's text-only content parts sent as one string
     upstream_streams: bool  # False: the upstream is asked for whole answers (its usage counted)
+    tool_calls: str  # "from_text": calls a server left in a whole answer's text made tool_calls
     stats: ProxyCounts
     ledger: Ledger
     record: ExchangeLog | None
@@ -277,6 +279,9 @@ class CallWays:
         self._settle(call, api.usage(native), len(data), native)
         answer = json.dumps(native).encode() if streamed else body  # a whole answer: as it came
         self._record(call, 502 if call.fault else 200, answer, native)  # before the client's last byte
+        if not streamed and api is chat.API and self.tool_calls == "from_text" and with_text_calls(
+                native, call.request):
+            body = json.dumps(native).encode()  # the agent gets the calls; the record, what came
         if streamed:
             handler.end_stream()
         elif call.stream:  # an upstream that answered a stream request all at once
@@ -431,7 +436,9 @@ class CallWays:
                 self._refuse(handler, api, Refusal(kind, message, up.status, up.retry_after))
             return
         self._settle(call, chat.API.usage(completion), sent, chat_choice(completion)[0])
-        self._record(call, up.status, body, None, translated=True)
+        self._record(call, up.status, body, None, translated=True)  # what the upstream said
+        if self.tool_calls == "from_text":
+            with_text_calls(completion, api.to_chat(call.request))
         if call.stream:
             self._stream(handler, api, api.stream_from_chat(completion, call.asked or self.model, call.request),
                          started)

@@ -34,6 +34,7 @@ class Upstream:
     max_output_tokens: int | None = None
     text_parts: str = "keep"
     upstream_streams: bool = True
+    tool_calls: str = "native"
 
     def prices_for(self, manifest: dict[str, dict[str, float]]) -> dict[str, float]:
         """This endpoint's model's prices ({}: unknown), the manifest's first."""
@@ -77,7 +78,7 @@ class Upstreams:
                 deadlines=Deadlines(timeouts.connect_sec, timeouts.first_byte_sec, timeouts.idle_sec),
                 prices=endpoint.prices,
                 output_field=endpoint.output_field, max_output_tokens=endpoint.max_output_tokens,
-                text_parts=endpoint.text_parts, upstream_streams=endpoint.stream)
+                text_parts=endpoint.text_parts, upstream_streams=endpoint.stream, tool_calls=endpoint.tool_calls)
         scrub.register(*upstreams.secrets())
         return upstreams
 
