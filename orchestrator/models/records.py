@@ -50,6 +50,7 @@ class ProxyCounts(BaseModel):
     stream_errors: int = 0  # of upstream_errors: an error event or a break after the stream began
     rate_limited: int = 0  # of upstream_errors: 429 past the retries (the agent got its API's 429)
     abandoned: int = 0  # the agent gave up waiting; the proxy did not re-send
+    last_abandoned: bool = False  # no call was answered after the last one abandoned
     retries: int = 0
     last_error: str | None = None  # the upstream's last error: status and body, cut, scrubbed
     prompt_tokens: int = 0

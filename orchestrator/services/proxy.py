@@ -142,6 +142,7 @@ class ModelProxy(CallWays, OnOneServer):
         self.pool.close()
         with self._lock:
             self.stats.abandoned += self._in_flight
+            self.stats.last_abandoned = self.stats.last_abandoned or self._in_flight > 0
 
     def scrub(self, data: bytes) -> bytes:
         if self.api_key:
@@ -219,12 +220,17 @@ class ModelProxy(CallWays, OnOneServer):
         with self._lock:
             self.stats.by_api[api.name] = self.stats.by_api.get(api.name, 0) + 1
             self._in_flight += 1
+        abandoned = self.stats.abandoned
         try:
             (self._relay if relayed else self._translate)(handler, call)
         finally:
             self.ledger.release(call.reservation)  # a call that spent nothing: its hold back
             with self._lock:
                 self._in_flight -= 1
+                if self.stats.abandoned > abandoned:
+                    self.stats.last_abandoned = True
+                elif call.usage is not None and call.fault is None:  # answered: the agent went on
+                    self.stats.last_abandoned = False
 
     def _admit(self, handler: JsonHandler, call: Call, size: int, relayed: bool) -> Reservation:
         """Reserve the call's input bound and output cap (apis.ledger) and send upstream the

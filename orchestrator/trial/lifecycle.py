@@ -319,8 +319,10 @@ class Trial:
             result.model = proxy.summary()
             result.agent_outcome = classify_agent(result, proxy)
             stats = proxy.stats
+            # an abandoned call the agent went on from (a later call answered) is not the trial's end
             endpoint = endpoint_failed(result.failure_mode, result.headline, upstream_errors=stats.upstream_errors,
-                                       abandoned=stats.abandoned, last_error=stats.last_error)
+                                       abandoned=stats.abandoned if stats.last_abandoned else 0,
+                                       last_error=stats.last_error)
             if endpoint is not None:  # the provider failed, not the agent: retried, never a 0
                 endpoint.onto(result)
         elif result.agent_outcome is None and result.agent_exit_code is not None:

@@ -529,3 +529,28 @@ def test_max_calls_counts_the_calls_in_flight_once(proxy_before):
         t.join(60)
     assert sorted(codes) == [200, 200, 200, 402, 402] and len(upstream.requests) == 3
     assert upstream.peak == 3  # the three ran at once: a call in flight is counted once, not twice
+
+
+def test_a_call_the_agent_gave_up_on_then_went_on_from_is_not_the_trials_end(proxy_before):
+    import http.client
+    import urllib.parse
+
+    def give_up(proxy: ModelProxy) -> None:  # the client reads the first keep-alive, then leaves
+        url = urllib.parse.urlsplit(proxy.url)
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+        conn.request("POST", "/v1/messages", json.dumps(prompt("messages", True)),
+                     {"x-api-key": proxy.token, "Content-Type": "application/json"})
+        conn.getresponse().read1(10)
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+
+    upstream = Upstream([slow(1.5), ok, slow(1.5)])
+    proxy = proxy_before(upstream, keepalive_sec=0.2)
+    give_up(proxy)
+    time.sleep(2.0)  # the upstream answers the abandoned call; the proxy finds nobody to tell
+    assert proxy.stats.abandoned == 1 and proxy.stats.last_abandoned
+    code, _, _ = send(proxy, "messages", "/v1/messages", prompt("messages", False))
+    assert code == 200 and proxy.stats.abandoned == 1 and not proxy.stats.last_abandoned  # it went on
+    give_up(proxy)
+    time.sleep(2.0)
+    assert proxy.stats.abandoned == 2 and proxy.stats.last_abandoned  # its last call: abandoned

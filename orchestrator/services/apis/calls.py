@@ -328,7 +328,9 @@ class CallWays:
         if not started:
             handler.start_stream(200, api.stream_type)
         for event in events:
-            if not handler.send_chunk(self.scrub(event)):
+            if not handler.send_chunk(self.scrub(event)):  # the client stopped reading: abandoned
+                with self._lock:
+                    self.stats.abandoned += 1
                 return
         handler.end_stream()
 
