@@ -70,13 +70,16 @@ def test_a_waiting_gemini_client_hears_empty_thoughts_that_add_nothing(proxy_bef
 
 def test_text_only_content_parts_are_joined_for_an_upstream_that_takes_strings(proxy_before):  # noqa: F811
     parts = {"model": "m", "messages": [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}]},
         {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
         {"role": "user", "content": [{"type": "text", "text": "say"}, {"type": "text", "text": "hello"}]},
         {"role": "user", "content": [{"type": "text", "text": "look"},
                                      {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}]}
     for text_parts, expected in (("keep", parts["messages"]), ("join", [
+            {**parts["messages"][0], "content": ""},  # llama-cpp-python's models refuse a null (500)
             {"role": "system", "content": "be brief"}, {"role": "user", "content": "say\n\nhello"},
-            parts["messages"][2]])):  # an image part keeps its list
+            parts["messages"][3]])):  # an image part keeps its list
         upstream = Upstream()
         proxy = proxy_before(upstream, text_parts=text_parts)
         code, _, _ = send(proxy, "chat", path_of("chat", False), json.loads(json.dumps(parts)))

@@ -545,9 +545,13 @@ class CallWays:
 
 def join_text_parts(request: JsonObject) -> None:
     """Each chat message whose content is a list of text parts only, as one string (the
-    parts a paragraph each): servers whose chat templates concatenate content as a string
-    (llama-cpp-python's Jinja templates) fail on a list, mid-stream."""
+    parts a paragraph each), and an assistant's null content (beside its tool calls) as
+    "": servers whose chat templates concatenate content as a string (llama-cpp-python's
+    Jinja templates) fail on a list, mid-stream, and its request models refuse a null
+    with a 500."""
     for message in as_list(request.get("messages")):
+        if isinstance(message, dict) and "content" in message and message["content"] is None:
+            message["content"] = ""
         content = as_dict(message).get("content")
         if isinstance(content, list) and content and all(
                 isinstance(p, dict) and p.get("type") == "text" for p in content):
