@@ -323,8 +323,10 @@ class Trial:
             endpoint = endpoint_failed(result.failure_mode, result.headline, upstream_errors=stats.upstream_errors,
                                        abandoned=stats.abandoned if stats.last_abandoned else 0,
                                        last_error=stats.last_error)
-            if endpoint is not None:  # the provider failed, not the agent: retried, never a 0
+            if endpoint is not None:  # the provider failed, not the agent: retried, never graded
                 endpoint.onto(result)
+                if result.reward is not None:  # what test.sh said is kept, as void, not counted
+                    result.voided_reward, result.reward = result.reward, None
         elif result.agent_outcome is None and result.agent_exit_code is not None:
             result.agent_outcome = classify_agent(result, None)
         if relay is not None:

@@ -247,8 +247,18 @@ def test_a_private_registry_base_is_pulled_with_the_configs_credentials_and_refu
         make_task(tmp_path / "ds", "private-base", dockerfile=f"FROM {name}:{tag}\nWORKDIR /app\n",
                   test=MARKER_TEST.format(word=word))
         try:
+            # the credentials go only to a registry the user names (issue 56): not named, none sent
             proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q",
-                                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "private-base"],
+                                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "private-unnamed"],
+                                  capture_output=True, text=True, env=env, timeout=600)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            [unnamed] = [TrialResult.model_validate_json(p.read_text())
+                         for p in (tmp_path / "jobs/private-unnamed/trials").glob("*/result.json")]
+            assert unnamed.failure_mode == "build_error" and unnamed.build_failure is not None
+            assert "no basic auth credentials" in (unnamed.build_failure.pull_error or ""), unnamed.build_failure
+            proc = subprocess.run([ORCHESTRA, "run", "--path", str(tmp_path / "ds"), "--agent", "oracle", "-q",
+                                   "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "private-base",
+                                   "--registry-auth", reg.host],
                                   capture_output=True, text=True, env=env, timeout=600)
             assert proc.returncode == 0, proc.stderr[-2000:]
             [trial] = [TrialResult.model_validate_json(p.read_text())

@@ -40,7 +40,7 @@ def test_a_private_image_is_pulled_with_the_configs_credentials_under_every_poli
     task = make_task(tmp_path / "ds", "private", toml=f'[environment]\ndocker_image = "{image}"\n',
                      solve="touch /app/ok\n")
     (task / "environment/Dockerfile").unlink()  # only the registry has it
-    env = {**os.environ, "DOCKER_CONFIG": str(credentials)}
+    env = {**os.environ, "DOCKER_CONFIG": str(credentials), "ORCHESTRA_REGISTRY_AUTH": host}  # named: trusted
     sources = {}
     for policy in ("prefer-prebuilt", "pull", "build"):
         pusher.remove_image(image, force=True)  # gone locally: each policy must pull it
