@@ -160,14 +160,13 @@ class CallWays:
         """Charge the call's tokens and cost to the budget and keep them for the record: as
         the upstream counted them, or, from an upstream that counted none, estimated (~4
         bytes a token of the request `sent` and of the `answer`) and said so."""
-        counted = bool(usage.input or usage.output)
-        answer_bytes = len(json.dumps(answer, default=str)) if answer is not None else 0
         if call.reservation is None:
             return
+        counted = bool(usage.input or usage.output)
+        answer_bytes = len(json.dumps(answer, default=str)) if answer is not None and not counted else 0
         recorded = self.ledger.settle(call.reservation, usage if counted else None, sent, answer_bytes)
-        prices = self.ledger.prices
-        cost = round((recorded.input * prices.get("input", 0.0) + recorded.output * prices.get("output", 0.0))
-                     / 1e6, 8) if counted and self.ledger.priced else None
+        cost = round(self.ledger.cost_of(recorded.input, recorded.output), 8) \
+            if counted and self.ledger.priced else None
         call.usage = {"input": recorded.input, "output": recorded.output, "counted": counted, "cost": cost}
 
     def _fault(self, call: Call, message: str) -> None:

@@ -66,17 +66,14 @@ class Ledger:
         self.reserved_tokens = 0
         self.reserved_cost = 0.0
         self.in_flight = 0
-        self.peak_reserved = 0
 
     @property
     def priced(self) -> bool:
         return "input" in self.prices or "output" in self.prices
 
-    def _cost(self, tokens_in: int, tokens_out: int) -> float:
+    def cost_of(self, tokens_in: int, tokens_out: int) -> float:
+        """Dollars for these tokens at the model's prices (0 where it has none)."""
         return (tokens_in * self.prices.get("input", 0.0) + tokens_out * self.prices.get("output", 0.0)) / 1e6
-
-    def _spent_tokens(self) -> int:
-        return self.stats.budget_charged_tokens
 
     def _fit(self, bound: int, asked: int | None, with_in_flight: bool) -> int | str:
         """The output cap this call gets now (an int), or why it cannot (a str)."""
@@ -86,7 +83,7 @@ class Ledger:
             return f"max_calls={b.max_calls} reached"
         cap = min(asked or MAX_OUTPUT, MAX_OUTPUT)
         if b.tokens is not None:
-            left = b.tokens - self._spent_tokens() - (self.reserved_tokens if with_in_flight else 0)
+            left = b.tokens - s.budget_charged_tokens - (self.reserved_tokens if with_in_flight else 0)
             if bound + 1 > left:
                 return (f"tokens={b.tokens}: {max(0, left)} left"
                         + (" after the calls in flight" if with_in_flight and self.in_flight else "")
@@ -98,7 +95,7 @@ class Ledger:
                        "or the endpoint config)"
             left_cost = b.cost - s.budget_charged_cost - (self.reserved_cost if with_in_flight else 0.0)
             out_price = self.prices.get("output", 0.0)
-            room = left_cost - self._cost(bound, 0)
+            room = left_cost - self.cost_of(bound, 0)
             if room < out_price / 1e6 or left_cost <= 0:
                 return f"cost={b.cost}: ${max(0.0, left_cost):.6f} left, this call may cost more"
             if out_price > 0:
@@ -119,12 +116,11 @@ class Ledger:
                     self.stats.refused_budget += 1
                     raise Refused(now)
                 self._settled.wait(WAIT_STEP_SEC)
-            reservation = Reservation(bound, now, self._cost(bound, now))
+            reservation = Reservation(bound, now, self.cost_of(bound, now))
             self.stats.calls += 1
             self.in_flight += 1
             self.reserved_tokens += reservation.input + reservation.output
             self.reserved_cost += reservation.cost
-            self.peak_reserved = max(self.peak_reserved, self.reserved_tokens)
             return reservation
 
     def settle(self, reservation: Reservation, usage: Usage | None, sent_bytes: int = 0,
@@ -133,12 +129,8 @@ class Ledger:
         counted it, or (None) an estimate recorded as such and charged at its upper bound.
         Returns the usage recorded."""
         with self._lock:
-            if reservation.settled:
+            if not self._give_back(reservation):
                 return Usage()
-            reservation.settled = True
-            self.in_flight -= 1
-            self.reserved_tokens -= reservation.input + reservation.output
-            self.reserved_cost -= reservation.cost
             s = self.stats
             if usage is not None:
                 s.counted_prompt_tokens += usage.input
@@ -146,7 +138,7 @@ class Ledger:
                 s.usage_counted_calls += 1
                 charged_in, charged_out = usage.input, usage.output
                 if self.priced:
-                    s.cost += self._cost(usage.input, usage.output)
+                    s.cost += self.cost_of(usage.input, usage.output)
                 else:
                     s.cost_unknown_calls += 1
                 recorded = usage
@@ -161,17 +153,22 @@ class Ledger:
             s.prompt_tokens += recorded.input
             s.completion_tokens += recorded.output
             s.budget_charged_tokens += charged_in + charged_out
-            s.budget_charged_cost += self._cost(charged_in, charged_out)
+            s.budget_charged_cost += self.cost_of(charged_in, charged_out)
             self._settled.notify_all()
             return recorded
 
     def release(self, reservation: Reservation) -> None:
         """A call that generated nothing (refused upstream, never sent): its reservation back."""
         with self._lock:
-            if reservation.settled:
-                return
-            reservation.settled = True
-            self.in_flight -= 1
-            self.reserved_tokens -= reservation.input + reservation.output
-            self.reserved_cost -= reservation.cost
-            self._settled.notify_all()
+            if self._give_back(reservation):
+                self._settled.notify_all()
+
+    def _give_back(self, reservation: Reservation) -> bool:
+        """The reservation's hold released, once (the lock held); False: it was already."""
+        if reservation.settled:
+            return False
+        reservation.settled = True
+        self.in_flight -= 1
+        self.reserved_tokens -= reservation.input + reservation.output
+        self.reserved_cost -= reservation.cost
+        return True
